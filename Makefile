@@ -1,0 +1,51 @@
+# `make run`  : write the comparison report into reports/ (the main job)
+# `make test` : lint and run the test suite
+# Both create .venv with a Python >= 3.12 found on this machine and install the project into it.
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Candidates, best first: an explicit $(PYTHON), versioned names on PATH, then pyenv's versions.
+PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
+CANDIDATES := $(PYTHON) python3.13 python3.12 python3 python \
+	$(sort $(wildcard $(PYENV_ROOT)/versions/3.1[2-9]*/bin/python3))
+FIND_PYTHON := for c in $(CANDIDATES); do \
+	  p=$$(command -v $$c 2>/dev/null) || continue; \
+	  $$p -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; \
+	done
+
+.PHONY: run test test-slow lint bench clean
+
+$(STAMP): pyproject.toml
+	@if [ ! -x $(PY) ]; then \
+	  base=$$($(FIND_PYTHON)); \
+	  if [ -z "$$base" ]; then \
+	    echo "error: attnbayes needs Python >= 3.12 and none was found (tried: $(CANDIDATES))." >&2; \
+	    echo "       Install Python 3.12 or newer, or pass one with: make PYTHON=/path/to/python3.12 ..." >&2; \
+	    exit 1; \
+	  fi; \
+	  echo "creating $(VENV) with $$base ($$($$base --version))"; \
+	  $$base -m venv $(VENV) || exit 1; \
+	fi
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/attnbayes report --out reports
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	$(PY) benchmarks/em_step.py
+
+clean:
+	rm -rf $(VENV) reports

@@ -1,0 +1,294 @@
+"""EM for Gaussian deconvolution, written so that the E-step *is* softmax attention (seed 1).
+
+Model: x_i ~ sum_k w_k N(mu_k, sigma^2 I_p). With beta = 1 / sigma^2,
+
+    log N(x_i; mu_k, sigma^2 I) = beta <x_i, mu_k> - beta |mu_k|^2 / 2 + c(x_i),
+
+so the responsibilities are row-softmax attention with queries x, keys mu, Q K^T = beta I
+and key bias b_k = log w_k - beta |mu_k|^2 / 2:
+
+    E-step   A_ik = softmax_k(beta <x_i, mu_k> + b_k)
+    M-step   mu_k <- sum_i A_ik x_i / sum_i A_ik          (and w_k <- sum_i A_ik / N if updated)
+
+The row log-normaliser of that attention gives the observed-data log-likelihood for free,
+and attending with values = atoms gives the posterior mean E[z_i | x_i] under the fitted
+measure (Tweedie's empirical-Bayes denoiser): one attention step.
+
+Seed 1's estimator takes K = N atoms started at the data, mu_k^0 = x_k, with w_k = 1/K fixed.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inference.attention import Attention, softmax_attention
+from models import _checks
+
+INITS = ("data",)
+
+
+class EMResult(NamedTuple):
+    """The fitted mixing measure and the run's record.
+
+    Attributes:
+        atoms: (K,) for scalar data or (K, p), the fitted mu_k.
+        weights: (K,) the mixing weights (1/K throughout unless ``update_weights``).
+        log_likelihood_trace: (num_iters + 1,) log p(x) at the start and after each EM step;
+            never decreasing (up to round-off).
+        num_iters: number of EM steps taken.
+        converged: whether the per-point change in log-likelihood fell below ``tol``.
+    """
+
+    atoms: jax.Array
+    weights: jax.Array
+    log_likelihood_trace: jax.Array
+    num_iters: int
+    converged: bool
+
+
+# ----------------------------------------------------------------------------- kernels (jitted)
+
+
+def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) -> Attention:
+    """The E-step as attention: queries x (N, p), keys = values = atoms (K, p).
+
+    Returns ``Attention(output, weights, log_normalizer)`` whose ``weights`` are the
+    responsibilities A (N, K), ``output`` the posterior means E[z_i | x_i] (N, p) and
+    ``log_normalizer`` the row log-sum-exp used by the log-likelihood.
+    """
+    beta = 1.0 / sigma**2
+    key_bias = jnp.log(weights) - 0.5 * beta * jnp.sum(atoms**2, axis=-1)
+    return softmax_attention(x, atoms, atoms, scale=beta, key_bias=key_bias)
+
+
+def _log_likelihood_from_normalizer(x, log_normalizer, sigma):
+    """log p(x) = sum_i [logsumexp_k s_ik - beta |x_i|^2 / 2] - N p log(2 pi sigma^2) / 2."""
+    n, p = x.shape
+    beta = 1.0 / sigma**2
+    const = -0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    return jnp.sum(log_normalizer) - 0.5 * beta * jnp.sum(x**2) + const
+
+
+def _m_step(x, responsibilities, atoms, weights, update_weights: bool):
+    """mu_k <- A[:, k]^T x / sum_i A_ik; an atom with no mass left keeps its position."""
+    mass = jnp.sum(responsibilities, axis=0)
+    occupied = mass > 0
+    new_atoms = (responsibilities.T @ x) / jnp.where(occupied, mass, 1.0)[:, None]
+    new_atoms = jnp.where(occupied[:, None], new_atoms, atoms)
+    new_weights = mass / x.shape[0] if update_weights else weights
+    return new_atoms, new_weights
+
+
+@functools.partial(jax.jit, static_argnames=("update_weights",))
+def _em_step(x, atoms, weights, sigma, update_weights):
+    att = e_step_attention(x, atoms, weights, sigma)
+    return _m_step(x, att.weights, atoms, weights, update_weights)
+
+
+@functools.partial(jax.jit, static_argnames=("update_weights", "max_iters"))
+def _fit_em_loop(x, atoms, weights, sigma, tol, update_weights, max_iters):
+    n = x.shape[0]
+    trace = jnp.full((max_iters + 1,), jnp.nan, dtype=x.dtype)
+
+    def body(state):
+        t, atoms, weights, trace, _, _ = state
+        att = e_step_attention(x, atoms, weights, sigma)
+        ll = _log_likelihood_from_normalizer(x, att.log_normalizer, sigma)
+        trace = trace.at[t].set(ll)
+        converged = (t > 0) & (jnp.abs(ll - trace[jnp.maximum(t - 1, 0)]) <= tol * n)
+        stop = converged | (t >= max_iters)
+        new_atoms, new_weights = _m_step(x, att.weights, atoms, weights, update_weights)
+        atoms = jnp.where(stop, atoms, new_atoms)
+        weights = jnp.where(stop, weights, new_weights)
+        return t + jnp.where(stop, 0, 1), atoms, weights, trace, stop, converged
+
+    state = (jnp.asarray(0), atoms, weights, trace, jnp.asarray(False), jnp.asarray(False))
+    t, atoms, weights, trace, _, converged = jax.lax.while_loop(lambda s: ~s[4], body, state)
+    return atoms, weights, trace, t, converged
+
+
+@jax.jit
+def _log_likelihood(x, atoms, weights, sigma):
+    att = e_step_attention(x, atoms, weights, sigma)
+    return _log_likelihood_from_normalizer(x, att.log_normalizer, sigma)
+
+
+@jax.jit
+def _posterior(x, atoms, weights, sigma):
+    att = e_step_attention(x, atoms, weights, sigma)
+    return att.output, att.weights
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_problem(x, atoms, weights, sigma):
+    """Validate (x, atoms, weights, sigma); return them as (N, p), (K, p), (K,), float + flag."""
+    points, scalar = _checks.as_points("x", x)
+    atoms_arr = _checks.as_float_array("atoms", atoms)
+    if atoms_arr.ndim != (1 if scalar else 2):
+        raise ValueError(
+            f"atoms: expected shape {'(K,)' if scalar else '(K, p)'} to match x of shape "
+            f"{tuple(np.shape(x))}, got {tuple(atoms_arr.shape)}"
+        )
+    if atoms_arr.shape[0] == 0:
+        raise ValueError("atoms: is empty (K = 0)")
+    atoms_arr = atoms_arr[:, None] if scalar else atoms_arr
+    if atoms_arr.shape[1] != points.shape[1]:
+        raise ValueError(
+            f"atoms: have {atoms_arr.shape[1]} coordinates but x has {points.shape[1]}"
+        )
+    _checks.check_finite("atoms", atoms_arr)
+    weights = _checks.check_weights("weights", weights, size=atoms_arr.shape[0])
+    sigma = _checks.check_positive_scalar("sigma", sigma)
+    dtype = jnp.asarray(points).dtype
+    return (
+        jnp.asarray(points, dtype),
+        jnp.asarray(atoms_arr, dtype),
+        jnp.asarray(weights, dtype),
+        jnp.asarray(sigma, dtype),
+        scalar,
+    )
+
+
+def _restore(values: jax.Array, scalar: bool) -> jax.Array:
+    return values[..., 0] if scalar else values
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def responsibilities(x, atoms, weights, sigma) -> jax.Array:
+    """A_ik = P(z_i = mu_k | x_i): the E-step's attention matrix, (N, K)."""
+    xs, mus, ws, s, _ = _check_problem(x, atoms, weights, sigma)
+    return _posterior(xs, mus, ws, s)[1]
+
+
+def em_step(x, atoms, weights, sigma, *, update_weights: bool = False):
+    """One EM step: E-step by softmax attention, then the M-step (see the module docstring).
+
+    Args:
+        x: (N,) or (N, p) observations.
+        atoms: (K,) or (K, p) current atoms, in the same convention as ``x``.
+        weights: (K,) current weights.
+        sigma: known noise scale.
+        update_weights: also set w_k <- mean_i A_ik (otherwise the weights are returned as is).
+
+    Returns:
+        ``(atoms, weights)`` after the step.
+    """
+    xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
+    new_atoms, new_weights = _em_step(xs, mus, ws, s, bool(update_weights))
+    return _restore(new_atoms, scalar), new_weights
+
+
+def log_likelihood(x, atoms, weights, sigma) -> jax.Array:
+    """log p(x) = sum_i log sum_k w_k N(x_i; mu_k, sigma^2 I_p) (a scalar)."""
+    return _log_likelihood(*_check_problem(x, atoms, weights, sigma)[:4])
+
+
+def posterior_mean(x, atoms, weights, sigma) -> jax.Array:
+    """E[z_i | x_i] = sum_k A_ik mu_k under nu = sum_k w_k delta(mu_k): one attention step.
+
+    Queries are the data, keys and values the atoms. Returns (N,) or (N, p), like ``x``.
+    """
+    xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
+    return _restore(_posterior(xs, mus, ws, s)[0], scalar)
+
+
+def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
+    """Starting atoms: the data themselves (seed 1), or an explicit (K,) / (K, p) array.
+
+    ``init="data"`` with K = N (the default) puts mu_k^0 = x_k. With K < N it takes the K data
+    points at evenly spaced ranks along the first coordinate (deterministic, spread out).
+    """
+    points, scalar = _checks.as_points("x", x)
+    n = points.shape[0]
+    if isinstance(init, str):
+        if init not in INITS:
+            raise ValueError(f"init: unknown initialisation {init!r}; known: {list(INITS)}")
+        k = n if num_atoms is None else _checks.check_positive_int("num_atoms", num_atoms)
+        if k > n:
+            raise ValueError(f"num_atoms: init='data' needs num_atoms <= N = {n}, got {k}")
+        if k == n:
+            chosen = points
+        else:
+            order = np.argsort(np.asarray(points[:, 0]), kind="stable")
+            ranks = np.round(np.linspace(0, n - 1, k)).astype(int)
+            chosen = np.asarray(points)[order[ranks]]
+        return _restore(jnp.asarray(chosen), scalar)
+    start = _checks.as_float_array("init", init)
+    if start.ndim != (1 if scalar else 2) or (not scalar and start.shape[1] != points.shape[1]):
+        raise ValueError(
+            f"init: initial atoms must have shape {'(K,)' if scalar else f'(K, {points.shape[1]})'}"
+            f", got {tuple(start.shape)}"
+        )
+    if num_atoms is not None and start.shape[0] != num_atoms:
+        raise ValueError(f"num_atoms: {num_atoms} does not match init with {start.shape[0]} rows")
+    _checks.check_finite("init", start)
+    return jnp.asarray(start)
+
+
+def fit_em(
+    x,
+    sigma,
+    *,
+    num_atoms: int | None = None,
+    init="data",
+    weights=None,
+    update_weights: bool = False,
+    max_iters: int = 200,
+    tol: float = 1e-8,
+) -> EMResult:
+    """Fit nu = sum_k w_k delta(mu_k) by EM, iterating attention E-steps (seed 1).
+
+    Args:
+        x: (N,) or (N, p) observations.
+        sigma: known noise scale.
+        num_atoms: K; default N (one atom per data point).
+        init: "data" or an initial (K,) / (K, p) array of atoms.
+        weights: initial weights (K,); default 1/K.
+        update_weights: also update the weights (the Kiefer-Wolfowitz EM); default fixed 1/K.
+        max_iters: maximum number of EM steps.
+        tol: stop when |Delta log p(x)| / N <= tol. In float32 a tol much below 1e-7 is
+            unreachable and the run stops at ``max_iters``.
+
+    Returns:
+        ``EMResult``; atoms in the convention of ``x``.
+    """
+    start = initial_atoms(x, num_atoms, init)
+    k = start.shape[0]
+    if weights is None:
+        weights = np.full((k,), 1.0 / k)
+    max_iters = _checks.check_positive_int("max_iters", max_iters, minimum=0)
+    if isinstance(tol, bool) or not isinstance(tol, int | float) or not tol >= 0:
+        raise ValueError(f"tol: must be a number >= 0, got {tol!r}")
+    xs, mus, ws, s, scalar = _check_problem(x, start, weights, sigma)
+    atoms, weights, trace, t, converged = _fit_em_loop(
+        xs, mus, ws, s, jnp.asarray(tol, xs.dtype), bool(update_weights), max_iters
+    )
+    num_iters = int(t)
+    return EMResult(
+        atoms=_restore(atoms, scalar),
+        weights=weights,
+        log_likelihood_trace=trace[: num_iters + 1],
+        num_iters=num_iters,
+        converged=bool(converged),
+    )
+
+
+__all__ = [
+    "EMResult",
+    "e_step_attention",
+    "em_step",
+    "fit_em",
+    "initial_atoms",
+    "log_likelihood",
+    "posterior_mean",
+    "responsibilities",
+]

@@ -1,0 +1,266 @@
+"""Gaussian deconvolution: z_i ~ nu iid, x_i | z_i ~ N(z_i, sigma^2 I_p), sigma known.
+
+The mixing measure is discrete, nu = sum_k w_k delta(mu_k). Integrating z out gives the
+location mixture p(x_i) = sum_k w_k N(x_i; mu_k, sigma^2 I_p), which is what the NumPyro
+program below observes, so NUTS sees only the continuous sites ``weights`` and ``atoms``.
+
+Shape convention: scalar data travel as ``(N,)`` with atoms ``(K,)``; p-dimensional data as
+``(N, p)`` with atoms ``(K, p)``. Everything here returns arrays in the convention it was given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.special import gammaln
+from numpyro.distributions import constraints
+
+from models import _checks
+
+PRIORS = ("dirichlet", "uniform-weights")
+
+
+class DiscreteMeasure(NamedTuple):
+    """A discrete probability measure nu = sum_k weights[k] delta(atoms[k]).
+
+    Attributes:
+        atoms: (K,) for scalar data or (K, p) for p-dimensional data.
+        weights: (K,) non-negative, summing to one.
+    """
+
+    atoms: jax.Array
+    weights: jax.Array
+
+
+def check_measure(name: str, measure: DiscreteMeasure) -> DiscreteMeasure:
+    """Validate a ``DiscreteMeasure`` (shapes, finiteness, weights on the simplex)."""
+    if not isinstance(measure, DiscreteMeasure):
+        raise ValueError(f"{name}: expected a DiscreteMeasure or a measure name, got {measure!r}")
+    atoms = _checks.as_float_array(f"{name}.atoms", measure.atoms)
+    if atoms.ndim not in (1, 2) or atoms.shape[0] == 0:
+        raise ValueError(f"{name}.atoms: expected shape (K,) or (K, p), got {tuple(atoms.shape)}")
+    _checks.check_finite(f"{name}.atoms", atoms)
+    weights = _checks.check_weights(f"{name}.weights", measure.weights, size=atoms.shape[0])
+    return DiscreteMeasure(jnp.asarray(atoms), jnp.asarray(weights))
+
+
+# ----------------------------------------------------------------------------- named measures
+
+
+def three_atoms() -> DiscreteMeasure:
+    """The 1-D benchmark measure 0.5 delta(-2) + 0.3 delta(0) + 0.2 delta(3)."""
+    return DiscreteMeasure(jnp.array([-2.0, 0.0, 3.0]), jnp.array([0.5, 0.3, 0.2]))
+
+
+def sparse_means(
+    num_nonzero: int = 50, num_points: int = 1000, mean: float = 4.0
+) -> DiscreteMeasure:
+    """Johnstone-Silverman sparse normal means: (1 - k/n) delta(0) + (k/n) delta(mean).
+
+    In the design of Johnstone & Silverman (2004), used by Koenker & Mizera (2014), k of n
+    means equal ``mean`` and the rest are zero; drawing z_i iid from this measure gives k
+    nonzero means on average.
+    """
+    num_points = _checks.check_positive_int("num_points", num_points)
+    num_nonzero = _checks.check_positive_int("num_nonzero", num_nonzero, minimum=0)
+    if num_nonzero > num_points:
+        raise ValueError(f"num_nonzero: must be <= num_points ({num_points}), got {num_nonzero}")
+    frac = num_nonzero / num_points
+    return DiscreteMeasure(jnp.array([0.0, float(mean)]), jnp.array([1.0 - frac, frac]))
+
+
+def ring(num_atoms: int = 8, radius: float = 3.0) -> DiscreteMeasure:
+    """Equal-weight atoms on the circle of radius R in 2-D (the spherical case of seed 1).
+
+    With |x| and |mu| both near R the EM key bias -|mu|^2 / (2 sigma^2) is (nearly) constant
+    and the E-step is plain softmax attention.
+    """
+    num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
+    radius = _checks.check_positive_scalar("radius", radius)
+    angles = 2.0 * jnp.pi * jnp.arange(num_atoms) / num_atoms
+    atoms = radius * jnp.stack([jnp.cos(angles), jnp.sin(angles)], axis=-1)
+    return DiscreteMeasure(atoms, jnp.full((num_atoms,), 1.0 / num_atoms))
+
+
+MEASURES: dict[str, Callable[..., DiscreteMeasure]] = {
+    "three-atoms": three_atoms,
+    "sparse-means": sparse_means,
+    "ring": ring,
+}
+
+
+def get_measure(name: str, **kwargs) -> DiscreteMeasure:
+    """The named ground-truth measure (see ``MEASURES``), with optional keyword settings."""
+    if not isinstance(name, str) or name not in MEASURES:
+        raise ValueError(f"measure: unknown measure {name!r}; known: {sorted(MEASURES)}")
+    return MEASURES[name](**kwargs)
+
+
+# ----------------------------------------------------------------------------- simulator
+
+
+def simulate(
+    key: jax.Array, measure: DiscreteMeasure | str, sigma: float, num_points: int
+) -> tuple[jax.Array, jax.Array]:
+    """Draw z_i ~ nu and x_i = z_i + sigma * eps_i, eps_i ~ N(0, I_p), for i = 1..N.
+
+    Args:
+        key: a ``jax.random`` key.
+        measure: a ``DiscreteMeasure`` or the name of one in ``MEASURES``.
+        sigma: the known noise scale, > 0.
+        num_points: N.
+
+    Returns:
+        ``(z, x)``, each (N,) if the atoms are (K,), else (N, p).
+    """
+    if isinstance(measure, str):
+        measure = get_measure(measure)
+    measure = check_measure("measure", measure)
+    sigma = _checks.check_positive_scalar("sigma", sigma)
+    num_points = _checks.check_positive_int("num_points", num_points)
+    key_c, key_e = jax.random.split(key)
+    labels = jax.random.categorical(key_c, jnp.log(measure.weights), shape=(num_points,))
+    z = measure.atoms[labels]
+    x = z + sigma * jax.random.normal(key_e, z.shape, dtype=z.dtype)
+    return z, x
+
+
+# ----------------------------------------------------------------------------- NumPyro program
+
+
+class SortedNormal(dist.Distribution):
+    """Order statistics of K iid N(loc, scale^2) draws.
+
+    Density K! prod_k N(u_k; loc, scale^2) on u_1 < ... < u_K: the iid normal prior on the
+    atoms restricted to one labelling, which removes the K! label-switching modes of a 1-D
+    mixture without changing the prior of any permutation-invariant quantity.
+    """
+
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
+    support = constraints.ordered_vector
+    reparametrized_params = ("loc", "scale")
+
+    def __init__(self, loc, scale, num, *, validate_args=None):
+        self.loc, self.scale, self.num = loc, scale, num
+        super().__init__(batch_shape=(), event_shape=(num,), validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        eps = jax.random.normal(key, tuple(sample_shape) + self.event_shape)
+        return jnp.sort(self.loc + self.scale * eps, axis=-1)
+
+    def log_prob(self, value):
+        base = dist.Normal(self.loc, self.scale).log_prob(value).sum(-1)
+        return base + gammaln(self.num + 1.0)
+
+
+def deconvolution_model(
+    x=None,
+    *,
+    sigma,
+    num_atoms: int,
+    dim: int | None = None,
+    num_points: int | None = None,
+    prior: str = "dirichlet",
+    concentration: float = 1.0,
+    atom_loc=0.0,
+    atom_scale: float = 5.0,
+    ordered: bool = False,
+):
+    """NumPyro program of the finite-mixture deconvolution model with z marginalised.
+
+        w ~ Dirichlet(concentration * 1_K)            (prior="dirichlet")
+        w = 1_K / K                                   (prior="uniform-weights", the EM model)
+        mu_k ~ N(atom_loc, atom_scale^2 I_p) iid      (sorted when ``ordered``; p = 1 only)
+        x_i ~ sum_k w_k N(mu_k, sigma^2 I_p)          i = 1..N, plate "points"
+
+    Args:
+        x: observations, (N,) or (N, p); ``None`` to sample from the prior predictive.
+        sigma: known noise scale.
+        num_atoms: K.
+        dim: p. ``None`` infers it from ``x`` (scalar convention when ``x`` is ``None``).
+        num_points: N when ``x`` is ``None``.
+        prior: "dirichlet" or "uniform-weights".
+        concentration: Dirichlet concentration per atom (< 1 favours few occupied atoms).
+        atom_loc, atom_scale: location (scalar or (p,)) and scale of the atoms' prior.
+        ordered: impose mu_1 < ... < mu_K (scalar data only); see ``SortedNormal``.
+
+    Sites: ``weights`` (K,), ``atoms`` (K,) or (K, p), observed ``x`` (N,) or (N, p).
+    """
+    if not _checks.is_traced(sigma):
+        _checks.check_positive_scalar("sigma", sigma)
+    num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
+    if prior not in PRIORS:
+        raise ValueError(f"prior: unknown prior {prior!r}; known: {list(PRIORS)}")
+    if x is not None:
+        if not _checks.is_traced(x):
+            _checks.as_points("x", x)
+        if x.ndim not in (1, 2):
+            raise ValueError(f"x: expected shape (N,) or (N, p), got {tuple(x.shape)}")
+        data_dim = None if x.ndim == 1 else x.shape[1]
+        if dim is not None and data_dim is not None and dim != data_dim:
+            raise ValueError(f"dim: {dim} does not match x with {data_dim} columns")
+        if dim is not None and data_dim is None and dim != 1:
+            raise ValueError(f"dim: {dim} given but x has shape (N,) (scalar data)")
+        if num_points is not None and num_points != x.shape[0]:
+            raise ValueError(f"num_points: {num_points} does not match x with {x.shape[0]} rows")
+        dim, num_points = data_dim, x.shape[0]
+    else:
+        if num_points is None:
+            raise ValueError("num_points: required when x is None")
+        num_points = _checks.check_positive_int("num_points", num_points)
+        if dim is not None:
+            dim = _checks.check_positive_int("dim", dim)
+    if ordered and dim is not None:
+        raise ValueError("ordered: only available for scalar data passed as shape (N,)")
+    atom_scale = _checks.check_positive_scalar("atom_scale", atom_scale)
+
+    if prior == "dirichlet":
+        weights = numpyro.sample("weights", dist.Dirichlet(jnp.full((num_atoms,), concentration)))
+    else:
+        weights = numpyro.deterministic("weights", jnp.full((num_atoms,), 1.0 / num_atoms))
+
+    if dim is None:
+        if ordered:
+            atoms = numpyro.sample("atoms", SortedNormal(atom_loc, atom_scale, num_atoms))
+        else:
+            atoms = numpyro.sample(
+                "atoms", dist.Normal(atom_loc, atom_scale).expand([num_atoms]).to_event(1)
+            )
+        component = dist.Normal(atoms, sigma)
+    else:
+        loc = jnp.broadcast_to(jnp.asarray(atom_loc), (dim,))
+        atoms = numpyro.sample(
+            "atoms", dist.Normal(loc, atom_scale).expand([num_atoms, dim]).to_event(2)
+        )
+        component = dist.Normal(atoms, sigma).to_event(1)
+    mixture = dist.MixtureSameFamily(dist.Categorical(probs=weights), component)
+    with numpyro.plate("points", num_points):
+        numpyro.sample("x", mixture, obs=x)
+
+
+def model_dims(scalar: bool) -> dict[str, list[str]]:
+    """ArviZ dimension names of the sites of ``deconvolution_model``."""
+    if scalar:
+        return {"weights": ["atom"], "atoms": ["atom"], "x": ["point"]}
+    return {"weights": ["atom"], "atoms": ["atom", "coord"], "x": ["point", "coord"]}
+
+
+__all__ = [
+    "MEASURES",
+    "PRIORS",
+    "DiscreteMeasure",
+    "SortedNormal",
+    "check_measure",
+    "deconvolution_model",
+    "get_measure",
+    "model_dims",
+    "ring",
+    "simulate",
+    "sparse_means",
+    "three_atoms",
+]
