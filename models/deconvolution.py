@@ -196,9 +196,12 @@ def deconvolution_model(
     num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
     if prior not in PRIORS:
         raise ValueError(f"prior: unknown prior {prior!r}; known: {list(PRIORS)}")
+    if not _checks.is_traced(concentration):
+        _checks.check_positive_scalar("concentration", concentration)
     if x is not None:
         if not _checks.is_traced(x):
             _checks.as_points("x", x)
+            x = jnp.asarray(x)
         if x.ndim not in (1, 2):
             raise ValueError(f"x: expected shape (N,) or (N, p), got {tuple(x.shape)}")
         data_dim = None if x.ndim == 1 else x.shape[1]

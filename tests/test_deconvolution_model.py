@@ -1,0 +1,252 @@
+"""Simulator, named measures and the NumPyro deconvolution program."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro import handlers
+from numpyro.infer.util import log_density
+from scipy import stats
+from scipy.special import logsumexp
+
+from models.deconvolution import (
+    DiscreteMeasure,
+    SortedNormal,
+    deconvolution_model,
+    get_measure,
+    ring,
+    simulate,
+    sparse_means,
+    three_atoms,
+)
+
+N_BIG = 20_000
+
+# ----------------------------------------------------------------------------- simulate
+
+
+@pytest.fixture(scope="module")
+def big_three():
+    z, x = simulate(jax.random.key(11), "three-atoms", 0.7, N_BIG)
+    return np.asarray(z), np.asarray(x)
+
+
+@pytest.fixture(scope="module")
+def big_ring():
+    z, x = simulate(jax.random.key(12), "ring", 0.4, N_BIG)
+    return np.asarray(z), np.asarray(x)
+
+
+def test_simulate_shapes():
+    z, x = simulate(jax.random.key(0), "three-atoms", 1.0, 50)
+    assert z.shape == x.shape == (50,)
+    z, x = simulate(jax.random.key(0), "ring", 1.0, 50)
+    assert z.shape == x.shape == (50, 2)
+
+
+def test_simulate_z_are_atoms_with_right_frequencies(big_three):
+    z, _ = big_three
+    measure = three_atoms()
+    atoms, weights = np.asarray(measure.atoms), np.asarray(measure.weights)
+    assert np.all(np.isin(z, atoms))
+    for atom, w in zip(atoms, weights, strict=True):
+        freq = np.mean(z == atom)
+        se = math.sqrt(w * (1 - w) / N_BIG)
+        assert abs(freq - w) < 4 * se, (atom, freq, w)
+
+
+def test_simulate_ring_z_are_atoms_with_right_frequencies(big_ring):
+    z, _ = big_ring
+    atoms = np.asarray(ring().atoms)
+    match = np.all(z[:, None, :] == atoms[None, :, :], axis=-1)  # (N, K) exact equality
+    assert np.all(match.sum(axis=1) == 1)
+    w = 1 / 8
+    se = math.sqrt(w * (1 - w) / N_BIG)
+    assert np.all(np.abs(match.mean(axis=0) - w) < 4 * se)
+
+
+@pytest.mark.parametrize(("which", "sigma"), [("three", 0.7), ("ring", 0.4)])
+def test_simulate_noise_scale(which, sigma, big_three, big_ring):
+    z, x = big_three if which == "three" else big_ring
+    noise = (x - z).ravel()
+    m = noise.size
+    # Sample sd of m iid normals: sd(s) ~ sigma / sqrt(2 m); allow 5 standard errors.
+    assert abs(np.std(noise) / sigma - 1) < 5 / math.sqrt(2 * m)
+    # The mean noise is 0 to within 5 standard errors sigma / sqrt(m).
+    assert abs(np.mean(noise)) < 5 * sigma / math.sqrt(m)
+    if which == "ring":  # coordinates are independent
+        assert abs(np.corrcoef((x - z).T)[0, 1]) < 5 / math.sqrt(N_BIG)
+
+
+def test_simulate_is_deterministic_in_key():
+    a = simulate(jax.random.key(5), "three-atoms", 1.0, 50)
+    b = simulate(jax.random.key(5), "three-atoms", 1.0, 50)
+    c = simulate(jax.random.key(6), "three-atoms", 1.0, 50)
+    np.testing.assert_array_equal(np.asarray(a[0]), np.asarray(b[0]))
+    np.testing.assert_array_equal(np.asarray(a[1]), np.asarray(b[1]))
+    assert not np.array_equal(np.asarray(a[1]), np.asarray(c[1]))
+
+
+def test_simulate_accepts_a_measure():
+    measure = DiscreteMeasure(jnp.array([[1.0, 2.0], [-1.0, 0.0]]), jnp.array([0.0, 1.0]))
+    z, x = simulate(jax.random.key(1), measure, 0.5, 50)
+    assert z.shape == x.shape == (50, 2)
+    assert np.all(np.asarray(z) == np.array([-1.0, 0.0]))
+
+
+# ----------------------------------------------------------------------------- named measures
+
+
+def test_three_atoms_exact():
+    m = three_atoms()
+    np.testing.assert_array_equal(np.asarray(m.atoms), [-2.0, 0.0, 3.0])
+    np.testing.assert_array_equal(np.asarray(m.weights), [0.5, 0.3, 0.2])
+    g = get_measure("three-atoms")
+    np.testing.assert_array_equal(np.asarray(g.atoms), np.asarray(m.atoms))
+
+
+def test_sparse_means():
+    m = sparse_means(num_nonzero=50, num_points=1000, mean=4)
+    np.testing.assert_array_equal(np.asarray(m.atoms), [0.0, 4.0])
+    np.testing.assert_allclose(np.asarray(m.weights), [0.95, 0.05], rtol=0, atol=1e-15)
+    g = get_measure("sparse-means", num_nonzero=10, num_points=40, mean=2.5)
+    np.testing.assert_array_equal(np.asarray(g.atoms), [0.0, 2.5])
+    np.testing.assert_allclose(np.asarray(g.weights), [0.75, 0.25], rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize(("k", "radius"), [(8, 3.0), (5, 1.7)])
+def test_ring_atoms_on_circle(k, radius):
+    m = ring(num_atoms=k, radius=radius)
+    atoms = np.asarray(m.atoms)
+    assert atoms.shape == (k, 2)
+    np.testing.assert_allclose(np.linalg.norm(atoms, axis=1), radius, rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(m.weights), 1 / k, rtol=1e-14)
+    # Distinct, equally spaced angles.
+    angles = np.sort(np.mod(np.arctan2(atoms[:, 1], atoms[:, 0]), 2 * np.pi))
+    np.testing.assert_allclose(np.diff(angles), 2 * np.pi / k, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- the NumPyro program
+
+
+@pytest.fixture(scope="module")
+def scalar_data():
+    return np.array([-2.1, -1.5, 0.2, 0.4, 2.8, 3.3, -0.1])
+
+
+@pytest.fixture(scope="module")
+def vector_data():
+    return np.array([[-1.0, 0.5], [0.3, 0.2], [2.0, -1.2], [1.1, 1.0], [-0.4, -0.8]])
+
+
+K = 3  # one K for every sampled trace: the Dirichlet sampler then compiles once
+
+
+def _trace(model_kwargs, x=None, seed=0):
+    return handlers.trace(handlers.seed(deconvolution_model, seed)).get_trace(x, **model_kwargs)
+
+
+def _log_density(x, kwargs, params):
+    """The model's log joint at ``params``, jitted as NUTS would (data and kwargs concrete)."""
+
+    def f(params):
+        return log_density(deconvolution_model, (x,), kwargs, params)[0]
+
+    return float(jax.jit(f)({k: jnp.asarray(v) for k, v in params.items()}))
+
+
+def test_model_sites_scalar(scalar_data):
+    tr = _trace({"sigma": 1.0, "num_atoms": K}, scalar_data)
+    assert tr["weights"]["type"] == "sample" and tr["weights"]["value"].shape == (K,)
+    assert tr["atoms"]["type"] == "sample" and tr["atoms"]["value"].shape == (K,)
+    assert tr["x"]["is_observed"]
+    np.testing.assert_array_equal(np.asarray(tr["x"]["value"]), scalar_data)
+    np.testing.assert_allclose(float(jnp.sum(tr["weights"]["value"])), 1.0, atol=1e-12)
+
+
+def test_model_sites_vector(vector_data):
+    tr = _trace({"sigma": 1.0, "num_atoms": K}, vector_data)
+    assert tr["weights"]["value"].shape == (K,)
+    assert tr["atoms"]["value"].shape == (K, 2)
+    assert tr["x"]["is_observed"]
+    assert tr["x"]["value"].shape == (5, 2)
+
+
+def _reference_log_joint(x, weights, atoms, sigma, concentration, atom_loc, atom_scale):
+    """Dirichlet + iid normal atoms + marginal mixture likelihood, all from scipy."""
+    x2 = x[:, None] if x.ndim == 1 else x
+    mu2 = atoms[:, None] if atoms.ndim == 1 else atoms
+    lp = stats.dirichlet.logpdf(weights, np.full(weights.shape[0], concentration))
+    lp += np.sum(stats.norm.logpdf(atoms, atom_loc, atom_scale))
+    comp = np.sum(stats.norm.logpdf(x2[:, None, :], mu2[None, :, :], sigma), axis=-1)  # (N, K)
+    lp += np.sum(logsumexp(np.log(weights)[None, :] + comp, axis=1))
+    return lp
+
+
+@pytest.mark.parametrize("which", ["scalar", "vector"])
+def test_model_log_density(which, scalar_data, vector_data):
+    x = scalar_data if which == "scalar" else vector_data
+    if which == "scalar":
+        weights, atoms = np.array([0.2, 0.5, 0.3]), np.array([-2.0, 0.1, 3.0])
+    else:
+        weights, atoms = np.array([0.6, 0.4]), np.array([[-0.5, 0.0], [1.5, -0.5]])
+    kwargs = {"sigma": 0.8, "num_atoms": weights.shape[0], "concentration": 0.7}
+    kwargs |= {"atom_loc": 0.3, "atom_scale": 2.0}
+    got = _log_density(jnp.asarray(x), kwargs, {"weights": weights, "atoms": atoms})
+    expected = _reference_log_joint(x, weights, atoms, 0.8, 0.7, 0.3, 2.0)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_model_log_density_ordered(scalar_data):
+    weights, atoms = np.array([0.2, 0.5, 0.3]), np.array([-2.0, 0.1, 3.0])
+    kwargs = {"sigma": 1.0, "num_atoms": 3, "ordered": True}
+    params = {"weights": weights, "atoms": atoms}
+    got = _log_density(jnp.asarray(scalar_data), kwargs, params)
+    tr = handlers.trace(handlers.substitute(deconvolution_model, data=params)).get_trace(
+        jnp.asarray(scalar_data), **kwargs
+    )
+    assert isinstance(tr["atoms"]["fn"], SortedNormal)
+    expected = _reference_log_joint(scalar_data, weights, atoms, 1.0, 1.0, 0.0, 5.0)
+    np.testing.assert_allclose(got, expected + math.log(6.0), rtol=1e-12)
+
+
+def test_sorted_normal_log_prob_and_samples():
+    d = SortedNormal(0.5, 2.0, 4)
+    u = jnp.array([-3.0, -0.2, 1.0, 4.5])
+    expected = np.sum(stats.norm.logpdf(np.asarray(u), 0.5, 2.0)) + math.log(math.factorial(4))
+    np.testing.assert_allclose(float(d.log_prob(u)), expected, rtol=1e-13)
+    draws = np.asarray(d.sample(jax.random.key(3), (500,)))
+    assert draws.shape == (500, 4)
+    assert np.all(np.diff(draws, axis=-1) > 0)
+    # Pooled over positions the draws are the iid N(0.5, 2^2) sample (sorting permutes only).
+    pooled = draws.ravel()
+    assert abs(pooled.mean() - 0.5) < 5 * 2.0 / math.sqrt(pooled.size)
+    # Model-level: sampled atoms are sorted.
+    tr = _trace({"sigma": 1.0, "num_atoms": K, "ordered": True}, np.zeros(3), seed=4)
+    assert np.all(np.diff(np.asarray(tr["atoms"]["value"])) > 0)
+
+
+def test_uniform_weights_prior_is_deterministic(scalar_data):
+    kwargs = {"sigma": 1.0, "num_atoms": 4, "prior": "uniform-weights"}
+    tr = _trace(kwargs, scalar_data)
+    assert tr["weights"]["type"] == "deterministic"
+    np.testing.assert_array_equal(np.asarray(tr["weights"]["value"]), np.full(4, 0.25))
+    # The log density then has no Dirichlet term.
+    atoms = np.array([-2.0, 0.0, 1.0, 3.0])
+    got = _log_density(jnp.asarray(scalar_data), kwargs, {"atoms": atoms})
+    w = np.full(4, 0.25)
+    expected = _reference_log_joint(scalar_data, w, atoms, 1.0, 1.0, 0.0, 5.0)
+    expected -= stats.dirichlet.logpdf(w, np.ones(4))
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dim", [None, 3])
+def test_prior_predictive(dim):
+    tr = _trace({"sigma": 0.5, "num_atoms": K, "num_points": 6, "dim": dim}, None, seed=7)
+    shape = (6,) if dim is None else (6, 3)
+    assert not tr["x"]["is_observed"]
+    assert tr["x"]["value"].shape == shape
+    assert tr["atoms"]["value"].shape == ((K,) if dim is None else (K, 3))
+    assert np.all(np.isfinite(np.asarray(tr["x"]["value"])))

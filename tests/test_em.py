@@ -1,0 +1,318 @@
+"""EM for Gaussian deconvolution against independent NumPy/SciPy computations.
+
+The references below never call the library's kernels: densities are written out as
+log N(x; mu, s^2 I) = -|x - mu|^2 / (2 s^2) - p/2 log(2 pi s^2) (the library uses the expanded
+dot-product form), normalised by scipy's logsumexp.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from scipy.special import logsumexp
+from scipy.stats import multivariate_normal
+
+from inference import em
+from inference.attention import softmax_attention
+from models.deconvolution import simulate
+
+# ----------------------------------------------------------------------------- references
+
+
+def _as_2d(a):
+    a = np.asarray(a, dtype=np.float64)
+    return a[:, None] if a.ndim == 1 else a
+
+
+def ref_log_joint(x, atoms, weights, sigma):
+    """(N, K) log w_k + log N(x_i; mu_k, sigma^2 I), from the squared distance."""
+    x, mu = _as_2d(x), _as_2d(atoms)
+    p = x.shape[1]
+    sq = np.sum((x[:, None, :] - mu[None, :, :]) ** 2, axis=-1)
+    log_dens = -0.5 * sq / sigma**2 - 0.5 * p * np.log(2.0 * np.pi * sigma**2)
+    with np.errstate(divide="ignore"):
+        return np.log(np.asarray(weights, np.float64))[None, :] + log_dens
+
+
+def ref_responsibilities(x, atoms, weights, sigma):
+    lj = ref_log_joint(x, atoms, weights, sigma)
+    return np.exp(lj - logsumexp(lj, axis=1, keepdims=True))
+
+
+def ref_em_step(x, atoms, weights, sigma, update_weights):
+    """One EM step in the caller's shape convention."""
+    a = ref_responsibilities(x, atoms, weights, sigma)
+    x2 = _as_2d(x)
+    new = (a.T @ x2) / a.sum(axis=0)[:, None]
+    new = new[:, 0] if np.ndim(atoms) == 1 else new
+    new_w = a.mean(axis=0) if update_weights else np.asarray(weights, np.float64)
+    return new, new_w
+
+
+def ref_log_likelihood(x, atoms, weights, sigma):
+    return float(np.sum(logsumexp(ref_log_joint(x, atoms, weights, sigma), axis=1)))
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def scalar_problem():
+    """(N,) data with (K,) atoms and non-uniform weights."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.normal(-2, 1, 12), rng.normal(3, 1, 8)])
+    atoms = np.array([-3.0, -0.5, 0.7, 4.0])
+    weights = np.array([0.1, 0.4, 0.2, 0.3])
+    return x, atoms, weights, 0.8
+
+
+@pytest.fixture(scope="module")
+def vector_problem():
+    """(N, 2) data with (K, 2) atoms and non-uniform weights."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(0, 2, (15, 2))
+    atoms = np.array([[-2.0, 0.5], [0.0, 0.0], [1.5, -1.0]])
+    weights = np.array([0.25, 0.35, 0.4])
+    return x, atoms, weights, 1.3
+
+
+@pytest.fixture(scope="module", params=["scalar", "vector"])
+def problem(request, scalar_problem, vector_problem):
+    return scalar_problem if request.param == "scalar" else vector_problem
+
+
+# ----------------------------------------------------------------------------- EM step
+
+
+@pytest.mark.parametrize("update_weights", [False, True])
+def test_em_step_matches_numpy(problem, update_weights):
+    x, atoms, weights, sigma = problem
+    new_atoms, new_weights = em.em_step(x, atoms, weights, sigma, update_weights=update_weights)
+    ref_atoms, ref_weights = ref_em_step(x, atoms, weights, sigma, update_weights)
+    assert new_atoms.shape == np.shape(atoms)  # (K,) stays (K,), (K, p) stays (K, p)
+    assert new_weights.shape == np.shape(weights)
+    np.testing.assert_allclose(np.asarray(new_atoms), ref_atoms, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(new_weights), ref_weights, rtol=0, atol=1e-10)
+    if update_weights:
+        assert not np.allclose(ref_weights, weights)  # the update did change something
+
+
+def test_responsibilities_match_scipy_densities(vector_problem):
+    x, atoms, weights, sigma = vector_problem
+    dens = np.stack(
+        [
+            w * multivariate_normal(m, sigma**2 * np.eye(2)).pdf(x)
+            for m, w in zip(atoms, weights, strict=True)
+        ],
+        axis=1,
+    )
+    expected = dens / dens.sum(axis=1, keepdims=True)
+    got = np.asarray(em.responsibilities(x, atoms, weights, sigma))
+    assert got.shape == (x.shape[0], atoms.shape[0])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-10)
+
+
+def test_em_step_scalar_and_column_data_agree(scalar_problem):
+    x, atoms, weights, sigma = scalar_problem
+    a1, w1 = em.em_step(x, atoms, weights, sigma, update_weights=True)
+    a2, w2 = em.em_step(x[:, None], atoms[:, None], weights, sigma, update_weights=True)
+    assert a1.shape == (atoms.shape[0],)
+    assert a2.shape == (atoms.shape[0], 1)
+    np.testing.assert_allclose(np.asarray(a1), np.asarray(a2)[:, 0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(w1), np.asarray(w2), rtol=0, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- E-step = attention
+
+
+def test_e_step_is_biased_softmax_attention(vector_problem):
+    x, atoms, _, sigma = vector_problem
+    k = atoms.shape[0]
+    uniform = np.full(k, 1.0 / k)
+    a_em = np.asarray(em.responsibilities(x, atoms, uniform, sigma))
+
+    bias = -np.sum(atoms**2, axis=1) / (2 * sigma**2)
+    att = softmax_attention(
+        jnp.asarray(x), jnp.asarray(atoms), jnp.asarray(atoms), scale=1 / sigma**2, key_bias=bias
+    )
+    by_hand = jax.nn.softmax(jnp.asarray(x @ atoms.T / sigma**2 + bias[None, :]), axis=-1)
+
+    np.testing.assert_allclose(a_em, np.asarray(att.weights), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a_em, np.asarray(by_hand), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        a_em, ref_responsibilities(x, atoms, uniform, sigma), rtol=0, atol=1e-12
+    )
+
+
+def test_e_step_on_sphere_needs_no_bias():
+    rng = np.random.default_rng(3)
+    radius, sigma = 2.5, 0.9
+
+    def on_sphere(n):
+        v = rng.normal(size=(n, 3))
+        return radius * v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    x, atoms = on_sphere(11), on_sphere(6)
+    a_em = np.asarray(em.responsibilities(x, atoms, np.full(6, 1 / 6), sigma))
+    plain = np.asarray(jax.nn.softmax(jnp.asarray(x @ atoms.T / sigma**2), axis=-1))
+    np.testing.assert_allclose(a_em, plain, rtol=0, atol=1e-12)
+    # Off the sphere the bias matters: scaling one atom changes A.
+    atoms_off = atoms.copy()
+    atoms_off[0] *= 1.5
+    a_off = np.asarray(em.responsibilities(x, atoms_off, np.full(6, 1 / 6), sigma))
+    plain_off = np.asarray(jax.nn.softmax(jnp.asarray(x @ atoms_off.T / sigma**2), axis=-1))
+    assert np.max(np.abs(a_off - plain_off)) > 1e-3
+
+
+# ----------------------------------------------------------------------------- posterior mean
+
+
+def test_posterior_mean_is_one_attention_step(problem):
+    x, atoms, weights, sigma = problem
+    got = np.asarray(em.posterior_mean(x, atoms, weights, sigma))
+    assert got.shape == np.shape(x)
+
+    x2, mu2 = _as_2d(x), _as_2d(atoms)
+    bias = np.log(weights) - np.sum(mu2**2, axis=1) / (2 * sigma**2)
+    att = softmax_attention(
+        jnp.asarray(x2), jnp.asarray(mu2), jnp.asarray(mu2), scale=1 / sigma**2, key_bias=bias
+    )
+    via_attention = np.asarray(att.output)
+    a = ref_responsibilities(x, atoms, weights, sigma)
+    by_hand = a @ mu2
+    if np.ndim(x) == 1:
+        via_attention, by_hand = via_attention[:, 0], by_hand[:, 0]
+    np.testing.assert_allclose(got, via_attention, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got, by_hand, rtol=0, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- log-likelihood
+
+
+def test_log_likelihood_matches_scipy(problem):
+    x, atoms, weights, sigma = problem
+    x2, mu2 = _as_2d(x), _as_2d(atoms)
+    p = x2.shape[1]
+    dens = sum(
+        w * multivariate_normal(m, sigma**2 * np.eye(p)).pdf(x2).reshape(-1)
+        for m, w in zip(mu2, weights, strict=True)
+    )
+    expected = float(np.sum(np.log(dens)))
+    got = float(em.log_likelihood(x, atoms, weights, sigma))
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(
+        got, ref_log_likelihood(x, atoms, weights, sigma), rtol=1e-12, atol=0
+    )
+
+
+# ----------------------------------------------------------------------------- fit_em
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    data=st.data(),
+    n=st.sampled_from([5, 17]),
+    p=st.sampled_from([1, 2]),
+    scalar=st.booleans(),
+    fewer_atoms=st.booleans(),
+    update_weights=st.booleans(),
+    sigma=st.floats(0.2, 3.0),
+)
+def test_fit_em_log_likelihood_never_decreases(
+    data, n, p, scalar, fewer_atoms, update_weights, sigma
+):
+    shape = (n,) if (p == 1 and scalar) else (n, p)
+    x = data.draw(
+        hnp.arrays(np.float64, shape, elements=st.floats(-5, 5, allow_nan=False, width=64)),
+        label="x",
+    )
+    num_atoms = 3 if fewer_atoms else n
+    res = em.fit_em(
+        x, sigma, num_atoms=num_atoms, update_weights=update_weights, max_iters=30, tol=0.0
+    )
+    trace = np.asarray(res.log_likelihood_trace)
+    assert trace.shape == (res.num_iters + 1,)
+    assert np.all(np.isfinite(trace))
+    assert np.all(np.isfinite(np.asarray(res.atoms)))
+    assert res.atoms.shape == ((num_atoms,) if len(shape) == 1 else (num_atoms, p))
+    slack = 1e-9 * (1.0 + np.abs(trace[:-1]))
+    assert np.all(np.diff(trace) >= -slack), np.diff(trace)
+    # The trace starts at the log-likelihood of the starting measure.
+    start = em.initial_atoms(x, num_atoms)
+    np.testing.assert_allclose(
+        trace[0],
+        ref_log_likelihood(x, start, np.full(num_atoms, 1.0 / num_atoms), sigma),
+        rtol=1e-10,
+        atol=1e-10,
+    )
+
+
+@pytest.fixture(scope="module")
+def three_atom_fit():
+    _, x = simulate(jax.random.key(0), "three-atoms", 1.0, 300)
+    return np.asarray(x), em.fit_em(x, 1.0, max_iters=2000)
+
+
+def test_fit_em_converges_on_three_atoms(three_atom_fit):
+    x, res = three_atom_fit
+    n = x.shape[0]
+    trace = np.asarray(res.log_likelihood_trace)
+    assert res.converged
+    assert 0 < res.num_iters < 2000
+    assert res.num_iters + 1 == len(trace)
+    assert res.atoms.shape == (n,)
+    np.testing.assert_allclose(np.asarray(res.weights), np.full(n, 1.0 / n), rtol=0, atol=0)
+    # Converged: the last step changed the log-likelihood by at most tol * N.
+    assert abs(trace[-1] - trace[-2]) <= 1e-8 * n
+    assert np.all(np.diff(trace) >= -1e-9 * (1 + np.abs(trace[:-1])))
+    uniform = np.full(n, 1.0 / n)
+    np.testing.assert_allclose(
+        trace[-1], float(em.log_likelihood(x, res.atoms, res.weights, 1.0)), rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        trace[-1], ref_log_likelihood(x, np.asarray(res.atoms), uniform, 1.0), rtol=1e-10
+    )
+    np.testing.assert_allclose(trace[0], float(em.log_likelihood(x, x, uniform, 1.0)), rtol=1e-12)
+    np.testing.assert_allclose(trace[0], ref_log_likelihood(x, x, uniform, 1.0), rtol=1e-10)
+    assert trace[-1] > trace[0]
+
+
+def test_fit_em_converged_atoms_shrink_toward_truth(three_atom_fit):
+    x, res = three_atom_fit
+    n = x.shape[0]
+    uniform = np.full(n, 1.0 / n)
+    # One more (reference) EM step from the fitted atoms gains no more than tol * N.
+    nxt, _ = ref_em_step(x, np.asarray(res.atoms), uniform, 1.0, False)
+    gain = ref_log_likelihood(x, nxt, uniform, 1.0) - res.log_likelihood_trace[-1]
+    assert -1e-9 * n <= gain <= 1e-8 * n
+    # The fitted atoms cluster near the true support {-2, 0, 3} more than the data do.
+    truth = np.array([-2.0, 0.0, 3.0])
+    dist_fit = np.min(np.abs(np.asarray(res.atoms)[:, None] - truth), axis=1)
+    dist_data = np.min(np.abs(x[:, None] - truth), axis=1)
+    assert np.mean(dist_fit) < np.mean(dist_data)
+
+
+def test_em_step_far_atom_stays_finite():
+    x = np.array([-1.0, -0.2, 0.3, 1.1, 2.0])
+    atoms = np.array([-1.0, 0.5, 1e3])
+    weights = np.full(3, 1.0 / 3)
+    new_atoms, new_weights = em.em_step(x, atoms, weights, 0.5, update_weights=True)
+    new_atoms, new_weights = np.asarray(new_atoms), np.asarray(new_weights)
+    assert np.all(np.isfinite(new_atoms))
+    assert np.all(np.isfinite(new_weights))
+    assert new_atoms[2] == 1e3  # no mass: the atom keeps its position
+    assert new_weights[2] == 0.0
+    np.testing.assert_allclose(new_weights.sum(), 1.0, rtol=0, atol=1e-12)
+    ref_atoms, ref_weights = ref_em_step(x, atoms[:2], np.full(2, 0.5), 0.5, True)
+    # The far atom takes no responsibility, so the near ones move as in a 2-atom problem
+    # whose weights are renormalised (w_k / (1 - w_far) = 1/2 each).
+    np.testing.assert_allclose(new_atoms[:2], ref_atoms, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(new_weights[:2], ref_weights, rtol=0, atol=1e-10)
+    # A second step from a zero weight (log w = -inf) must stay finite as well.
+    again_atoms, again_weights = em.em_step(x, new_atoms, new_weights, 0.5, update_weights=True)
+    assert np.all(np.isfinite(np.asarray(again_atoms)))
+    assert np.all(np.isfinite(np.asarray(again_weights)))
+    assert np.asarray(again_atoms)[2] == 1e3
