@@ -35,10 +35,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/attnbayes report --out reports
 
+# Notebooks run with small sizes (ATTNBAYES_NB_N) and are not rewritten by the test run.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q
+	ATTNBAYES_NB_N=200 $(PY) -m pytest -q tests --nbmake notebooks
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

@@ -56,15 +56,11 @@ def main() -> None:
             w = np.full(n, 1.0 / n)
             em_step(x, x, w, sigma)  # compile once for this shape
             t_jax = best_time(lambda x=x, w=w, s=sigma: em_step(x, x, w, s), args.repeats)
-            t_np = best_time(
-                lambda x2=x2, w=w, s=sigma: numpy_em_step(x2, x2, w, s), args.repeats
-            )
+            t_np = best_time(lambda x2=x2, w=w, s=sigma: numpy_em_step(x2, x2, w, s), args.repeats)
             a_jax = np.asarray(em_step(x, x, w, sigma)[0]).reshape(n, -1)
             a_np = numpy_em_step(x2, x2, w, sigma)[0]
             np.testing.assert_allclose(a_jax, a_np, rtol=0, atol=1e-10)
-            print(
-                f"{name:>12} {n:7d} {1e3 * t_jax:9.2f} {1e3 * t_np:9.2f} {t_np / t_jax:9.1f}"
-            )
+            print(f"{name:>12} {n:7d} {1e3 * t_jax:9.2f} {1e3 * t_np:9.2f} {t_np / t_jax:9.1f}")
 
 
 if __name__ == "__main__":
