@@ -6,13 +6,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# Candidates, best first: an explicit $(PYTHON), versioned names on PATH, then pyenv's versions.
+# Candidates, best first: versioned names on PATH, then pyenv's versions (newest first).
+# `make PYTHON=/path/to/python3.x ...` uses that interpreter only.
 PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
-CANDIDATES := $(PYTHON) python3.13 python3.12 python3 python \
-	$(sort $(wildcard $(PYENV_ROOT)/versions/3.1[2-9]*/bin/python3))
+CANDIDATES := $(if $(PYTHON),$(PYTHON),python3.13 python3.12 python3 python \
+	$(shell ls -d $(PYENV_ROOT)/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV))
+# A candidate qualifies if it is >= 3.12 and can create a venv with pip (venv + ensurepip).
 FIND_PYTHON := for c in $(CANDIDATES); do \
 	  p=$$(command -v $$c 2>/dev/null) || continue; \
-	  $$p -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; \
+	  $$p -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+	    && { echo $$p; break; }; \
 	done
 
 .PHONY: run test test-slow lint bench clean
@@ -21,12 +24,13 @@ $(STAMP): pyproject.toml
 	@if [ ! -x $(PY) ]; then \
 	  base=$$($(FIND_PYTHON)); \
 	  if [ -z "$$base" ]; then \
-	    echo "error: attnbayes needs Python >= 3.12 and none was found (tried: $(CANDIDATES))." >&2; \
+	    echo "error: attnbayes needs Python >= 3.12 with venv and ensurepip; none found" >&2; \
+	    echo "       (tried: $(CANDIDATES))." >&2; \
 	    echo "       Install Python 3.12 or newer, or pass one with: make PYTHON=/path/to/python3.12 ..." >&2; \
 	    exit 1; \
 	  fi; \
 	  echo "creating $(VENV) with $$base ($$($$base --version))"; \
-	  $$base -m venv $(VENV) || exit 1; \
+	  $$base -m venv $(VENV) || { rm -rf $(VENV); exit 1; }; \
 	fi
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]"

@@ -20,6 +20,7 @@ Seed 1's estimator takes K = N atoms started at the data, mu_k^0 = x_k, with w_k
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -60,25 +61,42 @@ def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) 
     Returns ``Attention(output, weights, log_normalizer)`` whose ``weights`` are the
     responsibilities A (N, K), ``output`` the posterior means E[z_i | x_i] (N, p) and
     ``log_normalizer`` the row log-sum-exp used by the log-likelihood.
+
+    Scores are formed on x - c and mu - c with c the mean of x: A is unchanged (the shift only
+    adds a per-row constant to the scores), and beta <x, mu> no longer swamps the differences
+    between keys when the data sit far from the origin (float32 would lose them).
     """
+    centre = jnp.mean(x, axis=0)
+    atoms_c = atoms - centre
     beta = 1.0 / sigma**2
-    key_bias = jnp.log(weights) - 0.5 * beta * jnp.sum(atoms**2, axis=-1)
-    return softmax_attention(x, atoms, atoms, scale=beta, key_bias=key_bias)
+    key_bias = jnp.log(weights) - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
+    att = softmax_attention(x - centre, atoms_c, atoms_c, scale=beta, key_bias=key_bias)
+    return att._replace(output=att.output + centre)
 
 
 def _log_likelihood_from_normalizer(x, log_normalizer, sigma):
-    """log p(x) = sum_i [logsumexp_k s_ik - beta |x_i|^2 / 2] - N p log(2 pi sigma^2) / 2."""
+    """log p(x) = sum_i [logsumexp_k s_ik - beta |x_i - c|^2 / 2] - N p log(2 pi sigma^2) / 2.
+
+    ``log_normalizer`` comes from ``e_step_attention``, whose scores are centred at c = mean(x).
+    """
     n, p = x.shape
     beta = 1.0 / sigma**2
     const = -0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
-    return jnp.sum(log_normalizer) - 0.5 * beta * jnp.sum(x**2) + const
+    centred = x - jnp.mean(x, axis=0)
+    return jnp.sum(log_normalizer) - 0.5 * beta * jnp.sum(centred**2) + const
 
 
 def _m_step(x, responsibilities, atoms, weights, update_weights: bool):
-    """mu_k <- A[:, k]^T x / sum_i A_ik; an atom with no mass left keeps its position."""
+    """mu_k <- A[:, k]^T x / sum_i A_ik; an atom with no mass left keeps its position.
+
+    The weighted means are taken of x - c (c = mean of x) and shifted back, for precision.
+    """
     mass = jnp.sum(responsibilities, axis=0)
     occupied = mass > 0
-    new_atoms = (responsibilities.T @ x) / jnp.where(occupied, mass, 1.0)[:, None]
+    centre = jnp.mean(x, axis=0)
+    new_atoms = (
+        centre + (responsibilities.T @ (x - centre)) / jnp.where(occupied, mass, 1.0)[:, None]
+    )
     new_atoms = jnp.where(occupied[:, None], new_atoms, atoms)
     new_weights = mass / x.shape[0] if update_weights else weights
     return new_atoms, new_weights
@@ -147,6 +165,15 @@ def _check_problem(x, atoms, weights, sigma):
     weights = _checks.check_weights("weights", weights, size=atoms_arr.shape[0])
     sigma = _checks.check_positive_scalar("sigma", sigma)
     dtype = jnp.asarray(points).dtype
+    if not _checks.is_traced(sigma):
+        with np.errstate(over="ignore", under="ignore", divide="ignore"):
+            s = np.asarray(sigma, dtype=dtype)
+            beta = np.asarray(1.0, dtype) / (s * s)
+        if not (np.isfinite(beta) and beta > 0):
+            raise ValueError(
+                f"sigma: {sigma} is out of range for {np.dtype(dtype).name} "
+                f"(1 / sigma^2 = {beta} is not a finite positive number)"
+            )
     return (
         jnp.asarray(points, dtype),
         jnp.asarray(atoms_arr, dtype),
@@ -156,11 +183,14 @@ def _check_problem(x, atoms, weights, sigma):
     )
 
 
-def _restore(values: jax.Array, scalar: bool) -> jax.Array:
-    return values[..., 0] if scalar else values
-
-
 # ----------------------------------------------------------------------------- public API
+
+
+def posterior(x, atoms, weights, sigma) -> tuple[jax.Array, jax.Array]:
+    """One E-step under nu = (atoms, weights): (E[z_i | x_i] like ``x``, A (N, K))."""
+    xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
+    z_mean, resp = _posterior(xs, mus, ws, s)
+    return _checks.restore_shape(z_mean, scalar), resp
 
 
 def responsibilities(x, atoms, weights, sigma) -> jax.Array:
@@ -184,7 +214,7 @@ def em_step(x, atoms, weights, sigma, *, update_weights: bool = False):
     """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
     new_atoms, new_weights = _em_step(xs, mus, ws, s, bool(update_weights))
-    return _restore(new_atoms, scalar), new_weights
+    return _checks.restore_shape(new_atoms, scalar), new_weights
 
 
 def log_likelihood(x, atoms, weights, sigma) -> jax.Array:
@@ -198,7 +228,7 @@ def posterior_mean(x, atoms, weights, sigma) -> jax.Array:
     Queries are the data, keys and values the atoms. Returns (N,) or (N, p), like ``x``.
     """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
-    return _restore(_posterior(xs, mus, ws, s)[0], scalar)
+    return _checks.restore_shape(_posterior(xs, mus, ws, s)[0], scalar)
 
 
 def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
@@ -221,7 +251,7 @@ def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
             order = np.argsort(np.asarray(points[:, 0]), kind="stable")
             ranks = np.round(np.linspace(0, n - 1, k)).astype(int)
             chosen = np.asarray(points)[order[ranks]]
-        return _restore(jnp.asarray(chosen), scalar)
+        return _checks.restore_shape(jnp.asarray(chosen), scalar)
     start = _checks.as_float_array("init", init)
     if start.ndim != (1 if scalar else 2) or (not scalar and start.shape[1] != points.shape[1]):
         raise ValueError(
@@ -255,8 +285,9 @@ def fit_em(
         weights: initial weights (K,); default 1/K.
         update_weights: also update the weights (the Kiefer-Wolfowitz EM); default fixed 1/K.
         max_iters: maximum number of EM steps.
-        tol: stop when |Delta log p(x)| / N <= tol. In float32 a tol much below 1e-7 is
-            unreachable and the run stops at ``max_iters``.
+        tol: stop when |Delta log p(x)| / N <= tol. The log-likelihood resolves changes of
+            about eps |log p(x)| (eps = 1.2e-7 in float32), so a float32 run stops once its
+            trace no longer moves at that resolution, usually before a float64 run would.
 
     Returns:
         ``EMResult``; atoms in the convention of ``x``.
@@ -266,7 +297,7 @@ def fit_em(
     if weights is None:
         weights = np.full((k,), 1.0 / k)
     max_iters = _checks.check_positive_int("max_iters", max_iters, minimum=0)
-    if isinstance(tol, bool) or not isinstance(tol, int | float) or not tol >= 0:
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0:
         raise ValueError(f"tol: must be a number >= 0, got {tol!r}")
     xs, mus, ws, s, scalar = _check_problem(x, start, weights, sigma)
     atoms, weights, trace, t, converged = _fit_em_loop(
@@ -274,7 +305,7 @@ def fit_em(
     )
     num_iters = int(t)
     return EMResult(
-        atoms=_restore(atoms, scalar),
+        atoms=_checks.restore_shape(atoms, scalar),
         weights=weights,
         log_likelihood_trace=trace[: num_iters + 1],
         num_iters=num_iters,
@@ -289,6 +320,7 @@ __all__ = [
     "fit_em",
     "initial_atoms",
     "log_likelihood",
+    "posterior",
     "posterior_mean",
     "responsibilities",
 ]

@@ -10,6 +10,7 @@ model with its observations removed (``numpyro.handlers.uncondition``), and the 
 
 from __future__ import annotations
 
+import numbers
 import time
 import warnings
 from typing import NamedTuple
@@ -82,8 +83,15 @@ def run_nuts(
     num_samples = _checks.check_positive_int("num_samples", num_samples)
     num_chains = _checks.check_positive_int("num_chains", num_chains)
     max_tree_depth = _checks.check_positive_int("max_tree_depth", max_tree_depth)
-    if not 0 < float(target_accept_prob) < 1:
-        raise ValueError(f"target_accept_prob: must be in (0, 1), got {target_accept_prob}")
+    _checks.check_key("key", key)
+    if (
+        isinstance(target_accept_prob, bool)
+        or not isinstance(target_accept_prob, numbers.Real)
+        or not 0 < float(target_accept_prob) < 1
+    ):
+        raise ValueError(
+            f"target_accept_prob: must be a number in (0, 1), got {target_accept_prob!r}"
+        )
     if chain_method is None:
         chain_method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
     if chain_method not in CHAIN_METHODS:
@@ -134,7 +142,9 @@ class Diagnostics(NamedTuple):
     Attributes:
         table: one row per scalar element (index "name[i,j]"): r_hat (rank-normalised split
             R-hat), ess_bulk, ess_tail. Elements constant over all draws (R-hat undefined,
-            e.g. a CDF below every atom) are left out and counted in ``num_constant``.
+            e.g. a CDF below every atom) are left out and counted in ``num_constant``. The
+            max/min properties propagate NaN: a quantity that varies but has no finite
+            diagnostic is a failure, not something to skip.
         num_divergences: divergent transitions after warmup, over all chains.
         num_constant: scalar elements left out because they never vary.
         num_chains, num_draws: sizes of the posterior.
@@ -148,15 +158,15 @@ class Diagnostics(NamedTuple):
 
     @property
     def max_r_hat(self) -> float:
-        return float(self.table["r_hat"].max())
+        return float(self.table["r_hat"].max(skipna=False))
 
     @property
     def min_ess_bulk(self) -> float:
-        return float(self.table["ess_bulk"].min())
+        return float(self.table["ess_bulk"].min(skipna=False))
 
     @property
     def min_ess_tail(self) -> float:
-        return float(self.table["ess_tail"].min())
+        return float(self.table["ess_tail"].min(skipna=False))
 
 
 def _element_labels(name: str, da: xr.DataArray) -> list[str]:

@@ -26,6 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import xarray as xr
 
 from inference import em
 from inference.compare import DeconvolutionComparison, compare_deconvolution
@@ -228,8 +229,7 @@ def figure_em_attention(x, sigma, fit, max_points: int = 150) -> bytes:
     sub = x[idx]
     order = np.argsort(sub if sub.ndim == 1 else np.arctan2(sub[:, 1], sub[:, 0]))
     sub = sub[order]
-    k = len(fit.measure.weights)
-    resp = np.asarray(em.responsibilities(sub, fit.measure.atoms, np.full(k, 1.0 / k), sigma))
+    resp = np.asarray(em.responsibilities(sub, fit.measure.atoms, fit.measure.weights, sigma))
     atoms = np.asarray(fit.measure.atoms)
     key_order = np.argsort(atoms if atoms.ndim == 1 else np.arctan2(atoms[:, 1], atoms[:, 0]))
     fig, (ax0, ax1) = plt.subplots(
@@ -299,12 +299,15 @@ img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
 
 _EXPLAIN = {
     "mse_z": "mean over i of |z_hat_i - z_i|^2 (smaller is better)",
-    "coverage_50": "share of true z_i inside the 50% interval",
-    "coverage_90": "share of true z_i inside the 90% interval",
+    "coverage_50": "share of true z_i inside the 50% interval (per coordinate in p-D)",
+    "coverage_90": "share of true z_i inside the 90% interval (per coordinate in p-D)",
     "wasserstein1_nu": "W1 distance between the estimated and the true nu (1-D)",
     "log_likelihood": "log p(x): at the estimate (EM, oracle) or its posterior mean (NUTS)",
     "elpd_loo": "PSIS-LOO expected log predictive density (NUTS)",
     "wall_time_s": "wall time in seconds, JIT compilation included",
+    "iterations": "EM iterations run",
+    "converged": "1 if EM met its tolerance before max_iters",
+    "pareto_k_max": "largest PSIS Pareto k (above 0.7: LOO unreliable)",
     "max_rhat_invariant": "worst R-hat over invariant quantities (z_mean, nu_cdf, log-lik)",
     "min_ess_bulk_invariant": "smallest bulk ESS over the invariant quantities",
     "min_ess_tail_invariant": "smallest tail ESS over the invariant quantities",
@@ -362,14 +365,42 @@ def run_scenario(
 
 
 def _atomic_publish(tmp: Path, target: Path) -> None:
-    """Move the finished folder ``tmp`` to ``target``, replacing an older report."""
+    """Move the finished folder ``tmp`` to ``target``, replacing an older report.
+
+    If the final rename fails, the older report is put back before the error propagates.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes the folder private (0700)
     old = None
     if target.exists():
         old = target.with_name(f".{target.name}.old-{os.getpid()}")
         target.rename(old)
-    tmp.rename(target)
+    try:
+        tmp.rename(target)
+    except BaseException:
+        if old is not None:
+            old.rename(target)
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def save_datatree(datatree, path: Path) -> None:
+    """Write a DataTree to netCDF (h5netcdf, gzip level 4), without the z_i draws.
+
+    ``z_draw`` is one random draw of z_i per posterior draw, used only for interval coverage;
+    it is as large as the posterior predictive and is rebuilt by ``add_invariants``.
+    """
+    tree = datatree.copy()
+    if "z_draw" in tree["posterior"]:
+        tree["posterior"] = xr.DataTree(tree["posterior"].to_dataset().drop_vars("z_draw"))
+    encoding = {
+        node.path: {name: {"zlib": True, "complevel": 4} for name in node.data_vars}
+        for node in tree.subtree
+        if node.data_vars
+    }
+    tree.to_netcdf(path, engine="h5netcdf", encoding=encoding)
 
 
 def write_report(
@@ -414,9 +445,7 @@ def write_report(
             }
             for fig_name, png in figures.items():
                 (tmp / f"{scenario.name}-{fig_name}.png").write_bytes(png)
-            comparison.fits["nuts"].datatree.to_netcdf(
-                tmp / f"{scenario.name}-nuts.nc", engine="h5netcdf"
-            )
+            save_datatree(comparison.fits["nuts"].datatree, tmp / f"{scenario.name}-nuts.nc")
             sections.append(_section_html(scenario, x, comparison, figures))
         results = pd.concat(frames, ignore_index=True)
         results.to_csv(tmp / "results.csv", index=False)
@@ -450,7 +479,10 @@ def _section_html(scenario, x, comparison, figures) -> str:
 iterations; its E-step is softmax attention with Q K<sup>T</sup> = I/sigma<sup>2</sup> and key
 bias -|mu_k|<sup>2</sup>/(2 sigma<sup>2</sup>). NUTS: finite Dirichlet mixture with K = {k}
 atoms, {chains} chains x {draws} draws. Oracle: the Bayes rule under the true nu.
-Intervals for z_i are equal-tailed posterior intervals.</p>
+Intervals for z_i are equal-tailed posterior intervals. The true z_i sit exactly on atoms, so a
+discrete posterior (EM, oracle) covers conservatively: its interval ends are atoms, and an
+interval either holds z_i exactly or misses it. EM's plug-in intervals shrink to a single atom
+wherever A_i. concentrates, which is why they undercover.</p>
 {_table_html(comparison.table)}
 <h3>Data and mixing measures</h3>
 {_img(figures["data-and-measures"], "data and fitted measures")}
@@ -485,4 +517,4 @@ also in <code>results.csv</code>; each NUTS DataTree is in
 """
 
 
-__all__ = ["SCENARIOS", "Scenario", "run_scenario", "write_report"]
+__all__ = ["SCENARIOS", "Scenario", "run_scenario", "save_datatree", "write_report"]

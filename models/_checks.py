@@ -93,6 +93,11 @@ def as_points(name: str, value, *, allow_empty: bool = False):
     return (arr[:, None] if scalar else arr), scalar
 
 
+def restore_shape(values, scalar: bool):
+    """Undo ``as_points``: drop the trailing coordinate axis of results for scalar data."""
+    return values[..., 0] if scalar else values
+
+
 def check_weights(name: str, value, size: int | None = None):
     """A probability vector: finite, >= 0, summing to 1 (to 1e-5)."""
     arr = as_float_array(name, value)
@@ -109,3 +114,21 @@ def check_weights(name: str, value, size: int | None = None):
     if abs(total - 1.0) > 1e-5:
         raise ValueError(f"{name}: must sum to 1, sums to {total:.8g}")
     return arr
+
+
+def check_key(name: str, key):
+    """A ``jax.random`` key: a typed key array, or a raw uint32 key of shape (2,)."""
+    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.ndim != 0:
+            raise ValueError(f"{name}: expected a single key, got a key array of shape {key.shape}")
+        return key
+    if is_traced(key):
+        return key
+    arr = np.asarray(key) if isinstance(key, jax.Array | np.ndarray) else None
+    if arr is None or arr.dtype != np.uint32 or arr.shape != (2,):
+        raise ValueError(
+            f"{name}: expected a jax.random key (jax.random.key(seed) or PRNGKey(seed)), "
+            f"got {type(key).__name__}"
+            + (f" of dtype {arr.dtype} and shape {arr.shape}" if arr is not None else "")
+        )
+    return key

@@ -118,6 +118,7 @@ def simulate(
     Returns:
         ``(z, x)``, each (N,) if the atoms are (K,), else (N, p).
     """
+    _checks.check_key("key", key)
     if isinstance(measure, str):
         measure = get_measure(measure)
     measure = check_measure("measure", measure)
@@ -191,13 +192,11 @@ def deconvolution_model(
 
     Sites: ``weights`` (K,), ``atoms`` (K,) or (K, p), observed ``x`` (N,) or (N, p).
     """
-    if not _checks.is_traced(sigma):
-        _checks.check_positive_scalar("sigma", sigma)
+    _checks.check_positive_scalar("sigma", sigma)
     num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
     if prior not in PRIORS:
         raise ValueError(f"prior: unknown prior {prior!r}; known: {list(PRIORS)}")
-    if not _checks.is_traced(concentration):
-        _checks.check_positive_scalar("concentration", concentration)
+    _checks.check_positive_scalar("concentration", concentration)
     if x is not None:
         if not _checks.is_traced(x):
             _checks.as_points("x", x)
@@ -221,6 +220,15 @@ def deconvolution_model(
     if ordered and dim is not None:
         raise ValueError("ordered: only available for scalar data passed as shape (N,)")
     atom_scale = _checks.check_positive_scalar("atom_scale", atom_scale)
+    if not _checks.is_traced(atom_loc):
+        loc = _checks.as_float_array("atom_loc", atom_loc)
+        _checks.check_finite("atom_loc", loc)
+        allowed = [()] if dim is None else [(), (dim,)]
+        if tuple(loc.shape) not in allowed:
+            raise ValueError(
+                f"atom_loc: expected a scalar{'' if dim is None else f' or shape ({dim},)'}, "
+                f"got shape {tuple(loc.shape)}"
+            )
 
     if prior == "dirichlet":
         weights = numpyro.sample("weights", dist.Dirichlet(jnp.full((num_atoms,), concentration)))

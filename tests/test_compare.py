@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from inference import em
-from inference.compare import METHODS
+from inference.compare import METHODS, compare_deconvolution
 from inference.invariants import add_invariants, measure_cdf
+from models.deconvolution import DiscreteMeasure
 
 
 def _fake_posterior(atoms, weights):
@@ -71,7 +72,10 @@ def test_comparison_table_is_tidy_and_recomputable(three_atom_data, three_atom_c
     value = table.set_index(["method", "metric"]).value
     z = np.asarray(z)
     for method, fit in fits.items():
-        assert value[method, "mse_z"] == pytest.approx(np.mean((fit.z_hat - z) ** 2))
+        errors = [
+            np.linalg.norm(np.atleast_1d(a - b)) ** 2 for a, b in zip(fit.z_hat, z, strict=True)
+        ]
+        assert value[method, "mse_z"] == pytest.approx(np.mean(errors))
         lo, hi = fit.intervals[0.9]
         assert value[method, "coverage_90"] == pytest.approx(np.mean((lo <= z) & (z <= hi)))
         assert 0 <= value[method, "coverage_50"] <= value[method, "coverage_90"] <= 1
@@ -86,6 +90,27 @@ def test_comparison_table_is_tidy_and_recomputable(three_atom_data, three_atom_c
         em_fit.log_likelihood_trace[-1], rel=1e-12
     )
     # NUTS summaries: invariant diagnostics present and the oracle is the best z_hat
-    for metric in ("max_rhat_invariant", "min_ess_bulk_invariant", "elpd_loo", "divergences"):
+    for metric in (
+        "max_rhat_invariant",
+        "min_ess_bulk_invariant",
+        "elpd_loo",
+        "pareto_k_max",
+        "divergences",
+    ):
         assert ("nuts", metric) in value.index
+    assert value["attention-em", "iterations"] == em_fit.log_likelihood_trace.size - 1
+    assert value["attention-em", "converged"] == float(em_fit.converged)
+    assert value["nuts", "pareto_k_max"] < 0.7
     assert value["oracle", "mse_z"] <= min(value["nuts", "mse_z"], value["attention-em", "mse_z"])
+
+
+def test_compare_argument_checks():
+    x = np.linspace(-1, 1, 9)
+    ring_measure = DiscreteMeasure(np.ones((2, 2)), np.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match="^true_measure"):
+        compare_deconvolution(np.ones((9, 3)), 1.0, true_measure=ring_measure, methods="oracle")
+    with pytest.raises(ValueError, match="^key"):
+        compare_deconvolution(x, 1.0, methods="nuts", key=3)
+    # a single method may be given as a string
+    result = compare_deconvolution(x, 1.0, methods="attention-em")
+    assert set(result.table.method) == {"attention-em"}

@@ -235,6 +235,7 @@ def test_fit_em_log_likelihood_never_decreases(
     )
     trace = np.asarray(res.log_likelihood_trace)
     assert trace.shape == (res.num_iters + 1,)
+    assert res.converged or res.num_iters == 30
     assert np.all(np.isfinite(trace))
     assert np.all(np.isfinite(np.asarray(res.atoms)))
     assert res.atoms.shape == ((num_atoms,) if len(shape) == 1 else (num_atoms, p))
@@ -316,3 +317,42 @@ def test_em_step_far_atom_stays_finite():
     assert np.all(np.isfinite(np.asarray(again_atoms)))
     assert np.all(np.isfinite(np.asarray(again_weights)))
     assert np.asarray(again_atoms)[2] == 1e3
+
+
+@pytest.mark.parametrize("shift", [0.0, 1e3])
+def test_fit_em_is_translation_equivariant_in_float64(shift):
+    """Fitting x + c gives the atoms of x shifted by c (the E-step is centred internally)."""
+    _, x = simulate(jax.random.key(5), "three-atoms", 1.0, 200)
+    x = np.asarray(x)
+    base = em.fit_em(x, 1.0, max_iters=50, tol=0.0)
+    moved = em.fit_em(x + shift, 1.0, max_iters=50, tol=0.0)
+    np.testing.assert_allclose(np.asarray(moved.atoms) - shift, base.atoms, atol=1e-9)
+    np.testing.assert_allclose(
+        moved.log_likelihood_trace, base.log_likelihood_trace, rtol=1e-11, atol=0
+    )
+
+
+def test_float32_far_from_the_origin():
+    """In float32, data centred at 1000 give the same responsibilities, posterior means and
+    log-likelihood as data centred at 0, to float32 accuracy (no cancellation in beta <x, mu>)."""
+    _, x = simulate(jax.random.key(6), "three-atoms", 1.0, 400)
+    x32 = np.asarray(x, np.float32)
+    atoms = np.array([-2.1, 0.2, 2.9], np.float32)
+    w = np.array([0.5, 0.3, 0.2], np.float32)
+    c = np.float32(1000.0)
+    z0, a0 = em.posterior(jnp.asarray(x32), atoms, w, 1.0)
+    z1, a1 = em.posterior(jnp.asarray(x32 + c), atoms + c, w, 1.0)
+    assert a1.dtype == jnp.float32 and z1.dtype == jnp.float32
+    np.testing.assert_allclose(a1, a0, atol=2e-3)
+    np.testing.assert_allclose(np.asarray(a1).sum(1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(z1) - c, z0, atol=2e-3)
+    ll0 = float(em.log_likelihood(jnp.asarray(x32), atoms, w, 1.0))
+    ll1 = float(em.log_likelihood(jnp.asarray(x32 + c), atoms + c, w, 1.0))
+    exact = ref_log_likelihood(x32.astype(np.float64), atoms.astype(np.float64), w, 1.0)
+    assert abs(ll0 - exact) < 1e-5 * abs(exact)
+    assert abs(ll1 - exact) < 1e-4 * abs(exact)
+    fit = em.fit_em(jnp.asarray(x32 + c), 1.0, max_iters=100)
+    assert fit.atoms.dtype == jnp.float32
+    assert np.all(np.diff(np.asarray(fit.log_likelihood_trace)) >= -1e-6 * abs(exact))
+    zh = np.asarray(em.posterior_mean(jnp.asarray(x32 + c), fit.atoms, fit.weights, 1.0)) - c
+    assert np.all(np.isfinite(zh)) and np.abs(zh).max() < 10

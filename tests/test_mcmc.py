@@ -24,14 +24,8 @@ def normal_mean_model(y=None, *, prior_scale=2.0, noise=1.5, num_points=None):
 @pytest.fixture(scope="module")
 def conjugate_run():
     y = 1.0 + 1.5 * jax.random.normal(jax.random.PRNGKey(3), (40,))
-    dt = run_nuts(
-        normal_mean_model,
-        jax.random.PRNGKey(4),
-        y,
-        num_warmup=400,
-        num_samples=1000,
-        dims={"y": ["obs"]},
-    )
+    # no dims given: they are inferred from the model's plates
+    dt = run_nuts(normal_mean_model, jax.random.PRNGKey(4), y, num_warmup=400, num_samples=1000)
     return y, dt
 
 
@@ -73,6 +67,12 @@ def test_run_nuts_rejects_bad_settings():
         run_nuts(normal_mean_model, jax.random.PRNGKey(0), chain_method="bogus", num_points=3)
     with pytest.raises(ValueError, match="^target_accept_prob"):
         run_nuts(normal_mean_model, jax.random.PRNGKey(0), target_accept_prob=1.0, num_points=3)
+    with pytest.raises(ValueError, match="^target_accept_prob"):
+        run_nuts(normal_mean_model, jax.random.PRNGKey(0), target_accept_prob="x", num_points=3)
+    with pytest.raises(ValueError, match="^key"):
+        run_nuts(normal_mean_model, None, num_points=3)
+    with pytest.raises(ValueError, match="^key"):
+        run_nuts(normal_mean_model, 0, num_points=3)
 
 
 def test_diagnostics_against_arviz_and_constants():

@@ -1,9 +1,12 @@
 """The report: sections, figures and tables present; results.csv and DataTrees load back;
 a failed run leaves nothing behind; the CLI's arguments are checked."""
 
+import os
 import re
+import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -94,6 +97,34 @@ def test_failed_report_leaves_nothing(tmp_path, monkeypatch):
     assert (tmp_path / "small" / "index.html").read_text() == "old report"
 
 
+def test_published_folder_is_readable(small_report):
+    out, _, _ = small_report
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((out / "small").stat().st_mode) == 0o777 & ~umask
+
+
+def test_failed_publish_restores_the_old_report(tmp_path, monkeypatch):
+    target = tmp_path / "small"
+    target.mkdir()
+    (target / "index.html").write_text("old report")
+    fresh = tmp_path / ".small.tmp-x"
+    fresh.mkdir()
+    (fresh / "index.html").write_text("new report")
+    real_rename = Path.rename
+
+    def failing_rename(self, dest):
+        if self == fresh:
+            raise OSError("disk full")
+        return real_rename(self, dest)
+
+    monkeypatch.setattr(Path, "rename", failing_rename)
+    with pytest.raises(OSError, match="disk full"):
+        report._atomic_publish(fresh, target)
+    assert (target / "index.html").read_text() == "old report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".small.tmp-x", "small"]
+
+
 def test_report_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="^name"):
         write_report(tmp_path, name="../escape", scenarios=SMALL[:1])
@@ -107,7 +138,10 @@ def test_cli_arguments(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["report", "--seed", "-1"])
     assert exit_info.value.code == 2
-    assert "--seed: must be >= 0" in capsys.readouterr().err
+    assert "--seed: must be in [0, 2**32)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", "--seed", str(2**63)])
+    assert exit_info.value.code == 2
     with pytest.raises(SystemExit) as exit_info:
         main([])
     assert exit_info.value.code == 2

@@ -1,0 +1,772 @@
+"""Nadaraya-Watson kernel regression as attention, and its bandwidth selection.
+
+For keys k_i (n, d), values v_i (n, m), a kernel K and bandwidths h (scalar or per coordinate),
+
+    f(q) = sum_i v_i K_h(q - k_i) / sum_j K_h(q - k_j),      K_h(u) = prod_c K(u_c / h_c),
+
+a multivariate *product* kernel (the statsmodels convention). This is softmax attention with
+scores s(q, k) = log K_h(q - k) = sum_c log K((q_c - k_c) / h_c), -inf outside a compact
+kernel's support; normalising constants of K cancel in the ratio. ``nadaraya_watson`` runs
+``inference.attention.scored_attention`` with a module-level log-kernel score function, so
+``block_size`` streams over key/query blocks with a running log-sum-exp (memory O(block^2)).
+For the Gaussian kernel the scores are exactly ``neg_sq_distance_scores``:
+-sum_c (q_c - k_c)^2 / (2 h_c^2).
+
+Kernels K(u), up to constants (which cancel), with statsmodels' supports:
+
+    gaussian      exp(-u^2 / 2)                 (statsmodels "gaussian": times 1/sqrt(2 pi))
+    boxcar        1{|u| <= 1}                    (statsmodels sandbox Uniform: 1/2 on [-1, 1])
+    epanechnikov  (1 - u^2)   for |u| < 1        (sandbox Epanechnikov: 3/4 (1 - u^2))
+    triangular    (1 - |u|)   for |u| < 1        (sandbox Triangular)
+    tricube       (1 - |u|^3)^3 for |u| < 1      (sandbox Tricube: 70/81 (1 - |u|^3)^3)
+
+The seed's (d2l's) "Epanechikov" kernel max(0, 1 - |q - k|) is the triangular kernel here.
+``statsmodels.nonparametric.kernels.tricube`` (``KernelReg(ckertype="tricube")``) sets u = 0
+outside |u| <= 1, so it returns the kernel's maximum there instead of 0; it agrees with ours
+only when every |u| <= 1.
+
+Empty windows. A query with no key inside a compact kernel's window (log-normaliser -inf)
+gets the value of its nearest key, in the Euclidean distance scaled by h,
+|(q - k) / h|, ties to the lowest index; a warning (``EmptyWindowWarning``) says how many.
+The same rule gives f_{-i}(k_i) in leave-one-out cross-validation (the nearest *other* key),
+so the CV criterion is that of the estimator actually returned and is never NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from scipy import optimize
+
+from inference.attention import scored_attention
+from models import _checks
+
+KERNELS = ("gaussian", "boxcar", "epanechnikov", "triangular", "tricube")
+COMPACT_KERNELS = ("boxcar", "epanechnikov", "triangular", "tricube")
+SELECTION_METHODS = ("loo-cv", "gradient")
+
+
+class EmptyWindowWarning(RuntimeWarning):
+    """Some queries had no key inside a compact kernel's window (nearest-key value used)."""
+
+
+class LeaveOneOut(NamedTuple):
+    """Leave-one-out cross-validation of Nadaraya-Watson at one bandwidth.
+
+    Attributes:
+        score: () CV(h) = (1/n) sum_i |v_i - f_{-i}(k_i)|^2 (squared norm for vector values).
+        predictions: (n,) or (n, m) f_{-i}(k_i), in the values' convention.
+        num_empty: () number of points whose leave-one-out window was empty (they use the
+            value of the nearest other key).
+    """
+
+    score: jax.Array
+    predictions: jax.Array
+    num_empty: jax.Array
+
+
+class BandwidthResult(NamedTuple):
+    """A selected bandwidth and how it was found.
+
+    Attributes:
+        bandwidth: () or (d,) with ``per_coordinate``; the selected h.
+        score: () the criterion at h: CV(h) for "loo-cv", held-out mean squared error for
+            "gradient".
+        bandwidth_trace: (T,) or (T, d): the coarse grid ("loo-cv") or the bandwidth before
+            each Adam step and after the last ("gradient", T = num_steps + 1).
+        loss_trace: (T,) the criterion at each entry of ``bandwidth_trace``.
+    """
+
+    bandwidth: jax.Array
+    score: jax.Array
+    bandwidth_trace: jax.Array
+    loss_trace: jax.Array
+
+
+# ----------------------------------------------------------------------------- log-kernels
+
+
+def _scaled_diff(queries, keys, inv_bandwidth):
+    """u_qkc = (q_c - k_c) / h_c: (B, C, d)."""
+    return (queries[:, None, :] - keys[None, :, :]) * inv_bandwidth
+
+
+def _outside_support(inside, log_k):
+    """Sum the per-coordinate log-kernels; -inf unless every coordinate is inside."""
+    return jnp.where(jnp.all(inside, -1), jnp.sum(log_k, -1), -jnp.inf)
+
+
+def _gaussian_scores(queries, keys, inv_bandwidth):
+    u = _scaled_diff(queries, keys, inv_bandwidth)
+    return -0.5 * jnp.sum(u * u, -1)
+
+
+def _boxcar_scores(queries, keys, inv_bandwidth):
+    u = _scaled_diff(queries, keys, inv_bandwidth)
+    inside = jnp.abs(u) <= 1
+    return _outside_support(inside, jnp.zeros_like(u))
+
+
+def _epanechnikov_scores(queries, keys, inv_bandwidth):
+    u = _scaled_diff(queries, keys, inv_bandwidth)
+    inside = jnp.abs(u) < 1
+    return _outside_support(inside, jnp.log1p(-jnp.where(inside, u * u, 0)))
+
+
+def _triangular_scores(queries, keys, inv_bandwidth):
+    a = jnp.abs(_scaled_diff(queries, keys, inv_bandwidth))
+    inside = a < 1
+    return _outside_support(inside, jnp.log1p(-jnp.where(inside, a, 0)))
+
+
+def _tricube_scores(queries, keys, inv_bandwidth):
+    a = jnp.abs(_scaled_diff(queries, keys, inv_bandwidth))
+    inside = a < 1
+    return _outside_support(inside, 3.0 * jnp.log1p(-(jnp.where(inside, a, 0) ** 3)))
+
+
+# score_fn(queries (B, d), keys (C, d), inv_bandwidth (d,)) -> (B, C) log K_h(q - k).
+LOG_KERNEL_SCORES = {
+    "gaussian": _gaussian_scores,
+    "boxcar": _boxcar_scores,
+    "epanechnikov": _epanechnikov_scores,
+    "triangular": _triangular_scores,
+    "tricube": _tricube_scores,
+}
+_COMPACT_SCORES = frozenset(LOG_KERNEL_SCORES[name] for name in COMPACT_KERNELS)
+
+
+def _kernel_of_abs(kernel: str, a):
+    """K(a) for a = |u| >= 0 (compact kernels), written so gradients stay finite."""
+    inside = a <= 1 if kernel == "boxcar" else a < 1
+    safe = jnp.where(inside, a, 0)
+    if kernel == "boxcar":
+        value = jnp.ones_like(a)
+    elif kernel == "epanechnikov":
+        value = 1 - safe * safe
+    elif kernel == "triangular":
+        value = 1 - safe
+    else:  # tricube
+        value = (1 - safe**3) ** 3
+    return jnp.where(inside, value, 0)
+
+
+def _scaled_sq_dist(queries, keys, inv_bandwidth):
+    u = _scaled_diff(queries, keys, inv_bandwidth)
+    return jnp.sum(u * u, -1)
+
+
+# ----------------------------------------------------------------------------- argument checks
+
+
+def _check_kernel(kernel) -> str:
+    if not isinstance(kernel, str) or kernel not in KERNELS:
+        raise ValueError(f"kernel: unknown kernel {kernel!r}; known: {list(KERNELS)}")
+    return kernel
+
+
+def _check_bandwidth(bandwidth, dim: int, dtype, name: str = "bandwidth"):
+    """A scalar or (d,) bandwidth, finite and > 0, returned as (d,)."""
+    if _checks.is_traced(bandwidth):
+        h = bandwidth
+    else:
+        h = _checks.as_float_array(name, bandwidth)
+    if h.ndim > 1 or (h.ndim == 1 and h.shape[0] != dim):
+        raise ValueError(
+            f"{name}: expected a scalar or shape ({dim},) (one per key coordinate), "
+            f"got shape {tuple(h.shape)}"
+        )
+    if not _checks.is_traced(h):
+        _checks.check_finite(name, h)
+        if np.any(h <= 0):
+            raise ValueError(f"{name}: must be > 0, got {h}")
+    return jnp.broadcast_to(jnp.asarray(h, dtype), (dim,))
+
+
+def _check_block_size(block_size):
+    if block_size is not None:
+        _checks.check_positive_int("block_size", block_size)
+    return block_size
+
+
+def _check_data(keys, values, queries=None):
+    """keys (n,) | (n, d), values (n,) | (n, m), queries (Q,) | (Q, d) -> 2-D arrays."""
+    k, _ = _checks.as_points("keys", keys)
+    v, scalar_values = _checks.as_points("values", values)
+    if v.shape[0] != k.shape[0]:
+        raise ValueError(f"values: {v.shape[0]} rows do not match the {k.shape[0]} keys")
+    arrays = [k, v]
+    if queries is not None:
+        q, _ = _checks.as_points("queries", queries)
+        if q.shape[1] != k.shape[1]:
+            raise ValueError(
+                f"queries: dimension {q.shape[1]} does not match the keys' {k.shape[1]} "
+                "(pass (Q,) or (Q, 1) queries for (n,) keys, (Q, d) for (n, d) keys)"
+            )
+        arrays.append(q)
+    dtype = jnp.result_type(*(a.dtype for a in arrays))
+    return [jnp.asarray(a, dtype) for a in arrays], scalar_values, dtype
+
+
+def _any_traced(*values) -> bool:
+    return any(_checks.is_traced(x) for x in values)
+
+
+# ----------------------------------------------------------------------------- Nadaraya-Watson
+
+
+def kernel_scores(queries, keys, *, kernel: str = "gaussian", bandwidth) -> jax.Array:
+    """The dense (Q, K) matrix of attention scores s_qk = log K_h(q - k) (-inf off support).
+
+    Args:
+        queries: (Q,) or (Q, d); keys: (K,) or (K, d).
+        kernel: one of ``KERNELS``.
+        bandwidth: scalar or (d,), > 0.
+    """
+    kernel = _check_kernel(kernel)
+    k, _ = _checks.as_points("keys", keys)
+    q, _ = _checks.as_points("queries", queries)
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"queries: dimension {q.shape[1]} does not match the keys' {k.shape[1]}")
+    dtype = jnp.result_type(q.dtype, k.dtype)
+    inv_h = 1 / _check_bandwidth(bandwidth, k.shape[1], dtype)
+    return _dense_scores(
+        LOG_KERNEL_SCORES[kernel], jnp.asarray(q, dtype), jnp.asarray(k, dtype), inv_h
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("score_fn",))
+def _dense_scores(score_fn, queries, keys, inv_bandwidth):
+    return score_fn(queries, keys, inv_bandwidth)
+
+
+def nadaraya_watson(
+    keys,
+    values,
+    queries,
+    *,
+    kernel: str = "gaussian",
+    bandwidth,
+    block_size: int | None = None,
+) -> jax.Array:
+    """Nadaraya-Watson f(q) = sum_i v_i K_h(q - k_i) / sum_j K_h(q - k_j), as attention.
+
+    Attention weights softmax_i(log K_h(q - k_i)) with the product kernel
+    K_h(u) = prod_c K(u_c / h_c); for ``kernel="gaussian"`` the scores are exactly
+    ``inference.attention.neg_sq_distance_scores`` (-|q - k|^2 / (2 h^2) per coordinate).
+
+    Args:
+        keys: (n,) or (n, d).
+        values: (n,) or (n, m).
+        queries: (Q,) or (Q, d), same d as the keys.
+        kernel: "gaussian", "boxcar", "epanechnikov", "triangular" or "tricube" (see the
+            module docstring for their definitions and supports).
+        bandwidth: h > 0, a scalar or (d,) per coordinate.
+        block_size: None for the dense path; else stream over blocks of this many keys and
+            queries (memory O(block_size^2), never Q x n).
+
+    Returns:
+        (Q,) for values given as (n,), else (Q, m). A query whose window holds no key
+        (compact kernels) gets the value of its nearest key in |(q - k) / h| (ties to the
+        lowest index), with an ``EmptyWindowWarning`` giving their number; never NaN.
+    """
+    kernel = _check_kernel(kernel)
+    block_size = _check_block_size(block_size)
+    (k, v, q), scalar_values, dtype = _check_data(keys, values, queries)
+    inv_h = 1 / _check_bandwidth(bandwidth, k.shape[1], dtype)
+    att = scored_attention(LOG_KERNEL_SCORES[kernel], inv_h, q, k, v, block_size=block_size)
+    out = att.output
+    if kernel in COMPACT_KERNELS:
+        out = _fill_empty_windows(out, att.log_normalizer, q, k, v, inv_h, block_size, kernel)
+    return out[:, 0] if scalar_values else out
+
+
+def _fill_empty_windows(out, log_normalizer, q, k, v, inv_h, block_size, kernel):
+    """Replace rows with log_normalizer = -inf by the value of the nearest key."""
+    if _any_traced(out, q, k, v, inv_h):
+        nearest = _nearest_key(q, k, inv_h, block_size=block_size)
+        return jnp.where(jnp.isfinite(log_normalizer)[:, None], out, v[nearest])
+    empty = np.flatnonzero(~np.isfinite(np.asarray(log_normalizer)))
+    if empty.size == 0:
+        return out
+    warnings.warn(
+        f"queries: {empty.size} of {q.shape[0]} queries have no key inside the {kernel} "
+        "kernel's window; they get the value of their nearest key (distance scaled by h)",
+        EmptyWindowWarning,
+        stacklevel=3,
+    )
+    # Pad the rows to a power of two so that the argmin kernel compiles for few shapes.
+    padded = np.resize(empty, 1 << (empty.size - 1).bit_length())
+    nearest = _nearest_key(q[padded], k, inv_h, block_size=block_size)[: empty.size]
+    return out.at[empty].set(v[nearest])
+
+
+@functools.partial(jax.jit, static_argnames=("block_size",))
+def _nearest_key(queries, keys, inv_bandwidth, block_size=None):
+    """argmin_j |(q_i - k_j) / h|: (Q,) int; blocked over keys and queries when streamed."""
+    if block_size is None:
+        return jnp.argmin(_scaled_sq_dist(queries, keys, inv_bandwidth), axis=1)
+    nq, nk, b = queries.shape[0], keys.shape[0], block_size
+    q = jnp.pad(queries, ((0, (-nq) % b), (0, 0))).reshape(-1, b, queries.shape[1])
+    k = jnp.pad(keys, ((0, (-nk) % b), (0, 0))).reshape(-1, b, keys.shape[1])
+    key_index = jnp.arange(k.shape[0] * b).reshape(-1, b)
+
+    def one_query_block(qb):
+        def body(carry, block):
+            best, arg = carry
+            kb, idx = block
+            d2 = jnp.where(idx[None, :] < nk, _scaled_sq_dist(qb, kb, inv_bandwidth), jnp.inf)
+            j = jnp.argmin(d2, axis=1)
+            dj = jnp.take_along_axis(d2, j[:, None], axis=1)[:, 0]
+            better = dj < best
+            return (jnp.where(better, dj, best), jnp.where(better, idx[j], arg)), None
+
+        init = (jnp.full((b,), jnp.inf, queries.dtype), jnp.zeros((b,), key_index.dtype))
+        (_, arg), _ = jax.lax.scan(body, init, (k, key_index))
+        return arg
+
+    return jax.lax.map(one_query_block, q).reshape(-1)[:nq]
+
+
+# ----------------------------------------------------------------------------- leave-one-out
+
+
+class _LooData(NamedTuple):
+    """Pairwise differences for the dense leave-one-out pass (built once per data set).
+
+    diffs: (d', n, n) squared coordinate differences (gaussian) or absolute ones (compact);
+        for the gaussian kernel with a scalar bandwidth d' = 1 and the entry is |k_i - k_j|^2.
+    row_min: (n,) min_{j != i} of diffs[0] (used when d' = 1: the exact row maximum score).
+    values: (n, m).
+    """
+
+    diffs: jax.Array
+    row_min: jax.Array
+    values: jax.Array
+
+
+def _loo_data(kernel: str, keys, values, collapse: bool) -> _LooData:
+    k = np.asarray(keys)
+    diff = k[None, :, :] - k[:, None, :]  # (n, n, d)
+    if kernel == "gaussian":
+        sq = diff * diff
+        diffs = sq.sum(-1, keepdims=True) if collapse else sq
+    else:
+        diffs = np.abs(diff)
+    diffs = np.ascontiguousarray(np.moveaxis(diffs, -1, 0))
+    first = diffs[0].copy()
+    np.fill_diagonal(first, np.inf)
+    row_min = first.min(1)
+    dtype = values.dtype
+    return _LooData(jnp.asarray(diffs, dtype), jnp.asarray(row_min, dtype), values)
+
+
+def _loo_dense(kernel: str, log_h, data: _LooData):
+    """f_{-i}(k_i) for all i from precomputed differences: ((n, m) predictions, (n,) empty)."""
+    diffs, row_min, values = data
+    n = values.shape[0]
+    inv_h = jnp.exp(-log_h)
+    off_diag = ~jnp.eye(n, dtype=bool)
+    if kernel == "gaussian":
+        inv_h2 = inv_h * inv_h
+        neg_score = 0.5 * jnp.einsum("cij,c->ij", diffs, inv_h2)
+        if diffs.shape[0] == 1:
+            shift = 0.5 * inv_h2[0] * row_min
+        else:
+            shift = jnp.min(jnp.where(off_diag, neg_score, jnp.inf), axis=1)
+        p = jnp.where(off_diag, jnp.exp(jax.lax.stop_gradient(shift)[:, None] - neg_score), 0)
+    else:
+        a = diffs * inv_h[:, None, None]
+        p = jnp.where(off_diag, jnp.prod(_kernel_of_abs(kernel, a), axis=0), 0)
+    total = jnp.sum(p, axis=1)
+    empty = total <= 0
+    pred = (p @ values) / jnp.where(empty, 1, total)[:, None]
+    if kernel != "gaussian":
+
+        def nearest_other():
+            a = diffs * inv_h[:, None, None]
+            d2 = jnp.where(off_diag, jnp.sum(a * a, axis=0), jnp.inf)
+            return values[jnp.argmin(d2, axis=1)]
+
+        fallback = jax.lax.cond(jnp.any(empty), nearest_other, lambda: jnp.zeros_like(pred))
+        pred = jnp.where(empty[:, None], fallback, pred)
+    return pred, empty
+
+
+def _loo_dense_score(kernel: str, log_h, data: _LooData):
+    pred, _ = _loo_dense(kernel, log_h, data)
+    return jnp.mean(jnp.sum((data.values - pred) ** 2, axis=-1))
+
+
+_loo_dense_jit = jax.jit(_loo_dense, static_argnums=0)
+_loo_dense_score_jit = jax.jit(_loo_dense_score, static_argnums=0)
+_loo_dense_value_and_grad = jax.jit(
+    jax.value_and_grad(_loo_dense_score, argnums=1), static_argnums=0
+)
+
+
+def _loo_blocked(score_fn, log_h, keys, values, block_size: int):
+    """Leave-one-out predictions streamed over key/query blocks (memory O(block_size^2)).
+
+    The online softmax of ``scored_attention`` with the pair i = j removed; for compact
+    kernels a running argmin gives the nearest other key for empty windows.
+    """
+    n, b = keys.shape[0], block_size
+    inv_h = jnp.broadcast_to(jnp.exp(-log_h), (keys.shape[1],))
+    compact = score_fn in _COMPACT_SCORES
+    pad = (-n) % b
+    k = jnp.pad(keys, ((0, pad), (0, 0))).reshape(-1, b, keys.shape[1])
+    v = jnp.pad(values, ((0, pad), (0, 0))).reshape(-1, b, values.shape[1])
+    index = jnp.arange(n + pad).reshape(-1, b)
+
+    @jax.checkpoint
+    def one_query_block(block):
+        qb, qidx = block
+
+        def body(carry, key_block):
+            m, l, acc, best, arg = carry
+            kb, vb, kidx = key_block
+            valid = (kidx[None, :] < n) & (kidx[None, :] != qidx[:, None])
+            s = jnp.where(valid, score_fn(qb, kb, inv_h), -jnp.inf)
+            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+            shift = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m_new), m_new, 0))
+            correction = jnp.exp(m - shift)
+            p = jnp.exp(s - shift[:, None])
+            l, acc = l * correction + p.sum(-1), acc * correction[:, None] + p @ vb
+            if compact:
+                d2 = jnp.where(valid, _scaled_sq_dist(qb, kb, inv_h), jnp.inf)
+                j = jnp.argmin(d2, axis=1)
+                dj = jnp.take_along_axis(d2, j[:, None], axis=1)[:, 0]
+                better = dj < best
+                best, arg = jnp.where(better, dj, best), jnp.where(better, kidx[j], arg)
+            return (m_new, l, acc, best, arg), None
+
+        init = (
+            jnp.full((b,), -jnp.inf, keys.dtype),
+            jnp.zeros((b,), keys.dtype),
+            jnp.zeros((b, values.shape[1]), values.dtype),
+            jnp.full((b,), jnp.inf, keys.dtype),
+            jnp.zeros((b,), index.dtype),
+        )
+        (_, l, acc, _, arg), _ = jax.lax.scan(body, init, (k, v, index))
+        empty = ~(l > 0)
+        pred = acc / jnp.where(empty, 1, l)[:, None]
+        return jnp.where(empty[:, None], values[arg], pred), empty
+
+    pred, empty = jax.lax.map(one_query_block, (k, index))
+    return pred.reshape(-1, values.shape[1])[:n], empty.reshape(-1)[:n]
+
+
+def _loo_blocked_score(score_fn, log_h, keys, values, block_size: int):
+    pred, _ = _loo_blocked(score_fn, log_h, keys, values, block_size)
+    return jnp.mean(jnp.sum((values - pred) ** 2, axis=-1))
+
+
+_loo_blocked_jit = jax.jit(_loo_blocked, static_argnums=(0, 4))
+_loo_blocked_score_jit = jax.jit(_loo_blocked_score, static_argnums=(0, 4))
+_loo_blocked_value_and_grad = jax.jit(
+    jax.value_and_grad(_loo_blocked_score, argnums=1), static_argnums=(0, 4)
+)
+
+
+def leave_one_out(
+    keys, values, *, kernel: str = "gaussian", bandwidth, block_size: int | None = None
+) -> LeaveOneOut:
+    """Closed-form leave-one-out CV(h) = (1/n) sum_i |v_i - f_{-i}(k_i)|^2.
+
+    f_{-i}(k_i) = sum_{j != i} v_j K_h(k_i - k_j) / sum_{j != i} K_h(k_i - k_j): the kernel
+    matrix with its diagonal dropped, one n x n pass (or streamed over blocks of
+    ``block_size``). An empty leave-one-out window takes the value of the nearest other key.
+
+    Args:
+        keys: (n,) or (n, d), n >= 2; values: (n,) or (n, m).
+        kernel: one of ``KERNELS``; bandwidth: scalar or (d,), > 0.
+        block_size: None (dense) or the block length of the streamed pass.
+
+    Returns:
+        ``LeaveOneOut(score (), predictions (n,) or (n, m), num_empty ())``.
+    """
+    kernel = _check_kernel(kernel)
+    block_size = _check_block_size(block_size)
+    (k, v), scalar_values, dtype = _check_data(keys, values)
+    if k.shape[0] < 2:
+        raise ValueError(f"keys: leave-one-out needs at least 2 points, got {k.shape[0]}")
+    log_h = jnp.log(_check_bandwidth(bandwidth, k.shape[1], dtype))
+    if block_size is None:
+        if _any_traced(k, v, log_h):
+            raise ValueError("keys: the dense leave-one-out pass needs concrete arrays")
+        collapse = kernel == "gaussian" and np.ndim(bandwidth) == 0
+        data = _loo_data(kernel, k, v, collapse)
+        pred, empty = _loo_dense_jit(kernel, log_h[:1] if collapse else log_h, data)
+    else:
+        pred, empty = _loo_blocked_jit(LOG_KERNEL_SCORES[kernel], log_h, k, v, block_size)
+    score = jnp.mean(jnp.sum((v - pred) ** 2, axis=-1))
+    return LeaveOneOut(score, pred[:, 0] if scalar_values else pred, jnp.sum(empty))
+
+
+# ----------------------------------------------------------------------------- bandwidth selection
+
+
+def _held_out_loss(score_fn, log_h, train_keys, train_values, test_keys, test_values):
+    """Mean squared error of NW fitted on the train split, evaluated on the held-out split."""
+    inv_h = jnp.broadcast_to(jnp.exp(-log_h), (train_keys.shape[1],))
+    s = score_fn(test_keys, train_keys, inv_h)
+    m = jnp.max(s, axis=1)
+    has = jnp.isfinite(m)
+    p = jnp.exp(s - jax.lax.stop_gradient(jnp.where(has, m, 0))[:, None])
+    pred = (p @ train_values) / jnp.where(has, p.sum(1), 1)[:, None]
+    if score_fn in _COMPACT_SCORES:
+        nearest = jnp.argmin(_scaled_sq_dist(test_keys, train_keys, inv_h), axis=1)
+        pred = jnp.where(has[:, None], pred, train_values[nearest])
+    return jnp.mean(jnp.sum((test_values - pred) ** 2, axis=-1))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 7))
+def _adam_fit(score_fn, log_h0, train_keys, train_values, test_keys, test_values, lr, num_steps):
+    """Adam on log h; returns ((T+1, ...) log h path, (T+1,) held-out losses)."""
+    optimiser = optax.adam(lr)
+    loss_and_grad = jax.value_and_grad(_held_out_loss, argnums=1)
+    data = (train_keys, train_values, test_keys, test_values)
+
+    def step(carry, _):
+        log_h, state = carry
+        loss, grad = loss_and_grad(score_fn, log_h, *data)
+        updates, state = optimiser.update(grad, state, log_h)
+        return (optax.apply_updates(log_h, updates), state), (log_h, loss)
+
+    (log_h, _), (path, losses) = jax.lax.scan(
+        step, (log_h0, optimiser.init(log_h0)), None, length=num_steps
+    )
+    final = _held_out_loss(score_fn, log_h, *data)
+    return jnp.concatenate([path, log_h[None]]), jnp.concatenate([losses, final[None]])
+
+
+def _spread(k: np.ndarray) -> np.ndarray:
+    """Per-coordinate standard deviation of the keys; raises on a constant coordinate."""
+    scale = np.std(k, axis=0, ddof=1)
+    if np.any(scale <= 0):
+        raise ValueError(
+            f"keys: coordinate(s) {np.flatnonzero(scale <= 0).tolist()} are constant; "
+            "bandwidth selection needs keys that vary in every coordinate"
+        )
+    return scale
+
+
+def select_bandwidth(
+    keys,
+    values,
+    *,
+    kernel: str = "gaussian",
+    method: str = "loo-cv",
+    per_coordinate: bool = False,
+    bounds: tuple[float, float] = (1e-3, 4.0),
+    num_grid: int = 16,
+    block_size: int | None = None,
+    key: jax.Array | None = None,
+    holdout: float = 0.25,
+    init=None,
+    learning_rate: float = 0.05,
+    num_steps: int = 200,
+) -> BandwidthResult:
+    """Choose h for ``nadaraya_watson`` by leave-one-out CV or by gradient descent.
+
+    "loo-cv" minimises CV(h) = (1/n) sum_i |v_i - f_{-i}(k_i)|^2 (``leave_one_out``) over
+    log h: a coarse grid h = t * sd(keys), t in geomspace(*bounds, num_grid) (per-coordinate
+    sd when ``per_coordinate``, else the root-mean-square sd), which guards against local
+    minima, then a local optimiser started from the best grid point: bounded Brent on log h
+    for a scalar h; L-BFGS-B on log h (d,) with a jitted ``jax.value_and_grad`` for
+    per-coordinate h (Nelder-Mead for the boxcar, whose CV is piecewise constant in h).
+
+    "gradient" is the d2l-style learned bandwidth: Adam on log h minimising the squared error
+    on a random held-out fraction ``holdout`` of the pairs (NW fitted on the rest), starting
+    from the normal-reference h0 = 1.06 sd n^(-1/(4 + d)) (or ``init``).
+
+    Args:
+        keys: (n,) or (n, d), n >= 2, non-constant in each coordinate; values: (n,) or (n, m).
+        kernel: one of ``KERNELS`` ("gradient" excludes "boxcar": zero gradient in h).
+        method: "loo-cv" or "gradient".
+        per_coordinate: one bandwidth per key coordinate (d,) instead of a scalar.
+        bounds: (lo, hi) search range of t in units of the keys' sd ("loo-cv").
+        num_grid: number of grid points (>= 3) ("loo-cv").
+        block_size: stream the leave-one-out pass over blocks ("loo-cv"); None is dense and
+            holds d n x n arrays.
+        key: ``jax.random`` key for the train/held-out split ("gradient").
+        holdout: held-out fraction in (0, 1) ("gradient").
+        init: starting bandwidth, scalar or (d,) ("gradient").
+        learning_rate, num_steps: Adam settings ("gradient").
+
+    Returns:
+        ``BandwidthResult(bandwidth () or (d,), score (), bandwidth_trace, loss_trace)``.
+        A "loo-cv" minimum on the edge of the grid raises a ``RuntimeWarning``.
+    """
+    kernel = _check_kernel(kernel)
+    if method not in SELECTION_METHODS:
+        raise ValueError(f"method: unknown method {method!r}; known: {list(SELECTION_METHODS)}")
+    if not isinstance(per_coordinate, bool):
+        raise ValueError(f"per_coordinate: expected True or False, got {per_coordinate!r}")
+    (k, v), _, dtype = _check_data(keys, values)
+    if _any_traced(k, v):
+        raise ValueError("keys: select_bandwidth needs concrete arrays (it is not jittable)")
+    n, d = k.shape
+    if n < 2:
+        raise ValueError(f"keys: bandwidth selection needs at least 2 points, got {n}")
+    scale = _spread(np.asarray(k, np.float64))
+    if not per_coordinate:
+        scale = np.full(d, math.sqrt(np.mean(scale**2)))
+    if method == "loo-cv":
+        lo, hi = _check_bounds(bounds)
+        num_grid = _checks.check_positive_int("num_grid", num_grid, minimum=3)
+        block_size = _check_block_size(block_size)
+        return _select_loo_cv(kernel, k, v, scale, per_coordinate, lo, hi, num_grid, block_size)
+    if kernel == "boxcar":
+        raise ValueError(
+            "kernel: method='gradient' needs weights that vary smoothly with h; the boxcar's "
+            "are piecewise constant (zero gradient): use method='loo-cv'"
+        )
+    if key is None:
+        raise ValueError("key: method='gradient' needs a jax.random key for the held-out split")
+    if isinstance(holdout, bool) or not (isinstance(holdout, float | int) and 0 < holdout < 1):
+        raise ValueError(f"holdout: expected a fraction in (0, 1), got {holdout!r}")
+    learning_rate = _checks.check_positive_scalar("learning_rate", learning_rate)
+    num_steps = _checks.check_positive_int("num_steps", num_steps)
+    if init is None:
+        h0 = 1.06 * scale * n ** (-1.0 / (4 + d))
+    else:
+        h0 = np.asarray(_check_bandwidth(init, d, dtype, "init"))
+        if not per_coordinate and not np.all(h0 == h0[0]):
+            raise ValueError("init: a per-coordinate bandwidth needs per_coordinate=True")
+    log_h0 = jnp.log(jnp.asarray(h0 if per_coordinate else h0[0], dtype))
+    num_test = min(max(1, round(holdout * n)), n - 1)
+    perm = jax.random.permutation(key, n)
+    test, train = perm[:num_test], perm[num_test:]
+    path, losses = _adam_fit(
+        LOG_KERNEL_SCORES[kernel],
+        log_h0,
+        k[train],
+        v[train],
+        k[test],
+        v[test],
+        jnp.asarray(learning_rate, dtype),
+        num_steps,
+    )
+    trace = jnp.exp(path)
+    return BandwidthResult(trace[-1], losses[-1], trace, losses)
+
+
+def _check_bounds(bounds):
+    try:
+        lo, hi = (float(b) for b in bounds)
+    except (TypeError, ValueError):
+        raise ValueError(f"bounds: expected (lo, hi) positive numbers, got {bounds!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi):
+        raise ValueError(f"bounds: expected 0 < lo < hi (finite), got {bounds!r}")
+    return lo, hi
+
+
+def _select_loo_cv(kernel, k, v, scale, per_coordinate, lo, hi, num_grid, block_size):
+    d = k.shape[1]
+    dtype = k.dtype
+    score_fn = LOG_KERNEL_SCORES[kernel]
+    collapse = kernel == "gaussian" and not per_coordinate
+    if block_size is None:
+        data = _loo_data(kernel, k, v, collapse)
+        width = 1 if collapse else d
+
+        def expand(log_h):
+            return jnp.broadcast_to(jnp.asarray(log_h, dtype), (width,))
+
+        def value(log_h):
+            return float(_loo_dense_score_jit(kernel, expand(log_h), data))
+
+        def value_and_grad(log_h):
+            val, grad = _loo_dense_value_and_grad(kernel, expand(log_h), data)
+            return float(val), np.asarray(grad, np.float64)
+
+    else:
+
+        def expand(log_h):
+            return jnp.broadcast_to(jnp.asarray(log_h, dtype), (d,))
+
+        def value(log_h):
+            return float(_loo_blocked_score_jit(score_fn, expand(log_h), k, v, block_size))
+
+        def value_and_grad(log_h):
+            val, grad = _loo_blocked_value_and_grad(score_fn, expand(log_h), k, v, block_size)
+            return float(val), np.asarray(grad, np.float64)
+
+    log_scale = np.log(scale)
+    log_t = np.linspace(math.log(lo), math.log(hi), num_grid)
+    if per_coordinate:
+        grid_scores = np.array([value(log_scale + lt) for lt in log_t])
+    else:
+        grid_scores = np.array([value(log_scale[0] + lt) for lt in log_t])
+    if not np.all(np.isfinite(grid_scores)):
+        raise ValueError("values: leave-one-out CV is not finite on the grid (check the data)")
+    g = int(np.argmin(grid_scores))
+    if g in (0, num_grid - 1):
+        warnings.warn(
+            f"bounds: the CV minimum is on the edge of the search grid (t = {np.exp(log_t[g]):.3g}"
+            f" sd); widen bounds={lo, hi} if this is not intended",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    best_x = log_scale + log_t[g] if per_coordinate else log_scale[0] + log_t[g]
+    best_f = grid_scores[g]
+    lo_t, hi_t = log_t[max(g - 1, 0)], log_t[min(g + 1, num_grid - 1)]
+    if not per_coordinate:
+        res = optimize.minimize_scalar(
+            value,
+            bounds=(log_scale[0] + lo_t, log_scale[0] + hi_t),
+            method="bounded",
+            options={"xatol": 1e-3},
+        )
+        if res.fun < best_f:
+            best_x, best_f = res.x, res.fun
+    else:
+        box = list(zip(log_scale + log_t[0], log_scale + log_t[-1], strict=True))
+        if kernel == "boxcar":
+            res = optimize.minimize(
+                value,
+                best_x,
+                method="Nelder-Mead",
+                bounds=box,
+                options={"xatol": 1e-3, "fatol": 1e-10},
+            )
+        else:
+            res = optimize.minimize(value_and_grad, best_x, jac=True, method="L-BFGS-B", bounds=box)
+        if res.fun < best_f:
+            best_x, best_f = res.x, res.fun
+    bandwidth = jnp.exp(jnp.asarray(best_x, dtype))
+    trace = (
+        np.exp(log_scale[None, :] + log_t[:, None])
+        if per_coordinate
+        else np.exp(log_scale[0] + log_t)
+    )
+    return BandwidthResult(
+        bandwidth,
+        jnp.asarray(best_f, dtype),
+        jnp.asarray(trace, dtype),
+        jnp.asarray(grid_scores, dtype),
+    )
+
+
+__all__ = [
+    "COMPACT_KERNELS",
+    "KERNELS",
+    "LOG_KERNEL_SCORES",
+    "SELECTION_METHODS",
+    "BandwidthResult",
+    "EmptyWindowWarning",
+    "LeaveOneOut",
+    "kernel_scores",
+    "leave_one_out",
+    "nadaraya_watson",
+    "select_bandwidth",
+]
