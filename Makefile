@@ -51,6 +51,8 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[dev,bench]"
 	$(PY) benchmarks/em_step.py
+	$(PY) benchmarks/bandwidth_selection.py
+	$(PY) benchmarks/streaming_attention.py
 
 clean:
 	rm -rf $(VENV) reports

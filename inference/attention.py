@@ -260,12 +260,12 @@ def _streamed_softmax_attention(score_fn, params, queries, keys, values, bias, b
     return out.reshape(-1, values.shape[1])[:nq], lse.reshape(-1)[:nq]
 
 
-@functools.partial(jax.jit, static_argnames=("score_fn",))
-def _dense_softmax_attention(score_fn, params, queries, keys, values, bias):
+@functools.partial(jax.jit, static_argnames=("score_fn", "return_weights"))
+def _dense_softmax_attention(score_fn, params, queries, keys, values, bias, return_weights):
     scores = score_fn(queries, keys, params) + bias[None, :]
     lse = jax.nn.logsumexp(scores, axis=-1)
     weights = _safe_softmax(scores, lse)
-    return weights @ values, weights, lse
+    return weights @ values, (weights if return_weights else None), lse
 
 
 def scored_attention(
@@ -277,6 +277,7 @@ def scored_attention(
     *,
     bias=None,
     block_size: int | None = None,
+    return_weights: bool = True,
 ) -> Attention:
     """Softmax attention for any score function, dense or streamed over key blocks.
 
@@ -289,16 +290,23 @@ def scored_attention(
         bias: (K,) key bias; -inf removes a key.
         block_size: None for the dense path; else stream over blocks of this many keys and
             queries (memory O(block_size^2)); K and Q need not be multiples of it.
+        return_weights: keep the dense Q x K weights in the result (False lets XLA free them,
+            halving the dense path's peak memory when only the output is needed).
 
     Returns:
-        ``Attention(output (Q, dv), weights (Q, K) or None when streamed, log_normalizer (Q,))``.
+        ``Attention(output (Q, dv), weights (Q, K) or None (streamed, or not requested),
+        log_normalizer (Q,))``.
         A query with no key left (all biases -inf, or all log-kernel values -inf) gets output
         0 and log_normalizer -inf.
     """
     queries, keys, values = _check_qkv(queries, keys, values)
     bias = _check_bias(bias, keys.shape[0], queries.dtype)
     if block_size is None:
-        return Attention(*_dense_softmax_attention(score_fn, params, queries, keys, values, bias))
+        return Attention(
+            *_dense_softmax_attention(
+                score_fn, params, queries, keys, values, bias, bool(return_weights)
+            )
+        )
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size: expected an integer >= 1 or None, got {block_size!r}")
     out, lse = _streamed_softmax_attention(
@@ -381,7 +389,14 @@ def attend(
     bias = bias / temperature
     if weights == "softmax":
         out = scored_attention(
-            _dot_product, params, queries, keys, values2, bias=bias, block_size=block_size
+            _dot_product,
+            params,
+            queries,
+            keys,
+            values2,
+            bias=bias,
+            block_size=block_size,
+            return_weights=False,
         ).output
     else:
         if block_size is not None:

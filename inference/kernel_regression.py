@@ -158,12 +158,20 @@ def _kernel_of_abs(kernel: str, a):
     return jnp.where(inside, value, 0)
 
 
+def _relative(inv_bandwidth):
+    """1/h divided by its largest entry: the same argmin of |(q - k) / h|, no overflow."""
+    return inv_bandwidth / jnp.max(inv_bandwidth)
+
+
 def _scaled_sq_dist(queries, keys, inv_bandwidth):
     u = _scaled_diff(queries, keys, inv_bandwidth)
     return jnp.sum(u * u, -1)
 
 
 # ----------------------------------------------------------------------------- argument checks
+#
+# Concrete inputs are checked and converted with NumPy, so that no eager JAX operation (each
+# of which compiles on first use) runs outside the module-level jitted kernels below.
 
 
 def _check_kernel(kernel) -> str:
@@ -174,20 +182,21 @@ def _check_kernel(kernel) -> str:
 
 def _check_bandwidth(bandwidth, dim: int, dtype, name: str = "bandwidth"):
     """A scalar or (d,) bandwidth, finite and > 0, returned as (d,)."""
-    if _checks.is_traced(bandwidth):
-        h = bandwidth
-    else:
-        h = _checks.as_float_array(name, bandwidth)
+    h = bandwidth if _checks.is_traced(bandwidth) else _checks.as_float_array(name, bandwidth)
     if h.ndim > 1 or (h.ndim == 1 and h.shape[0] != dim):
         raise ValueError(
             f"{name}: expected a scalar or shape ({dim},) (one per key coordinate), "
             f"got shape {tuple(h.shape)}"
         )
-    if not _checks.is_traced(h):
-        _checks.check_finite(name, h)
-        if np.any(h <= 0):
-            raise ValueError(f"{name}: must be > 0, got {h}")
-    return jnp.broadcast_to(jnp.asarray(h, dtype), (dim,))
+    if _checks.is_traced(h):
+        return jnp.broadcast_to(h.astype(dtype), (dim,))
+    _checks.check_finite(name, h)
+    if np.any(h <= 0):
+        raise ValueError(f"{name}: must be > 0, got {h}")
+    with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        if not np.all(np.isfinite(np.reciprocal(np.square(h.astype(dtype))))):
+            raise ValueError(f"{name}: {h} is too small for {dtype} (1/h^2 overflows)")
+    return np.broadcast_to(h.astype(dtype), (dim,))
 
 
 def _check_block_size(block_size):
@@ -211,8 +220,12 @@ def _check_data(keys, values, queries=None):
                 "(pass (Q,) or (Q, 1) queries for (n,) keys, (Q, d) for (n, d) keys)"
             )
         arrays.append(q)
-    dtype = jnp.result_type(*(a.dtype for a in arrays))
-    return [jnp.asarray(a, dtype) for a in arrays], scalar_values, dtype
+    dtype = np.dtype(jnp.result_type(*(a.dtype for a in arrays)))
+    return [_as_dtype(a, dtype) for a in arrays], scalar_values, dtype
+
+
+def _as_dtype(a, dtype):
+    return a.astype(dtype) if _checks.is_traced(a) else np.asarray(a, dtype)
 
 
 def _any_traced(*values) -> bool:
@@ -235,11 +248,9 @@ def kernel_scores(queries, keys, *, kernel: str = "gaussian", bandwidth) -> jax.
     q, _ = _checks.as_points("queries", queries)
     if q.shape[1] != k.shape[1]:
         raise ValueError(f"queries: dimension {q.shape[1]} does not match the keys' {k.shape[1]}")
-    dtype = jnp.result_type(q.dtype, k.dtype)
+    dtype = np.dtype(jnp.result_type(q.dtype, k.dtype))
     inv_h = 1 / _check_bandwidth(bandwidth, k.shape[1], dtype)
-    return _dense_scores(
-        LOG_KERNEL_SCORES[kernel], jnp.asarray(q, dtype), jnp.asarray(k, dtype), inv_h
-    )
+    return _dense_scores(LOG_KERNEL_SCORES[kernel], _as_dtype(q, dtype), _as_dtype(k, dtype), inv_h)
 
 
 @functools.partial(jax.jit, static_argnames=("score_fn",))
@@ -275,64 +286,95 @@ def nadaraya_watson(
     Returns:
         (Q,) for values given as (n,), else (Q, m). A query whose window holds no key
         (compact kernels) gets the value of its nearest key in |(q - k) / h| (ties to the
-        lowest index), with an ``EmptyWindowWarning`` giving their number; never NaN.
+        lowest index), with an ``EmptyWindowWarning`` giving their number; never NaN. (The
+        same fallback covers Gaussian rows whose scores all overflow, for absurdly small h.)
     """
     kernel = _check_kernel(kernel)
     block_size = _check_block_size(block_size)
     (k, v, q), scalar_values, dtype = _check_data(keys, values, queries)
     inv_h = 1 / _check_bandwidth(bandwidth, k.shape[1], dtype)
-    att = scored_attention(LOG_KERNEL_SCORES[kernel], inv_h, q, k, v, block_size=block_size)
-    out = att.output
-    if kernel in COMPACT_KERNELS:
-        out = _fill_empty_windows(out, att.log_normalizer, q, k, v, inv_h, block_size, kernel)
-    return out[:, 0] if scalar_values else out
+    score_fn = LOG_KERNEL_SCORES[kernel]
+    out, empty, num_empty = _nadaraya_watson(score_fn, inv_h, q, k, v, block_size, scalar_values)
+    if _checks.is_traced(num_empty):
+        return _fill_empty_windows(out, empty, q, k, v, inv_h, block_size)
+    if int(num_empty):
+        warnings.warn(
+            f"queries: {int(num_empty)} of {q.shape[0]} queries have no key inside the {kernel} "
+            "kernel's window; they get the value of their nearest key (distance scaled by h)",
+            EmptyWindowWarning,
+            stacklevel=2,
+        )
+        out = _fill_empty_windows(out, empty, q, k, v, inv_h, block_size)
+    return out
 
 
-def _fill_empty_windows(out, log_normalizer, q, k, v, inv_h, block_size, kernel):
-    """Replace rows with log_normalizer = -inf by the value of the nearest key."""
-    if _any_traced(out, q, k, v, inv_h):
-        nearest = _nearest_key(q, k, inv_h, block_size=block_size)
-        return jnp.where(jnp.isfinite(log_normalizer)[:, None], out, v[nearest])
-    empty = np.flatnonzero(~np.isfinite(np.asarray(log_normalizer)))
-    if empty.size == 0:
-        return out
-    warnings.warn(
-        f"queries: {empty.size} of {q.shape[0]} queries have no key inside the {kernel} "
-        "kernel's window; they get the value of their nearest key (distance scaled by h)",
-        EmptyWindowWarning,
-        stacklevel=3,
+@functools.partial(jax.jit, static_argnums=(0, 5, 6))
+def _nadaraya_watson(score_fn, inv_h, queries, keys, values, block_size, scalar_values):
+    """``scored_attention`` with the log-kernel scores: (output, (Q,) empty rows, count).
+
+    A row is empty when no key has positive weight: an empty window of a compact kernel (or,
+    for the Gaussian, scores that all overflow to -inf, for absurdly small h).
+    """
+    att = scored_attention(
+        score_fn, inv_h, queries, keys, values, block_size=block_size, return_weights=False
     )
-    # Pad the rows to a power of two so that the argmin kernel compiles for few shapes.
-    padded = np.resize(empty, 1 << (empty.size - 1).bit_length())
-    nearest = _nearest_key(q[padded], k, inv_h, block_size=block_size)[: empty.size]
-    return out.at[empty].set(v[nearest])
+    empty = ~jnp.isfinite(att.log_normalizer)
+    out = att.output[:, 0] if scalar_values else att.output
+    return out, empty, jnp.sum(empty)
 
 
-@functools.partial(jax.jit, static_argnames=("block_size",))
-def _nearest_key(queries, keys, inv_bandwidth, block_size=None):
-    """argmin_j |(q_i - k_j) / h|: (Q,) int; blocked over keys and queries when streamed."""
+@functools.partial(jax.jit, static_argnums=(6,))
+def _fill_empty_windows(out, empty, queries, keys, values, inv_h, block_size):
+    """Replace the empty rows of ``out`` ((Q,) or (Q, m)) by the nearest key's value."""
+    fallback = jax.lax.cond(
+        jnp.any(empty),
+        lambda: values[_nearest_key(queries, keys, inv_h, block_size)],
+        lambda: jnp.zeros_like(values, shape=(queries.shape[0], values.shape[1])),
+    )
+    if out.ndim == 1:
+        return jnp.where(empty, fallback[:, 0], out)
+    return jnp.where(empty[:, None], fallback, out)
+
+
+def _nearest_key(queries, keys, inv_bandwidth, block_size=None, exclude_self=False):
+    """argmin_j |(q_i - k_j) / h| (j != i with ``exclude_self``, queries = keys): (Q,) int.
+
+    Dense, or blocked over keys and queries with a running minimum (memory O(block^2)).
+    Ties go to the lowest index.
+    """
+    inv_bandwidth = _relative(inv_bandwidth)
+    nq, nk = queries.shape[0], keys.shape[0]
     if block_size is None:
-        return jnp.argmin(_scaled_sq_dist(queries, keys, inv_bandwidth), axis=1)
-    nq, nk, b = queries.shape[0], keys.shape[0], block_size
+        d2 = _scaled_sq_dist(queries, keys, inv_bandwidth)
+        if exclude_self:
+            d2 = jnp.where(jnp.eye(nq, nk, dtype=bool), jnp.inf, d2)
+        return jnp.argmin(d2, axis=1)
+    b = block_size
     q = jnp.pad(queries, ((0, (-nq) % b), (0, 0))).reshape(-1, b, queries.shape[1])
     k = jnp.pad(keys, ((0, (-nk) % b), (0, 0))).reshape(-1, b, keys.shape[1])
+    query_index = jnp.arange(q.shape[0] * b).reshape(-1, b)
     key_index = jnp.arange(k.shape[0] * b).reshape(-1, b)
 
-    def one_query_block(qb):
-        def body(carry, block):
+    def one_query_block(block):
+        qb, qidx = block
+
+        def body(carry, key_block):
             best, arg = carry
-            kb, idx = block
-            d2 = jnp.where(idx[None, :] < nk, _scaled_sq_dist(qb, kb, inv_bandwidth), jnp.inf)
+            kb, kidx = key_block
+            valid = kidx[None, :] < nk
+            if exclude_self:
+                valid = valid & (kidx[None, :] != qidx[:, None])
+            d2 = jnp.where(valid, _scaled_sq_dist(qb, kb, inv_bandwidth), jnp.inf)
             j = jnp.argmin(d2, axis=1)
             dj = jnp.take_along_axis(d2, j[:, None], axis=1)[:, 0]
-            better = dj < best
-            return (jnp.where(better, dj, best), jnp.where(better, idx[j], arg)), None
+            better = dj < best  # strict: ties keep the lower index
+            return (jnp.where(better, dj, best), jnp.where(better, kidx[j], arg)), None
 
         init = (jnp.full((b,), jnp.inf, queries.dtype), jnp.zeros((b,), key_index.dtype))
         (_, arg), _ = jax.lax.scan(body, init, (k, key_index))
         return arg
 
-    return jax.lax.map(one_query_block, q).reshape(-1)[:nq]
+    return jax.lax.map(one_query_block, (q, query_index)).reshape(-1)[:nq]
 
 
 # ----------------------------------------------------------------------------- leave-one-out
@@ -342,7 +384,8 @@ class _LooData(NamedTuple):
     """Pairwise differences for the dense leave-one-out pass (built once per data set).
 
     diffs: (d', n, n) squared coordinate differences (gaussian) or absolute ones (compact);
-        for the gaussian kernel with a scalar bandwidth d' = 1 and the entry is |k_i - k_j|^2.
+        for the gaussian kernel with a scalar bandwidth ("collapsed") d' = 1, the entry is
+        |k_i - k_j|^2 and the diagonal is +inf (that path is never differentiated).
     row_min: (n,) min_{j != i} of diffs[0] (used when d' = 1: the exact row maximum score).
     values: (n, m).
     """
@@ -352,75 +395,95 @@ class _LooData(NamedTuple):
     values: jax.Array
 
 
-def _loo_data(kernel: str, keys, values, collapse: bool) -> _LooData:
-    k = np.asarray(keys)
-    diff = k[None, :, :] - k[:, None, :]  # (n, n, d)
-    if kernel == "gaussian":
-        sq = diff * diff
-        diffs = sq.sum(-1, keepdims=True) if collapse else sq
+def _loo_data(kernel: str, keys: np.ndarray, values: np.ndarray, collapse: bool) -> _LooData:
+    n, d = keys.shape
+    if kernel == "gaussian" and collapse:
+        diffs = np.zeros((1, n, n), keys.dtype)
+        for c in range(d):
+            diffs[0] += np.square(keys[:, None, c] - keys[None, :, c])
     else:
-        diffs = np.abs(diff)
-    diffs = np.ascontiguousarray(np.moveaxis(diffs, -1, 0))
-    first = diffs[0].copy()
+        diffs = np.empty((d, n, n), keys.dtype)
+        for c in range(d):
+            np.subtract(keys[:, None, c], keys[None, :, c], out=diffs[c])
+        diffs = np.square(diffs, out=diffs) if kernel == "gaussian" else np.abs(diffs, out=diffs)
+    first = diffs[0]
+    diagonal = first.diagonal().copy()
     np.fill_diagonal(first, np.inf)
     row_min = first.min(1)
-    dtype = values.dtype
-    return _LooData(jnp.asarray(diffs, dtype), jnp.asarray(row_min, dtype), values)
+    if not (kernel == "gaussian" and collapse):
+        np.fill_diagonal(first, diagonal)  # finite, so that gradients stay finite
+    # device_put, not jnp.asarray: the latter stages a slow copy of the (d', n, n) array.
+    return _LooData(*jax.device_put((diffs, row_min, values)))
 
 
 def _loo_dense(kernel: str, log_h, data: _LooData):
-    """f_{-i}(k_i) for all i from precomputed differences: ((n, m) predictions, (n,) empty)."""
+    """f_{-i}(k_i) from precomputed differences: (CV, (n, m) predictions, number empty)."""
     diffs, row_min, values = data
     n = values.shape[0]
     inv_h = jnp.exp(-log_h)
     off_diag = ~jnp.eye(n, dtype=bool)
     if kernel == "gaussian":
         inv_h2 = inv_h * inv_h
-        neg_score = 0.5 * jnp.einsum("cij,c->ij", diffs, inv_h2)
-        if diffs.shape[0] == 1:
-            shift = 0.5 * inv_h2[0] * row_min
+        if diffs.shape[0] == 1:  # exact row maximum: p = 1 at the nearest other key
+            p = jnp.exp(-0.5 * inv_h2[0] * (diffs[0] - row_min[:, None]))
         else:
+            neg_score = 0.5 * jnp.sum(diffs * inv_h2[:, None, None], axis=0)
             shift = jnp.min(jnp.where(off_diag, neg_score, jnp.inf), axis=1)
-        p = jnp.where(off_diag, jnp.exp(jax.lax.stop_gradient(shift)[:, None] - neg_score), 0)
+            p = jnp.exp(jax.lax.stop_gradient(shift)[:, None] - neg_score)
+        p = jnp.where(off_diag, p, 0)
     else:
         a = diffs * inv_h[:, None, None]
         p = jnp.where(off_diag, jnp.prod(_kernel_of_abs(kernel, a), axis=0), 0)
-    total = jnp.sum(p, axis=1)
+    # One product gives numerators and row sums: separate row reductions would each recompute
+    # the exponentials.
+    sums = p @ jnp.concatenate([values, jnp.ones_like(values[:, :1])], axis=1)
+    total = sums[:, -1]
     empty = total <= 0
-    pred = (p @ values) / jnp.where(empty, 1, total)[:, None]
+    pred = sums[:, :-1] / jnp.where(empty, 1, total)[:, None]
     if kernel != "gaussian":
 
         def nearest_other():
-            a = diffs * inv_h[:, None, None]
+            a = diffs * _relative(inv_h)[:, None, None]
             d2 = jnp.where(off_diag, jnp.sum(a * a, axis=0), jnp.inf)
             return values[jnp.argmin(d2, axis=1)]
 
         fallback = jax.lax.cond(jnp.any(empty), nearest_other, lambda: jnp.zeros_like(pred))
         pred = jnp.where(empty[:, None], fallback, pred)
-    return pred, empty
+    return jnp.mean(jnp.sum((values - pred) ** 2, axis=-1)), pred, jnp.sum(empty)
 
 
 def _loo_dense_score(kernel: str, log_h, data: _LooData):
-    pred, _ = _loo_dense(kernel, log_h, data)
-    return jnp.mean(jnp.sum((data.values - pred) ** 2, axis=-1))
+    return _loo_dense(kernel, log_h, data)[0]
+
+
+@jax.jit
+def _loo_gaussian_scalar_score(log_h, data: _LooData):
+    """CV(h), Gaussian kernel, scalar h, collapsed data: the lean kernel of the 1-D search.
+
+    p_ij = exp(-(|k_i - k_j|^2 - min_j' |k_i - k_j'|^2) / (2 h^2)) <= 1, = 1 at the nearest
+    other key (so no row is empty) and 0 on the +inf diagonal; no mask, no predictions.
+    """
+    diffs, row_min, values = data
+    p = jnp.exp(-0.5 * jnp.exp(-2 * log_h[0]) * (diffs[0] - row_min[:, None]))
+    sums = p @ jnp.concatenate([values, jnp.ones_like(values[:, :1])], axis=1)
+    return jnp.mean(jnp.sum((values - sums[:, :-1] / sums[:, -1:]) ** 2, axis=-1))
 
 
 _loo_dense_jit = jax.jit(_loo_dense, static_argnums=0)
-_loo_dense_score_jit = jax.jit(_loo_dense_score, static_argnums=0)
 _loo_dense_value_and_grad = jax.jit(
     jax.value_and_grad(_loo_dense_score, argnums=1), static_argnums=0
 )
 
 
 def _loo_blocked(score_fn, log_h, keys, values, block_size: int):
-    """Leave-one-out predictions streamed over key/query blocks (memory O(block_size^2)).
+    """Leave-one-out streamed over key/query blocks: (CV, (n, m) predictions, number empty).
 
-    The online softmax of ``scored_attention`` with the pair i = j removed; for compact
-    kernels a running argmin gives the nearest other key for empty windows.
+    The online softmax of ``scored_attention`` with the pair i = j removed (memory
+    O(block_size^2)); only if some window is empty, a blocked argmin finds the nearest other
+    keys.
     """
     n, b = keys.shape[0], block_size
     inv_h = jnp.broadcast_to(jnp.exp(-log_h), (keys.shape[1],))
-    compact = score_fn in _COMPACT_SCORES
     pad = (-n) % b
     k = jnp.pad(keys, ((0, pad), (0, 0))).reshape(-1, b, keys.shape[1])
     v = jnp.pad(values, ((0, pad), (0, 0))).reshape(-1, b, values.shape[1])
@@ -431,46 +494,42 @@ def _loo_blocked(score_fn, log_h, keys, values, block_size: int):
         qb, qidx = block
 
         def body(carry, key_block):
-            m, l, acc, best, arg = carry
+            m, l, acc = carry
             kb, vb, kidx = key_block
             valid = (kidx[None, :] < n) & (kidx[None, :] != qidx[:, None])
             s = jnp.where(valid, score_fn(qb, kb, inv_h), -jnp.inf)
-            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-            shift = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m_new), m_new, 0))
+            # The running max only shifts exponents (the ratio is invariant): no gradient.
+            m_new = jax.lax.stop_gradient(jnp.maximum(m, jnp.max(s, axis=-1)))
+            shift = jnp.where(jnp.isfinite(m_new), m_new, 0)
             correction = jnp.exp(m - shift)
             p = jnp.exp(s - shift[:, None])
-            l, acc = l * correction + p.sum(-1), acc * correction[:, None] + p @ vb
-            if compact:
-                d2 = jnp.where(valid, _scaled_sq_dist(qb, kb, inv_h), jnp.inf)
-                j = jnp.argmin(d2, axis=1)
-                dj = jnp.take_along_axis(d2, j[:, None], axis=1)[:, 0]
-                better = dj < best
-                best, arg = jnp.where(better, dj, best), jnp.where(better, kidx[j], arg)
-            return (m_new, l, acc, best, arg), None
+            return (m_new, l * correction + p.sum(-1), acc * correction[:, None] + p @ vb), None
 
         init = (
             jnp.full((b,), -jnp.inf, keys.dtype),
             jnp.zeros((b,), keys.dtype),
             jnp.zeros((b, values.shape[1]), values.dtype),
-            jnp.full((b,), jnp.inf, keys.dtype),
-            jnp.zeros((b,), index.dtype),
         )
-        (_, l, acc, _, arg), _ = jax.lax.scan(body, init, (k, v, index))
+        (_, l, acc), _ = jax.lax.scan(body, init, (k, v, index))
         empty = ~(l > 0)
-        pred = acc / jnp.where(empty, 1, l)[:, None]
-        return jnp.where(empty[:, None], values[arg], pred), empty
+        return acc / jnp.where(empty, 1, l)[:, None], empty
 
     pred, empty = jax.lax.map(one_query_block, (k, index))
-    return pred.reshape(-1, values.shape[1])[:n], empty.reshape(-1)[:n]
+    pred, empty = pred.reshape(-1, values.shape[1])[:n], empty.reshape(-1)[:n]
+    fallback = jax.lax.cond(
+        jnp.any(empty),
+        lambda: values[_nearest_key(keys, keys, inv_h, block_size, exclude_self=True)],
+        lambda: jnp.zeros_like(pred),
+    )
+    pred = jnp.where(empty[:, None], fallback, pred)
+    return jnp.mean(jnp.sum((values - pred) ** 2, axis=-1)), pred, jnp.sum(empty)
 
 
 def _loo_blocked_score(score_fn, log_h, keys, values, block_size: int):
-    pred, _ = _loo_blocked(score_fn, log_h, keys, values, block_size)
-    return jnp.mean(jnp.sum((values - pred) ** 2, axis=-1))
+    return _loo_blocked(score_fn, log_h, keys, values, block_size)[0]
 
 
 _loo_blocked_jit = jax.jit(_loo_blocked, static_argnums=(0, 4))
-_loo_blocked_score_jit = jax.jit(_loo_blocked_score, static_argnums=(0, 4))
 _loo_blocked_value_and_grad = jax.jit(
     jax.value_and_grad(_loo_blocked_score, argnums=1), static_argnums=(0, 4)
 )
@@ -488,7 +547,8 @@ def leave_one_out(
     Args:
         keys: (n,) or (n, d), n >= 2; values: (n,) or (n, m).
         kernel: one of ``KERNELS``; bandwidth: scalar or (d,), > 0.
-        block_size: None (dense) or the block length of the streamed pass.
+        block_size: None (dense: builds d n x n arrays, concrete inputs only) or the block
+            length of the streamed pass.
 
     Returns:
         ``LeaveOneOut(score (), predictions (n,) or (n, m), num_empty ())``.
@@ -498,17 +558,19 @@ def leave_one_out(
     (k, v), scalar_values, dtype = _check_data(keys, values)
     if k.shape[0] < 2:
         raise ValueError(f"keys: leave-one-out needs at least 2 points, got {k.shape[0]}")
-    log_h = jnp.log(_check_bandwidth(bandwidth, k.shape[1], dtype))
+    h = _check_bandwidth(bandwidth, k.shape[1], dtype)
     if block_size is None:
-        if _any_traced(k, v, log_h):
+        if _any_traced(k, v, h):
             raise ValueError("keys: the dense leave-one-out pass needs concrete arrays")
         collapse = kernel == "gaussian" and np.ndim(bandwidth) == 0
-        data = _loo_data(kernel, k, v, collapse)
-        pred, empty = _loo_dense_jit(kernel, log_h[:1] if collapse else log_h, data)
+        log_h = np.log(h[:1] if collapse else h)
+        score, pred, num_empty = _loo_dense_jit(kernel, log_h, _loo_data(kernel, k, v, collapse))
     else:
-        pred, empty = _loo_blocked_jit(LOG_KERNEL_SCORES[kernel], log_h, k, v, block_size)
-    score = jnp.mean(jnp.sum((v - pred) ** 2, axis=-1))
-    return LeaveOneOut(score, pred[:, 0] if scalar_values else pred, jnp.sum(empty))
+        log_h = jnp.log(h) if _checks.is_traced(h) else np.log(h)
+        score, pred, num_empty = _loo_blocked_jit(
+            LOG_KERNEL_SCORES[kernel], log_h, k, v, block_size
+        )
+    return LeaveOneOut(score, _checks.restore_shape(pred, scalar_values), num_empty)
 
 
 # ----------------------------------------------------------------------------- bandwidth selection
@@ -523,17 +585,19 @@ def _held_out_loss(score_fn, log_h, train_keys, train_values, test_keys, test_va
     p = jnp.exp(s - jax.lax.stop_gradient(jnp.where(has, m, 0))[:, None])
     pred = (p @ train_values) / jnp.where(has, p.sum(1), 1)[:, None]
     if score_fn in _COMPACT_SCORES:
-        nearest = jnp.argmin(_scaled_sq_dist(test_keys, train_keys, inv_h), axis=1)
+        nearest = jnp.argmin(_scaled_sq_dist(test_keys, train_keys, _relative(inv_h)), axis=1)
         pred = jnp.where(has[:, None], pred, train_values[nearest])
     return jnp.mean(jnp.sum((test_values - pred) ** 2, axis=-1))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 7))
-def _adam_fit(score_fn, log_h0, train_keys, train_values, test_keys, test_values, lr, num_steps):
-    """Adam on log h; returns ((T+1, ...) log h path, (T+1,) held-out losses)."""
+@functools.partial(jax.jit, static_argnums=(0, 6, 7))
+def _adam_fit(score_fn, log_h0, keys, values, split_key, lr, num_test, num_steps):
+    """Adam on log h; returns ((T+1, ...) bandwidth path, (T+1,) held-out losses)."""
+    perm = jax.random.permutation(split_key, keys.shape[0])
+    test, train = perm[:num_test], perm[num_test:]
+    data = (keys[train], values[train], keys[test], values[test])
     optimiser = optax.adam(lr)
     loss_and_grad = jax.value_and_grad(_held_out_loss, argnums=1)
-    data = (train_keys, train_values, test_keys, test_values)
 
     def step(carry, _):
         log_h, state = carry
@@ -545,7 +609,7 @@ def _adam_fit(score_fn, log_h0, train_keys, train_values, test_keys, test_values
         step, (log_h0, optimiser.init(log_h0)), None, length=num_steps
     )
     final = _held_out_loss(score_fn, log_h, *data)
-    return jnp.concatenate([path, log_h[None]]), jnp.concatenate([losses, final[None]])
+    return jnp.exp(jnp.concatenate([path, log_h[None]])), jnp.concatenate([losses, final[None]])
 
 
 def _spread(k: np.ndarray) -> np.ndarray:
@@ -567,7 +631,7 @@ def select_bandwidth(
     method: str = "loo-cv",
     per_coordinate: bool = False,
     bounds: tuple[float, float] = (1e-3, 4.0),
-    num_grid: int = 16,
+    num_grid: int = 12,
     block_size: int | None = None,
     key: jax.Array | None = None,
     holdout: float = 0.25,
@@ -581,8 +645,9 @@ def select_bandwidth(
     log h: a coarse grid h = t * sd(keys), t in geomspace(*bounds, num_grid) (per-coordinate
     sd when ``per_coordinate``, else the root-mean-square sd), which guards against local
     minima, then a local optimiser started from the best grid point: bounded Brent on log h
-    for a scalar h; L-BFGS-B on log h (d,) with a jitted ``jax.value_and_grad`` for
-    per-coordinate h (Nelder-Mead for the boxcar, whose CV is piecewise constant in h).
+    between the grid neighbours for a scalar h; L-BFGS-B on log h (d,) with a jitted
+    ``jax.value_and_grad`` for per-coordinate h (Nelder-Mead for the boxcar, whose CV is
+    piecewise constant in h).
 
     "gradient" is the d2l-style learned bandwidth: Adam on log h minimising the squared error
     on a random held-out fraction ``holdout`` of the pairs (NW fitted on the rest), starting
@@ -617,7 +682,7 @@ def select_bandwidth(
     n, d = k.shape
     if n < 2:
         raise ValueError(f"keys: bandwidth selection needs at least 2 points, got {n}")
-    scale = _spread(np.asarray(k, np.float64))
+    scale = _spread(k.astype(np.float64))
     if not per_coordinate:
         scale = np.full(d, math.sqrt(np.mean(scale**2)))
     if method == "loo-cv":
@@ -632,6 +697,7 @@ def select_bandwidth(
         )
     if key is None:
         raise ValueError("key: method='gradient' needs a jax.random key for the held-out split")
+    key = _checks.check_key("key", key)
     if isinstance(holdout, bool) or not (isinstance(holdout, float | int) and 0 < holdout < 1):
         raise ValueError(f"holdout: expected a fraction in (0, 1), got {holdout!r}")
     learning_rate = _checks.check_positive_scalar("learning_rate", learning_rate)
@@ -639,24 +705,21 @@ def select_bandwidth(
     if init is None:
         h0 = 1.06 * scale * n ** (-1.0 / (4 + d))
     else:
-        h0 = np.asarray(_check_bandwidth(init, d, dtype, "init"))
+        h0 = _check_bandwidth(init, d, dtype, "init")
         if not per_coordinate and not np.all(h0 == h0[0]):
             raise ValueError("init: a per-coordinate bandwidth needs per_coordinate=True")
-    log_h0 = jnp.log(jnp.asarray(h0 if per_coordinate else h0[0], dtype))
+    log_h0 = np.log(np.asarray(h0 if per_coordinate else h0[0], dtype))
     num_test = min(max(1, round(holdout * n)), n - 1)
-    perm = jax.random.permutation(key, n)
-    test, train = perm[:num_test], perm[num_test:]
-    path, losses = _adam_fit(
+    trace, losses = _adam_fit(
         LOG_KERNEL_SCORES[kernel],
         log_h0,
-        k[train],
-        v[train],
-        k[test],
-        v[test],
-        jnp.asarray(learning_rate, dtype),
+        k,
+        v,
+        key,
+        np.asarray(learning_rate, dtype),
+        num_test,
         num_steps,
     )
-    trace = jnp.exp(path)
     return BandwidthResult(trace[-1], losses[-1], trace, losses)
 
 
@@ -671,42 +734,35 @@ def _check_bounds(bounds):
 
 
 def _select_loo_cv(kernel, k, v, scale, per_coordinate, lo, hi, num_grid, block_size):
-    d = k.shape[1]
-    dtype = k.dtype
+    """Coarse grid on log h, then a local optimiser from the best grid point."""
+    d, dtype = k.shape[1], k.dtype
     score_fn = LOG_KERNEL_SCORES[kernel]
     collapse = kernel == "gaussian" and not per_coordinate
+    width = 1 if collapse and block_size is None else d
     if block_size is None:
         data = _loo_data(kernel, k, v, collapse)
-        width = 1 if collapse else d
 
-        def expand(log_h):
-            return jnp.broadcast_to(jnp.asarray(log_h, dtype), (width,))
+    def expand(log_h):  # NumPy, so that no eager JAX op compiles on the way
+        return np.broadcast_to(np.asarray(log_h, dtype), (width,))
 
-        def value(log_h):
-            return float(_loo_dense_score_jit(kernel, expand(log_h), data))
+    def value(log_h):
+        if block_size is None and collapse:
+            return float(_loo_gaussian_scalar_score(expand(log_h), data))
+        if block_size is None:
+            return float(_loo_dense_jit(kernel, expand(log_h), data)[0])
+        return float(_loo_blocked_jit(score_fn, expand(log_h), k, v, block_size)[0])
 
-        def value_and_grad(log_h):
+    def value_and_grad(log_h):
+        if block_size is None:
             val, grad = _loo_dense_value_and_grad(kernel, expand(log_h), data)
-            return float(val), np.asarray(grad, np.float64)
-
-    else:
-
-        def expand(log_h):
-            return jnp.broadcast_to(jnp.asarray(log_h, dtype), (d,))
-
-        def value(log_h):
-            return float(_loo_blocked_score_jit(score_fn, expand(log_h), k, v, block_size))
-
-        def value_and_grad(log_h):
+        else:
             val, grad = _loo_blocked_value_and_grad(score_fn, expand(log_h), k, v, block_size)
-            return float(val), np.asarray(grad, np.float64)
+        return float(val), np.asarray(grad, np.float64)
 
-    log_scale = np.log(scale)
+    log_scale = np.log(scale) if per_coordinate else np.log(scale[0])
     log_t = np.linspace(math.log(lo), math.log(hi), num_grid)
-    if per_coordinate:
-        grid_scores = np.array([value(log_scale + lt) for lt in log_t])
-    else:
-        grid_scores = np.array([value(log_scale[0] + lt) for lt in log_t])
+    grid = [log_scale + lt for lt in log_t]
+    grid_scores = np.array([value(x) for x in grid])
     if not np.all(np.isfinite(grid_scores)):
         raise ValueError("values: leave-one-out CV is not finite on the grid (check the data)")
     g = int(np.argmin(grid_scores))
@@ -717,43 +773,36 @@ def _select_loo_cv(kernel, k, v, scale, per_coordinate, lo, hi, num_grid, block_
             RuntimeWarning,
             stacklevel=3,
         )
-    best_x = log_scale + log_t[g] if per_coordinate else log_scale[0] + log_t[g]
-    best_f = grid_scores[g]
-    lo_t, hi_t = log_t[max(g - 1, 0)], log_t[min(g + 1, num_grid - 1)]
+    best_x, best_f = grid[g], grid_scores[g]
     if not per_coordinate:
         res = optimize.minimize_scalar(
             value,
-            bounds=(log_scale[0] + lo_t, log_scale[0] + hi_t),
+            bounds=(grid[max(g - 1, 0)], grid[min(g + 1, num_grid - 1)]),
             method="bounded",
-            options={"xatol": 1e-3},
+            options={"xatol": 3e-3},
         )
-        if res.fun < best_f:
-            best_x, best_f = res.x, res.fun
+    elif kernel == "boxcar":  # CV is piecewise constant in h: derivative-free
+        box = list(zip(grid[0], grid[-1], strict=True))
+        res = optimize.minimize(
+            value, best_x, method="Nelder-Mead", bounds=box, options={"xatol": 1e-3}
+        )
     else:
-        box = list(zip(log_scale + log_t[0], log_scale + log_t[-1], strict=True))
-        if kernel == "boxcar":
-            res = optimize.minimize(
-                value,
-                best_x,
-                method="Nelder-Mead",
-                bounds=box,
-                options={"xatol": 1e-3, "fatol": 1e-10},
-            )
-        else:
-            res = optimize.minimize(value_and_grad, best_x, jac=True, method="L-BFGS-B", bounds=box)
-        if res.fun < best_f:
-            best_x, best_f = res.x, res.fun
-    bandwidth = jnp.exp(jnp.asarray(best_x, dtype))
-    trace = (
-        np.exp(log_scale[None, :] + log_t[:, None])
-        if per_coordinate
-        else np.exp(log_scale[0] + log_t)
-    )
+        box = list(zip(grid[0], grid[-1], strict=True))
+        res = optimize.minimize(
+            value_and_grad,
+            best_x,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=box,
+            options={"ftol": 1e-12, "gtol": 1e-8},
+        )
+    if res.fun < best_f:
+        best_x, best_f = res.x, res.fun
     return BandwidthResult(
-        bandwidth,
-        jnp.asarray(best_f, dtype),
-        jnp.asarray(trace, dtype),
-        jnp.asarray(grid_scores, dtype),
+        jnp.asarray(np.exp(np.asarray(best_x, dtype))),
+        jnp.asarray(np.asarray(best_f, dtype)),
+        jnp.asarray(np.exp(np.stack(grid)).astype(dtype)),
+        jnp.asarray(grid_scores.astype(dtype)),
     )
 
 

@@ -1,5 +1,6 @@
 """Softmax attention against NumPy/SciPy computations written out by hand."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -155,3 +156,126 @@ def test_mismatched_value_rows_raise(qkv):
     q, k, _ = qkv
     with pytest.raises(ValueError, match=r"^values"):
         softmax_attention(jnp.asarray(q), jnp.asarray(k), jnp.ones((4, 2)))
+
+
+# ----------------------------------------------------------------------------- issue 3: scores,
+# exponential family, streamed pooling
+
+
+def test_additive_scores_brute_force():
+    from inference.attention import additive_scores
+
+    rng = np.random.default_rng(10)
+    q, k = rng.normal(size=(4, 3)), rng.normal(size=(6, 5))
+    W, U, v = rng.normal(size=(7, 3)), rng.normal(size=(7, 5)), rng.normal(size=7)
+    expected = np.array([[v @ np.tanh(W @ qi + U @ kj) for kj in k] for qi in q])
+    np.testing.assert_allclose(additive_scores(q, k, W, U, v), expected, atol=1e-12)
+    bias = rng.normal(size=6)
+    mask = rng.uniform(size=(4, 6)) < 0.7
+    got = additive_scores(q, k, W, U, v, bias=bias, mask=mask)
+    np.testing.assert_allclose(got, np.where(mask, expected + bias, -np.inf), atol=1e-12)
+    with pytest.raises(ValueError, match="^U"):
+        additive_scores(q, k, W, U[:, :4], v)
+
+
+def test_neg_sq_distance_scores_per_coordinate():
+    from inference.attention import neg_sq_distance_scores
+
+    rng = np.random.default_rng(11)
+    q, k, h = rng.normal(size=(5, 2)), rng.normal(size=(8, 2)), np.array([0.5, 2.0])
+    expected = -0.5 * (((q[:, None, :] - k[None, :, :]) / h) ** 2).sum(-1)
+    np.testing.assert_allclose(neg_sq_distance_scores(q, k, h), expected, atol=1e-12)
+    np.testing.assert_allclose(
+        neg_sq_distance_scores(q, k, 0.7),
+        -0.5 * ((q[:, None, :] - k[None, :, :]) ** 2).sum(-1) / 0.49,
+        atol=1e-12,
+    )
+    for bad in (0.0, -1.0, np.array([1.0, 0.0]), np.ones(3)):
+        with pytest.raises(ValueError, match="^bandwidth"):
+            neg_sq_distance_scores(q, k, bad)
+
+
+def test_log_partition_gradient_and_hessian_are_key_moments():
+    from inference.attention import key_moments, log_partition
+
+    rng = np.random.default_rng(12)
+    keys, q = rng.normal(size=(9, 4)), rng.normal(size=4)
+    a = np.exp(keys @ q - np.logaddexp.reduce(keys @ q))
+    mean = a @ keys
+    cov = (a[:, None] * (keys - mean)).T @ (keys - mean)
+    np.testing.assert_allclose(jax.grad(log_partition)(q, keys), mean, atol=1e-12)
+    np.testing.assert_allclose(jax.hessian(log_partition)(q, keys), cov, atol=1e-12)
+    m, c = key_moments(q, keys)
+    np.testing.assert_allclose(m, mean, atol=1e-12)
+    np.testing.assert_allclose(c, cov, atol=1e-12)
+    # the gradient is attention pooling with values = keys
+    from inference.attention import attend
+
+    np.testing.assert_allclose(
+        attend(q[None], keys, keys, scale=1.0)[0], jax.grad(log_partition)(q, keys), atol=1e-12
+    )
+
+
+@pytest.mark.parametrize(("nq", "nk", "block"), [(37, 101, 16), (5, 3, 8), (64, 64, 64)])
+def test_streamed_attend_equals_dense(nq, nk, block):
+    from inference.attention import attend
+
+    rng = np.random.default_rng(nq + nk)
+    q, k, v = rng.normal(size=(nq, 2)), rng.normal(size=(nk, 2)) * 3, rng.normal(size=(nk, 3))
+    bias = rng.normal(size=nk)
+    bias[0] = -np.inf
+    dense = attend(q, k, v, bias=bias)
+    streamed = attend(q, k, v, bias=bias, block_size=block)
+    np.testing.assert_allclose(streamed, dense, atol=1e-13)
+    # dense path against brute force
+    s = q @ k.T / np.sqrt(2) + bias
+    w = np.exp(s - s.max(1, keepdims=True))
+    np.testing.assert_allclose(dense, (w / w.sum(1, keepdims=True)) @ v, atol=1e-13)
+    scalar_values = attend(q, k, v[:, 0], bias=bias, block_size=block)
+    np.testing.assert_allclose(scalar_values, dense[:, 0], atol=1e-13)
+
+
+def test_streamed_attention_log_normalizer_and_empty_rows():
+    from inference.attention import _dot_product, scored_attention
+
+    rng = np.random.default_rng(13)
+    q, k, v = rng.normal(size=(10, 3)), rng.normal(size=(23, 3)), rng.normal(size=(23, 2))
+    dense = scored_attention(_dot_product, 0.5, q, k, v)
+    streamed = scored_attention(_dot_product, 0.5, q, k, v, block_size=7)
+    assert streamed.weights is None
+    np.testing.assert_allclose(streamed.log_normalizer, dense.log_normalizer, atol=1e-12)
+    np.testing.assert_allclose(
+        dense.log_normalizer, np.logaddexp.reduce(0.5 * q @ k.T, axis=1), atol=1e-12
+    )
+    everything_masked = np.full(23, -np.inf)
+    out = scored_attention(_dot_product, 0.5, q, k, v, bias=everything_masked, block_size=7)
+    assert np.all(out.output == 0) and np.all(np.isneginf(out.log_normalizer))
+
+
+def test_attend_sparse_weights_and_errors():
+    from inference.attention import attend, entmax15, sparsemax
+
+    rng = np.random.default_rng(14)
+    q, k, v = rng.normal(size=(6, 4)), rng.normal(size=(9, 4)), rng.normal(size=(9, 2))
+    s = q @ k.T / 2.0
+    np.testing.assert_allclose(attend(q, k, v, weights="sparsemax"), sparsemax(s) @ v, atol=1e-12)
+    np.testing.assert_allclose(attend(q, k, v, weights="entmax15"), entmax15(s) @ v, atol=1e-12)
+    np.testing.assert_allclose(
+        attend(q, k, v, temperature=0.5), attend(q, k, v, scale=1.0), atol=1e-12
+    )
+    with pytest.raises(ValueError, match="^weights"):
+        attend(q, k, v, weights="hardmax")
+    with pytest.raises(ValueError, match="^block_size"):
+        attend(q, k, v, weights="sparsemax", block_size=4)
+    with pytest.raises(ValueError, match="^block_size"):
+        attend(q, k, v, block_size=0)
+    with pytest.raises(ValueError, match="^values"):
+        attend(q, k, v[:5])
+    with pytest.raises(ValueError, match="^keys"):
+        attend(q, k[:, :3], v)
+    with pytest.raises(ValueError, match="^queries"):
+        attend(np.full((2, 4), np.nan), k, v)
+    with pytest.raises(ValueError, match="^bias"):
+        attend(q, k, v, bias=np.zeros(3))
+    with pytest.raises(ValueError, match="^temperature"):
+        attend(q, k, v, temperature=0.0)
