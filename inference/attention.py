@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -72,6 +73,7 @@ def dot_product_scores(
     Returns:
         (..., Q, K) scores.
     """
+    queries, keys = jnp.asarray(queries), jnp.asarray(keys)
     if queries.shape[-1] != keys.shape[-1]:
         raise ValueError(
             f"keys: last dimension {keys.shape[-1]} does not match queries' {queries.shape[-1]}"
@@ -115,7 +117,7 @@ def softmax_attention(
 
 def _safe_softmax(scores, log_normalizer):
     """Row softmax normalised by its own sum (rows sum to 1 to round-off); 0 for empty rows."""
-    has_key = jnp.isfinite(log_normalizer)[..., None]
+    has_key = (log_normalizer != -jnp.inf)[..., None]  # NaN scores propagate as NaN
     shifted = jnp.where(has_key, scores - jnp.max(scores, axis=-1, keepdims=True), -jnp.inf)
     unnormalised = jnp.exp(shifted)
     total = jnp.sum(unnormalised, axis=-1, keepdims=True)
@@ -181,13 +183,9 @@ def neg_sq_distance_scores(queries, keys, bandwidth, *, bias=None, mask=None) ->
 
 
 def _gaussian_log_kernel(queries, keys, bandwidth):
-    q, k = queries / bandwidth, keys / bandwidth
-    sq = (
-        jnp.sum(q**2, -1)[..., :, None]
-        + jnp.sum(k**2, -1)[..., None, :]
-        - 2.0 * jnp.einsum("...qd,...kd->...qk", q, k)
-    )
-    return -0.5 * jnp.maximum(sq, 0.0)
+    """-|(q - k) / h|^2 / 2, differences taken first (no |q|^2 + |k|^2 - 2 q.k cancellation)."""
+    u = (queries[..., :, None, :] - keys[..., None, :, :]) / bandwidth
+    return -0.5 * jnp.sum(u * u, axis=-1)
 
 
 def _dot_product(queries, keys, scale):
@@ -239,7 +237,8 @@ def _streamed_softmax_attention(score_fn, params, queries, keys, values, bias, b
             m, l, acc = carry
             kb, vb, biasb = block
             s = score_fn(qb, kb, params) + biasb[None, :]
-            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+            # the result does not depend on the shift, so no gradient flows through it
+            m_new = jax.lax.stop_gradient(jnp.maximum(m, jnp.max(s, axis=-1)))
             shift = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
             correction = jnp.exp(m - shift)
             p = jnp.exp(s - shift[:, None])
@@ -250,8 +249,9 @@ def _streamed_softmax_attention(score_fn, params, queries, keys, values, bias, b
             jnp.zeros((b,), queries.dtype),
             jnp.zeros((b, values.shape[1]), values.dtype),
         )
-        (m, l, acc), _ = jax.lax.scan(body, init, (k, v, bb))
-        has_key = l > 0
+        # rematerialise each block in the backward pass: gradient memory stays O(block^2)
+        (m, l, acc), _ = jax.lax.scan(jax.checkpoint(body), init, (k, v, bb))
+        has_key = l != 0  # exactly 0 only when every key is masked; NaN scores propagate
         out = acc / jnp.where(has_key, l, 1.0)[:, None]
         lse = jnp.where(has_key, m + jnp.log(jnp.where(has_key, l, 1.0)), -jnp.inf)
         return out, lse
@@ -385,6 +385,8 @@ def attend(
         raise ValueError(f"temperature: must be a finite number > 0, got {temperature!r}")
     if scale is None:
         scale = 1.0 / math.sqrt(queries.shape[1])
+    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise ValueError(f"scale: must be a finite number, got {scale!r}")
     params = jnp.asarray(scale / temperature, queries.dtype)
     bias = bias / temperature
     if weights == "softmax":

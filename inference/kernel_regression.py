@@ -429,7 +429,10 @@ def _loo_dense(kernel: str, log_h, data: _LooData):
         else:
             neg_score = 0.5 * jnp.sum(diffs * inv_h2[:, None, None], axis=0)
             shift = jnp.min(jnp.where(off_diag, neg_score, jnp.inf), axis=1)
-            p = jnp.exp(jax.lax.stop_gradient(shift)[:, None] - neg_score)
+            # mask before exp: exp of the diagonal can overflow, and 0 * inf is NaN in backprop
+            p = jnp.exp(
+                jnp.where(off_diag, jax.lax.stop_gradient(shift)[:, None] - neg_score, -jnp.inf)
+            )
         p = jnp.where(off_diag, p, 0)
     else:
         a = diffs * inv_h[:, None, None]

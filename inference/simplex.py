@@ -56,6 +56,20 @@ def _check_alpha(alpha) -> float:
     return a
 
 
+def _check_overflow(scores, temperature):
+    """Refuse concrete scores whose division by the temperature overflows to +-inf."""
+    if isinstance(scores, jax.core.Tracer) or isinstance(temperature, jax.core.Tracer):
+        return
+    arr = np.asarray(scores)
+    arr = arr.astype(np.result_type(arr.dtype, np.float32))
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = arr / np.asarray(temperature, arr.dtype)
+    if np.any(np.isinf(scaled) & np.isfinite(arr)):
+        raise ValueError(
+            f"temperature: scores / temperature overflows {arr.dtype} (temperature {temperature})"
+        )
+
+
 def _check_scores(scores, axis):
     if not isinstance(scores, jax.core.Tracer):
         arr = np.asarray(scores)
@@ -78,7 +92,8 @@ def _simplex_map(scores, temperature, kind, axis, alpha=None, num_iters=None):
     """The map ``kind`` applied to scores / temperature along ``axis`` (one compiled kernel)."""
     x = jnp.moveaxis(scores / temperature, axis, -1)
     if kind == "softmax":
-        p = jax.nn.softmax(x, axis=-1)
+        has_entry = jnp.any(x != -jnp.inf, axis=-1, keepdims=True)
+        p = jnp.where(has_entry, jax.nn.softmax(jnp.where(has_entry, x, 0.0), axis=-1), 0.0)
     elif kind == "sparsemax":
         p = _sparsemax_last(x)
     elif kind == "entmax15":
@@ -116,6 +131,7 @@ def softmax(scores, axis: int = -1, temperature=1.0) -> jax.Array:
     """
     scores = _check_scores(scores, axis)
     temperature = _check_temperature(temperature)
+    _check_overflow(scores, temperature)
     return _simplex_map(scores, temperature, "softmax", axis)
 
 
@@ -128,6 +144,7 @@ def _sparsemax_last(x):
     k = x.shape[-1]
     finite = jnp.isfinite(x)
     z = _fill_masked(x, finite)
+    z = z - jnp.max(z, axis=-1, keepdims=True)  # shift-invariant; keeps float32 sums exact
     z_sorted = -jnp.sort(-z, axis=-1)
     cumsum = jnp.cumsum(z_sorted, axis=-1)
     ks = jnp.arange(1, k + 1, dtype=x.dtype)
@@ -151,6 +168,7 @@ def sparsemax(scores, axis: int = -1, temperature=1.0) -> jax.Array:
     """
     scores = _check_scores(scores, axis)
     temperature = _check_temperature(temperature)
+    _check_overflow(scores, temperature)
     return _simplex_map(scores, temperature, "sparsemax", axis)
 
 
@@ -189,6 +207,7 @@ def entmax15(scores, axis: int = -1, temperature=1.0) -> jax.Array:
     """
     scores = _check_scores(scores, axis)
     temperature = _check_temperature(temperature)
+    _check_overflow(scores, temperature)
     return _simplex_map(scores, temperature, "entmax15", axis)
 
 
@@ -201,7 +220,8 @@ def _entmax_bisect_last(x, alpha, num_iters):
     am1 = alpha - 1.0
     finite = jnp.isfinite(x)
     z = jnp.where(finite, am1 * x, -jnp.inf)
-    z = z - jnp.max(z, axis=-1, keepdims=True)
+    top = jnp.max(z, axis=-1, keepdims=True)
+    z = z - jnp.where(jnp.isfinite(top), top, 0.0)
     k = jnp.sum(finite, axis=-1, keepdims=True).astype(x.dtype)
 
     def mass(t):
@@ -219,7 +239,8 @@ def _entmax_bisect_last(x, alpha, num_iters):
 
     lo, hi = jax.lax.fori_loop(0, num_iters, step, (lo, hi))
     p = mass(0.5 * (lo + hi))
-    return p / jnp.sum(p, axis=-1, keepdims=True)
+    total = jnp.sum(p, axis=-1, keepdims=True)
+    return jnp.where(total > 0, p / jnp.where(total > 0, total, 1.0), 0.0)  # masked row: 0
 
 
 @_entmax_bisect_last.defjvp
@@ -245,6 +266,7 @@ def entmax_bisect(
         num_iters = 60 if scores.dtype == jnp.float64 else 30
     if isinstance(num_iters, bool) or not isinstance(num_iters, numbers.Integral) or num_iters < 1:
         raise ValueError(f"num_iters: expected an integer >= 1, got {num_iters!r}")
+    _check_overflow(scores, temperature)
     return _simplex_map(scores, temperature, "bisect", axis, alpha, int(num_iters))
 
 

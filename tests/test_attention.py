@@ -279,3 +279,39 @@ def test_attend_sparse_weights_and_errors():
         attend(q, k, v, bias=np.zeros(3))
     with pytest.raises(ValueError, match="^temperature"):
         attend(q, k, v, temperature=0.0)
+
+
+def test_gaussian_scores_are_accurate_far_from_the_origin_in_float32():
+    from inference.attention import neg_sq_distance_scores
+
+    x = (1000.0 + np.linspace(0, 0.01, 5)).astype(np.float32)[:, None]
+    got = np.asarray(neg_sq_distance_scores(jnp.asarray(x), jnp.asarray(x), 0.001))
+    exact = -0.5 * ((x.astype(np.float64) - x.T.astype(np.float64)) / 0.001) ** 2
+    np.testing.assert_allclose(got, exact, rtol=2e-3, atol=1e-2)
+
+
+def test_gradient_through_streamed_attention_equals_dense():
+    from inference.attention import _dot_product, scored_attention
+
+    rng = np.random.default_rng(15)
+    q, k, v = rng.normal(size=(19, 3)), rng.normal(size=(45, 3)), rng.normal(size=(45, 2))
+    bias = rng.normal(size=45)
+    bias[:8] = -np.inf  # a whole block masked
+
+    def loss(q, bias, block):
+        out = scored_attention(_dot_product, 0.7, q, k, v, bias=bias, block_size=block)
+        return jnp.sum(jnp.sin(out.output)) + jnp.sum(out.log_normalizer)
+
+    dense = jax.grad(loss, argnums=(0, 1))(q, bias, None)
+    streamed = jax.grad(loss, argnums=(0, 1))(q, bias, 8)
+    for a, b in zip(dense, streamed, strict=True):
+        assert np.all(np.isfinite(b))
+        np.testing.assert_allclose(b, a, atol=1e-12)
+
+
+def test_attend_refuses_a_non_finite_scale():
+    from inference.attention import attend
+
+    q = np.ones((2, 2))
+    with pytest.raises(ValueError, match="^scale"):
+        attend(q, q, q, scale=float("nan"))

@@ -156,3 +156,24 @@ def test_float32():
 def test_bad_input(call, name):
     with pytest.raises(ValueError, match=f"^{name}"):
         call()
+
+
+def test_fully_masked_rows_give_zeros_and_large_scores_stay_on_the_simplex():
+    row = jnp.array([[-jnp.inf, -jnp.inf, -jnp.inf], [0.0, -jnp.inf, 1.0]])
+    for fn in (softmax, sparsemax, entmax15, lambda x: entmax_bisect(x, 1.7)):
+        p = np.asarray(fn(row))
+        assert np.all(p[0] == 0) and np.all(np.isfinite(p))
+        np.testing.assert_allclose(p[1].sum(), 1.0, atol=1e-12)
+    # float32 with a huge common offset: shift invariance keeps the sums exact
+    big = jnp.asarray([2e6, 2e6 - 0.25, 2e6 - 0.5], jnp.float32)
+    small = jnp.asarray([0.0, -0.25, -0.5], jnp.float32)
+    for fn in (sparsemax, entmax15, lambda x: entmax_bisect(x, 1.5)):
+        np.testing.assert_allclose(fn(big), fn(small), atol=1e-6)
+    np.testing.assert_allclose(sparsemax(small), [7 / 12, 4 / 12, 1 / 12], atol=1e-6)
+
+
+def test_overflowing_temperature_is_refused():
+    s = jnp.asarray([3e38, 0.0], jnp.float32)
+    for fn in (softmax, sparsemax, entmax15, lambda x, **k: entmax_bisect(x, 1.5, **k)):
+        with pytest.raises(ValueError, match="^temperature"):
+            fn(s, temperature=0.5)
