@@ -39,6 +39,7 @@ from inference.simplex import (
     softmax,
     sparsemax,
 )
+from models import _checks
 
 WEIGHT_MAPS = ("softmax", "sparsemax", "entmax15")
 
@@ -157,16 +158,6 @@ def additive_scores(queries, keys, W, U, v, *, bias=None, mask=None) -> jax.Arra
     return _apply_bias_mask(hidden @ v, bias, mask)
 
 
-def _check_bandwidth(bandwidth, dim: int):
-    if not isinstance(bandwidth, jax.core.Tracer):
-        h = np.asarray(bandwidth, dtype=float)
-        if h.ndim > 1 or (h.ndim == 1 and h.shape[0] != dim):
-            raise ValueError(f"bandwidth: expected a scalar or shape ({dim},), got {h.shape}")
-        if not np.all(np.isfinite(h)) or np.any(h <= 0):
-            raise ValueError(f"bandwidth: must be finite and > 0, got {h}")
-    return jnp.asarray(bandwidth)
-
-
 def neg_sq_distance_scores(queries, keys, bandwidth, *, bias=None, mask=None) -> jax.Array:
     """s_ij = -sum_c (q_ic - k_jc)^2 / (2 h_c^2): Gaussian-kernel (Nadaraya-Watson) scores.
 
@@ -178,7 +169,8 @@ def neg_sq_distance_scores(queries, keys, bandwidth, *, bias=None, mask=None) ->
         raise ValueError(
             f"keys: last dimension {keys.shape[-1]} does not match queries' {queries.shape[-1]}"
         )
-    h = _check_bandwidth(bandwidth, queries.shape[-1])
+    dtype = jnp.result_type(queries.dtype, keys.dtype, float)
+    h = jnp.asarray(_checks.check_bandwidth("bandwidth", bandwidth, queries.shape[-1], dtype))
     return _apply_bias_mask(_gaussian_log_kernel(queries, keys, h), bias, mask)
 
 

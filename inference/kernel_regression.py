@@ -182,21 +182,7 @@ def _check_kernel(kernel) -> str:
 
 def _check_bandwidth(bandwidth, dim: int, dtype, name: str = "bandwidth"):
     """A scalar or (d,) bandwidth, finite and > 0, returned as (d,)."""
-    h = bandwidth if _checks.is_traced(bandwidth) else _checks.as_float_array(name, bandwidth)
-    if h.ndim > 1 or (h.ndim == 1 and h.shape[0] != dim):
-        raise ValueError(
-            f"{name}: expected a scalar or shape ({dim},) (one per key coordinate), "
-            f"got shape {tuple(h.shape)}"
-        )
-    if _checks.is_traced(h):
-        return jnp.broadcast_to(h.astype(dtype), (dim,))
-    _checks.check_finite(name, h)
-    if np.any(h <= 0):
-        raise ValueError(f"{name}: must be > 0, got {h}")
-    with np.errstate(over="ignore", divide="ignore", under="ignore"):
-        if not np.all(np.isfinite(np.reciprocal(np.square(h.astype(dtype))))):
-            raise ValueError(f"{name}: {h} is too small for {dtype} (1/h^2 overflows)")
-    return np.broadcast_to(h.astype(dtype), (dim,))
+    return _checks.check_bandwidth(name, bandwidth, dim, dtype)
 
 
 def _check_block_size(block_size):

@@ -292,7 +292,7 @@ def regularised_objective(
     """<p, s> - tau * Omega(p): the objective that ``regularised_argmax`` maximises."""
     p, scores = jnp.asarray(p), jnp.asarray(scores)
     linear = jnp.sum(p * scores, axis=axis)
-    if temperature == 0:
+    if not isinstance(temperature, jax.core.Tracer) and temperature == 0:
         return linear
     return linear - temperature * regulariser_value(p, regulariser, alpha, axis)
 
@@ -306,6 +306,7 @@ def regularised_argmax(
     alpha > 1 -> alpha-entmax(s / tau) (exact by sorting at alpha = 1.5 and 2, bisection
     otherwise). ``temperature=0`` solves the unregularised linear programme: the vertex
     e_j with j = argmax s (the first one if several tie), the limit of every map as tau -> 0.
+    A traced temperature (under ``jax.jit``) must be > 0 at run time.
     """
     if regulariser not in REGULARISERS:
         raise ValueError(f"regulariser: unknown {regulariser!r}; known: {list(REGULARISERS)}")
@@ -314,7 +315,7 @@ def regularised_argmax(
     elif alpha is not None:
         raise ValueError(f"alpha: only used with regulariser='tsallis', got alpha={alpha!r}")
     temperature = _check_temperature(temperature, allow_zero=True)
-    if temperature == 0:
+    if not isinstance(temperature, jax.core.Tracer) and temperature == 0:
         scores = _check_scores(scores, axis)
         idx = jnp.argmax(scores, axis=axis)
         return jnp.moveaxis(jax.nn.one_hot(idx, scores.shape[axis], dtype=scores.dtype), -1, axis)

@@ -132,3 +132,27 @@ def check_key(name: str, key):
             + (f" of dtype {arr.dtype} and shape {arr.shape}" if arr is not None else "")
         )
     return key
+
+
+def check_bandwidth(name: str, bandwidth, dim: int, dtype):
+    """A kernel bandwidth: scalar or (dim,), finite, > 0, with 1/h^2 finite in ``dtype``.
+
+    Returns it broadcast to (dim,) in ``dtype`` (a NumPy array, or a JAX array when traced).
+    """
+    h = bandwidth if is_traced(bandwidth) else as_float_array(name, bandwidth)
+    if h.ndim > 1 or (h.ndim == 1 and h.shape[0] != dim):
+        raise ValueError(
+            f"{name}: expected a scalar or shape ({dim},) (one per key coordinate), "
+            f"got shape {tuple(h.shape)}"
+        )
+    if is_traced(h):
+        return jax.numpy.broadcast_to(h.astype(dtype), (dim,))
+    check_finite(name, h)
+    if np.any(h <= 0):
+        raise ValueError(f"{name}: must be > 0, got {h}")
+    with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        if not np.all(np.isfinite(np.reciprocal(np.square(h.astype(dtype))))):
+            raise ValueError(
+                f"{name}: {h} is too small for {np.dtype(dtype).name} (1/h^2 overflows)"
+            )
+    return np.broadcast_to(h.astype(dtype), (dim,))

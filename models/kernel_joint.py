@@ -56,14 +56,7 @@ def _check_pairs(keys, values):
 
 
 def _check_bandwidth(bandwidth, dim: int, dtype):
-    h = _checks.as_float_array("bandwidth", bandwidth)
-    if h.ndim > 1 or (h.ndim == 1 and h.shape[0] != dim):
-        raise ValueError(f"bandwidth: expected a scalar or shape ({dim},), got {tuple(h.shape)}")
-    if not _checks.is_traced(h):
-        _checks.check_finite("bandwidth", h)
-        if np.any(h <= 0):
-            raise ValueError(f"bandwidth: must be > 0, got {h}")
-    return jnp.broadcast_to(jnp.asarray(h, dtype), (dim,))
+    return jnp.asarray(_checks.check_bandwidth("bandwidth", bandwidth, dim, dtype))
 
 
 def _check_queries(queries, dim: int, dtype):

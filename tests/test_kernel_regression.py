@@ -623,3 +623,11 @@ def test_dense_loo_gradient_is_finite_at_small_bandwidths():
         data = _loo_data("gaussian", x.astype(dtype), y.astype(dtype)[:, None], False)
         value, grad = _loo_dense_value_and_grad("gaussian", jnp.log(jnp.full(2, h, dtype)), data)
         assert np.isfinite(float(value)) and np.all(np.isfinite(np.asarray(grad)))
+
+
+def test_kernel_joint_refuses_a_bandwidth_whose_inverse_square_overflows():
+    from models.kernel_joint import conditional_mean
+
+    x, y = np.linspace(0, 1, 5), np.arange(5.0)
+    with pytest.raises(ValueError, match="^bandwidth"):
+        conditional_mean(x, y, np.array([0.5, 10.0]), bandwidth=1e-160)

@@ -177,3 +177,9 @@ def test_overflowing_temperature_is_refused():
     for fn in (softmax, sparsemax, entmax15, lambda x, **k: entmax_bisect(x, 1.5, **k)):
         with pytest.raises(ValueError, match="^temperature"):
             fn(s, temperature=0.5)
+
+
+def test_regularised_argmax_jits_over_the_temperature():
+    s = jnp.array([0.3, 1.2, -0.5])
+    jitted = jax.jit(lambda t: regularised_argmax(s, "gini", temperature=t))
+    np.testing.assert_allclose(jitted(0.7), regularised_argmax(s, "gini", temperature=0.7))
