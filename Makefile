@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/em_step.py
 	$(PY) benchmarks/bandwidth_selection.py
 	$(PY) benchmarks/streaming_attention.py
+	$(PY) benchmarks/streaming_em.py
 
 clean:
 	rm -rf $(VENV) reports

@@ -27,7 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.attention import Attention, softmax_attention
+from inference.attention import (
+    Attention,
+    _dot_product,
+    _streamed_softmax_attention,
+    softmax_attention,
+)
 from models import _checks
 
 INITS = ("data",)
@@ -102,25 +107,89 @@ def _m_step(x, responsibilities, atoms, weights, update_weights: bool):
     return new_atoms, new_weights
 
 
-@functools.partial(jax.jit, static_argnames=("update_weights",))
-def _em_step(x, atoms, weights, sigma, update_weights):
-    att = e_step_attention(x, atoms, weights, sigma)
-    return _m_step(x, att.weights, atoms, weights, update_weights)
+def _streamed_e_step(x, atoms, weights, sigma, block_size):
+    """Pass 1 over key blocks: (posterior means (N, p), row log-normalisers (N,)), O(B^2) memory.
+
+    The same centred scores as ``e_step_attention``, through the streaming softmax kernel.
+    """
+    centre = jnp.mean(x, axis=0)
+    atoms_c = atoms - centre
+    beta = 1.0 / sigma**2
+    key_bias = jnp.log(weights) - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
+    out, lse = _streamed_softmax_attention(
+        _dot_product, beta, x - centre, atoms_c, atoms_c, key_bias, block_size
+    )
+    return out + centre, lse
 
 
-@functools.partial(jax.jit, static_argnames=("update_weights", "max_iters"))
-def _fit_em_loop(x, atoms, weights, sigma, tol, update_weights, max_iters):
+def _streamed_m_step(x, lse, atoms, weights, sigma, update_weights, block_size):
+    """Pass 2 over data blocks, per atom block: mass_k = sum_i A_ik, sum_i A_ik (x_i - c).
+
+    A_ik = exp(s_ik - lse_i) is recomputed block by block from the row log-normalisers of
+    pass 1, so nothing of size N x K is formed.
+    """
+    n, k, b = x.shape[0], atoms.shape[0], block_size
+    centre = jnp.mean(x, axis=0)
+    xc, atoms_c = x - centre, atoms - centre
+    beta = 1.0 / sigma**2
+    key_bias = jnp.log(weights) - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
+    pad_n, pad_k = (-n) % b, (-k) % b
+    x_blocks = jnp.pad(xc, ((0, pad_n), (0, 0))).reshape(-1, b, x.shape[1])
+    lse_blocks = jnp.pad(lse, (0, pad_n), constant_values=jnp.inf).reshape(-1, b)
+    atom_blocks = jnp.pad(atoms_c, ((0, pad_k), (0, 0))).reshape(-1, b, x.shape[1])
+    bias_blocks = jnp.pad(key_bias, (0, pad_k), constant_values=-jnp.inf).reshape(-1, b)
+
+    def one_atom_block(args):
+        mu_b, bias_b = args
+
+        def body(carry, rows):
+            mass, total = carry
+            xb, lse_b = rows
+            a = jnp.exp(beta * (xb @ mu_b.T) + bias_b[None, :] - lse_b[:, None])
+            return (mass + a.sum(0), total + a.T @ xb), None
+
+        init = (jnp.zeros((b,), x.dtype), jnp.zeros((b, x.shape[1]), x.dtype))
+        (mass, total), _ = jax.lax.scan(body, init, (x_blocks, lse_blocks))
+        return mass, total
+
+    mass, total = jax.lax.map(one_atom_block, (atom_blocks, bias_blocks))
+    mass, total = mass.reshape(-1)[:k], total.reshape(-1, x.shape[1])[:k]
+    occupied = mass > 0
+    new_atoms = centre + total / jnp.where(occupied, mass, 1.0)[:, None]
+    new_atoms = jnp.where(occupied[:, None], new_atoms, atoms)
+    new_weights = mass / n if update_weights else weights
+    return new_atoms, new_weights
+
+
+def _em_iteration(x, atoms, weights, sigma, update_weights, block_size):
+    """log p(x) at (atoms, weights) and the EM update: dense, or two streamed passes."""
+    if block_size is None:
+        att = e_step_attention(x, atoms, weights, sigma)
+        ll = _log_likelihood_from_normalizer(x, att.log_normalizer, sigma)
+        return ll, *_m_step(x, att.weights, atoms, weights, update_weights)
+    _, lse = _streamed_e_step(x, atoms, weights, sigma, block_size)
+    ll = _log_likelihood_from_normalizer(x, lse, sigma)
+    return ll, *_streamed_m_step(x, lse, atoms, weights, sigma, update_weights, block_size)
+
+
+@functools.partial(jax.jit, static_argnames=("update_weights", "block_size"))
+def _em_step(x, atoms, weights, sigma, update_weights, block_size=None):
+    return _em_iteration(x, atoms, weights, sigma, update_weights, block_size)[1:]
+
+
+@functools.partial(jax.jit, static_argnames=("update_weights", "max_iters", "block_size"))
+def _fit_em_loop(x, atoms, weights, sigma, tol, update_weights, max_iters, block_size=None):
     n = x.shape[0]
     trace = jnp.full((max_iters + 1,), jnp.nan, dtype=x.dtype)
 
     def body(state):
         t, atoms, weights, trace, _, _ = state
-        att = e_step_attention(x, atoms, weights, sigma)
-        ll = _log_likelihood_from_normalizer(x, att.log_normalizer, sigma)
+        ll, new_atoms, new_weights = _em_iteration(
+            x, atoms, weights, sigma, update_weights, block_size
+        )
         trace = trace.at[t].set(ll)
         converged = (t > 0) & (jnp.abs(ll - trace[jnp.maximum(t - 1, 0)]) <= tol * n)
         stop = converged | (t >= max_iters)
-        new_atoms, new_weights = _m_step(x, att.weights, atoms, weights, update_weights)
         atoms = jnp.where(stop, atoms, new_atoms)
         weights = jnp.where(stop, weights, new_weights)
         return t + jnp.where(stop, 0, 1), atoms, weights, trace, stop, converged
@@ -130,16 +199,30 @@ def _fit_em_loop(x, atoms, weights, sigma, tol, update_weights, max_iters):
     return atoms, weights, trace, t, converged
 
 
-@jax.jit
-def _log_likelihood(x, atoms, weights, sigma):
-    att = e_step_attention(x, atoms, weights, sigma)
-    return _log_likelihood_from_normalizer(x, att.log_normalizer, sigma)
+@functools.partial(jax.jit, static_argnames=("block_size",))
+def _log_likelihood(x, atoms, weights, sigma, block_size=None):
+    if block_size is None:
+        lse = e_step_attention(x, atoms, weights, sigma).log_normalizer
+    else:
+        lse = _streamed_e_step(x, atoms, weights, sigma, block_size)[1]
+    return _log_likelihood_from_normalizer(x, lse, sigma)
 
 
 @jax.jit
 def _posterior(x, atoms, weights, sigma):
     att = e_step_attention(x, atoms, weights, sigma)
     return att.output, att.weights
+
+
+@functools.partial(jax.jit, static_argnames=("block_size",))
+def _streamed_posterior_mean(x, atoms, weights, sigma, block_size):
+    return _streamed_e_step(x, atoms, weights, sigma, block_size)[0]
+
+
+def _check_block_size(block_size):
+    if block_size is not None:
+        _checks.check_positive_int("block_size", block_size)
+    return block_size
 
 
 # ----------------------------------------------------------------------------- validation
@@ -199,7 +282,9 @@ def responsibilities(x, atoms, weights, sigma) -> jax.Array:
     return _posterior(xs, mus, ws, s)[1]
 
 
-def em_step(x, atoms, weights, sigma, *, update_weights: bool = False):
+def em_step(
+    x, atoms, weights, sigma, *, update_weights: bool = False, block_size: int | None = None
+):
     """One EM step: E-step by softmax attention, then the M-step (see the module docstring).
 
     Args:
@@ -208,27 +293,35 @@ def em_step(x, atoms, weights, sigma, *, update_weights: bool = False):
         weights: (K,) current weights.
         sigma: known noise scale.
         update_weights: also set w_k <- mean_i A_ik (otherwise the weights are returned as is).
+        block_size: stream in two passes over blocks of this many points and atoms (row
+            log-sum-exp, then column sums): memory O(block_size^2), never N x K.
 
     Returns:
         ``(atoms, weights)`` after the step.
     """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
-    new_atoms, new_weights = _em_step(xs, mus, ws, s, bool(update_weights))
+    block_size = _check_block_size(block_size)
+    new_atoms, new_weights = _em_step(xs, mus, ws, s, bool(update_weights), block_size)
     return _checks.restore_shape(new_atoms, scalar), new_weights
 
 
-def log_likelihood(x, atoms, weights, sigma) -> jax.Array:
-    """log p(x) = sum_i log sum_k w_k N(x_i; mu_k, sigma^2 I_p) (a scalar)."""
-    return _log_likelihood(*_check_problem(x, atoms, weights, sigma)[:4])
+def log_likelihood(x, atoms, weights, sigma, *, block_size: int | None = None) -> jax.Array:
+    """log p(x) = sum_i log sum_k w_k N(x_i; mu_k, sigma^2 I_p) (a scalar); streamed with
+    ``block_size``."""
+    problem = _check_problem(x, atoms, weights, sigma)[:4]
+    return _log_likelihood(*problem, block_size=_check_block_size(block_size))
 
 
-def posterior_mean(x, atoms, weights, sigma) -> jax.Array:
+def posterior_mean(x, atoms, weights, sigma, *, block_size: int | None = None) -> jax.Array:
     """E[z_i | x_i] = sum_k A_ik mu_k under nu = sum_k w_k delta(mu_k): one attention step.
 
     Queries are the data, keys and values the atoms. Returns (N,) or (N, p), like ``x``.
+    With ``block_size`` the attention streams over atom blocks (memory O(block_size^2)).
     """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
-    return _checks.restore_shape(_posterior(xs, mus, ws, s)[0], scalar)
+    if _check_block_size(block_size) is None:
+        return _checks.restore_shape(_posterior(xs, mus, ws, s)[0], scalar)
+    return _checks.restore_shape(_streamed_posterior_mean(xs, mus, ws, s, block_size), scalar)
 
 
 def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
@@ -274,6 +367,7 @@ def fit_em(
     update_weights: bool = False,
     max_iters: int = 200,
     tol: float = 1e-8,
+    block_size: int | None = None,
 ) -> EMResult:
     """Fit nu = sum_k w_k delta(mu_k) by EM, iterating attention E-steps (seed 1).
 
@@ -288,6 +382,8 @@ def fit_em(
         tol: stop when |Delta log p(x)| / N <= tol. The log-likelihood resolves changes of
             about eps |log p(x)| (eps = 1.2e-7 in float32), so a float32 run stops once its
             trace no longer moves at that resolution, usually before a float64 run would.
+        block_size: stream each iteration in two passes over blocks of points and atoms
+            (memory O(block_size^2) instead of N x K); equal to the dense path to round-off.
 
     Returns:
         ``EMResult``; atoms in the convention of ``x``.
@@ -301,7 +397,14 @@ def fit_em(
         raise ValueError(f"tol: must be a number >= 0, got {tol!r}")
     xs, mus, ws, s, scalar = _check_problem(x, start, weights, sigma)
     atoms, weights, trace, t, converged = _fit_em_loop(
-        xs, mus, ws, s, jnp.asarray(tol, xs.dtype), bool(update_weights), max_iters
+        xs,
+        mus,
+        ws,
+        s,
+        jnp.asarray(tol, xs.dtype),
+        bool(update_weights),
+        max_iters,
+        _check_block_size(block_size),
     )
     num_iters = int(t)
     return EMResult(

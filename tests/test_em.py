@@ -356,3 +356,42 @@ def test_float32_far_from_the_origin():
     assert np.all(np.diff(np.asarray(fit.log_likelihood_trace)) >= -1e-6 * abs(exact))
     zh = np.asarray(em.posterior_mean(jnp.asarray(x32 + c), fit.atoms, fit.weights, 1.0)) - c
     assert np.all(np.isfinite(zh)) and np.abs(zh).max() < 10
+
+
+@pytest.mark.parametrize("update_weights", [False, True])
+def test_streamed_em_equals_dense(update_weights):
+    """Two passes over blocks (row log-sum-exp, then column sums) give the dense EM to
+    round-off, for N and K that do not divide the block size, scalar and 2-D data."""
+    for name, sigma in (("three-atoms", 1.0), ("ring", 0.5)):
+        _, x = simulate(jax.random.key(7), name, sigma, 61)
+        x = np.asarray(x)
+        dense = em.fit_em(x, sigma, update_weights=update_weights, max_iters=25, tol=0.0)
+        streamed = em.fit_em(
+            x, sigma, update_weights=update_weights, max_iters=25, tol=0.0, block_size=16
+        )
+        np.testing.assert_allclose(streamed.atoms, dense.atoms, atol=1e-12)
+        np.testing.assert_allclose(streamed.weights, dense.weights, atol=1e-14)
+        np.testing.assert_allclose(
+            streamed.log_likelihood_trace, dense.log_likelihood_trace, rtol=1e-13
+        )
+        atoms, w = dense.atoms[:20], np.full(20, 1 / 20)
+        np.testing.assert_allclose(
+            em.posterior_mean(x, atoms, w, sigma, block_size=8),
+            em.posterior_mean(x, atoms, w, sigma),
+            atol=1e-12,
+        )
+        assert float(em.log_likelihood(x, atoms, w, sigma, block_size=8)) == pytest.approx(
+            float(em.log_likelihood(x, atoms, w, sigma)), rel=1e-13
+        )
+        step_dense = em.em_step(x, atoms, w, sigma, update_weights=update_weights)
+        step_streamed = em.em_step(x, atoms, w, sigma, update_weights=update_weights, block_size=8)
+        for a, b in zip(step_streamed, step_dense, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def test_block_size_is_checked():
+    x = np.linspace(-1, 1, 5)
+    with pytest.raises(ValueError, match="^block_size"):
+        em.fit_em(x, 1.0, block_size=0)
+    with pytest.raises(ValueError, match="^block_size"):
+        em.posterior_mean(x, x, np.full(5, 0.2), 1.0, block_size=2.5)
