@@ -71,12 +71,18 @@ def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) 
     adds a per-row constant to the scores), and beta <x, mu> no longer swamps the differences
     between keys when the data sit far from the origin (float32 would lose them).
     """
+    centre, x_c, atoms_c, beta, key_bias = _centred_problem(x, atoms, weights, sigma)
+    att = softmax_attention(x_c, atoms_c, atoms_c, scale=beta, key_bias=key_bias)
+    return att._replace(output=att.output + centre)
+
+
+def _centred_problem(x, atoms, weights, sigma):
+    """(c, x - c, mu - c, beta, key bias log w_k - beta |mu_k - c|^2 / 2), c = mean of x."""
     centre = jnp.mean(x, axis=0)
     atoms_c = atoms - centre
     beta = 1.0 / sigma**2
     key_bias = jnp.log(weights) - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
-    att = softmax_attention(x - centre, atoms_c, atoms_c, scale=beta, key_bias=key_bias)
-    return att._replace(output=att.output + centre)
+    return centre, x - centre, atoms_c, beta, key_bias
 
 
 def _log_likelihood_from_normalizer(x, log_normalizer, sigma):
@@ -112,12 +118,9 @@ def _streamed_e_step(x, atoms, weights, sigma, block_size):
 
     The same centred scores as ``e_step_attention``, through the streaming softmax kernel.
     """
-    centre = jnp.mean(x, axis=0)
-    atoms_c = atoms - centre
-    beta = 1.0 / sigma**2
-    key_bias = jnp.log(weights) - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
+    centre, x_c, atoms_c, beta, key_bias = _centred_problem(x, atoms, weights, sigma)
     out, lse = _streamed_softmax_attention(
-        _dot_product, beta, x - centre, atoms_c, atoms_c, key_bias, block_size
+        _dot_product, beta, x_c, atoms_c, atoms_c, key_bias, block_size
     )
     return out + centre, lse
 
@@ -129,10 +132,7 @@ def _streamed_m_step(x, lse, atoms, weights, sigma, update_weights, block_size):
     pass 1, so nothing of size N x K is formed.
     """
     n, k, b = x.shape[0], atoms.shape[0], block_size
-    centre = jnp.mean(x, axis=0)
-    xc, atoms_c = x - centre, atoms - centre
-    beta = 1.0 / sigma**2
-    key_bias = jnp.log(weights) - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
+    centre, xc, atoms_c, beta, key_bias = _centred_problem(x, atoms, weights, sigma)
     pad_n, pad_k = (-n) % b, (-k) % b
     x_blocks = jnp.pad(xc, ((0, pad_n), (0, 0))).reshape(-1, b, x.shape[1])
     lse_blocks = jnp.pad(lse, (0, pad_n), constant_values=jnp.inf).reshape(-1, b)
