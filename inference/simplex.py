@@ -121,6 +121,14 @@ def _fill_masked(z, finite):
     return jnp.where(finite, z, top - 2.0)
 
 
+def _checked_map(scores, axis, temperature, kind, alpha=None, num_iters=None):
+    """Validate (scores, axis, temperature), then run the compiled map ``kind``."""
+    scores = _check_scores(scores, axis)
+    temperature = _check_temperature(temperature)
+    _check_overflow(scores, temperature)
+    return _simplex_map(scores, temperature, kind, axis, alpha, num_iters)
+
+
 # ----------------------------------------------------------------------------- softmax
 
 
@@ -129,10 +137,7 @@ def softmax(scores, axis: int = -1, temperature=1.0) -> jax.Array:
 
     Entries at -inf (masked) get weight exactly 0.
     """
-    scores = _check_scores(scores, axis)
-    temperature = _check_temperature(temperature)
-    _check_overflow(scores, temperature)
-    return _simplex_map(scores, temperature, "softmax", axis)
+    return _checked_map(scores, axis, temperature, "softmax")
 
 
 # ----------------------------------------------------------------------------- sparsemax
@@ -166,10 +171,7 @@ def sparsemax(scores, axis: int = -1, temperature=1.0) -> jax.Array:
 
     Exact zeros outside the support; entries at -inf (masked) get weight 0.
     """
-    scores = _check_scores(scores, axis)
-    temperature = _check_temperature(temperature)
-    _check_overflow(scores, temperature)
-    return _simplex_map(scores, temperature, "sparsemax", axis)
+    return _checked_map(scores, axis, temperature, "sparsemax")
 
 
 # ----------------------------------------------------------------------------- entmax 1.5
@@ -205,10 +207,7 @@ def entmax15(scores, axis: int = -1, temperature=1.0) -> jax.Array:
 
     p_j = [s_j / (2 tau) - t]_+^2 with sum_j p_j = 1; sparse like sparsemax, smoother.
     """
-    scores = _check_scores(scores, axis)
-    temperature = _check_temperature(temperature)
-    _check_overflow(scores, temperature)
-    return _simplex_map(scores, temperature, "entmax15", axis)
+    return _checked_map(scores, axis, temperature, "entmax15")
 
 
 # ----------------------------------------------------------------------------- entmax (bisection)
@@ -261,13 +260,11 @@ def entmax_bisect(
     """
     scores = _check_scores(scores, axis)
     alpha = _check_alpha(alpha)
-    temperature = _check_temperature(temperature)
     if num_iters is None:
         num_iters = 60 if scores.dtype == jnp.float64 else 30
     if isinstance(num_iters, bool) or not isinstance(num_iters, numbers.Integral) or num_iters < 1:
         raise ValueError(f"num_iters: expected an integer >= 1, got {num_iters!r}")
-    _check_overflow(scores, temperature)
-    return _simplex_map(scores, temperature, "bisect", axis, alpha, int(num_iters))
+    return _checked_map(scores, axis, temperature, "bisect", alpha, int(num_iters))
 
 
 # ----------------------------------------------------------------------------- the variational view
