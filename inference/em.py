@@ -26,6 +26,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from inference.attention import (
     Attention,
@@ -85,16 +87,17 @@ def _centred_problem(x, atoms, weights, sigma):
     return centre, x - centre, atoms_c, beta, key_bias
 
 
-def _log_likelihood_from_normalizer(x, log_normalizer, sigma):
+def _log_likelihood_from_normalizer(x, lse_sum, sigma):
     """log p(x) = sum_i [logsumexp_k s_ik - beta |x_i - c|^2 / 2] - N p log(2 pi sigma^2) / 2.
 
-    ``log_normalizer`` comes from ``e_step_attention``, whose scores are centred at c = mean(x).
+    ``lse_sum`` is sum_i logsumexp_k s_ik with the scores of ``e_step_attention``, centred at
+    c = mean(x).
     """
     n, p = x.shape
     beta = 1.0 / sigma**2
     const = -0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
     centred = x - jnp.mean(x, axis=0)
-    return jnp.sum(log_normalizer) - 0.5 * beta * jnp.sum(centred**2) + const
+    return lse_sum - 0.5 * beta * jnp.sum(centred**2) + const
 
 
 def _m_step(x, responsibilities, atoms, weights, update_weights: bool):
@@ -102,41 +105,32 @@ def _m_step(x, responsibilities, atoms, weights, update_weights: bool):
 
     The weighted means are taken of x - c (c = mean of x) and shifted back, for precision.
     """
-    mass = jnp.sum(responsibilities, axis=0)
-    occupied = mass > 0
     centre = jnp.mean(x, axis=0)
-    new_atoms = (
-        centre + (responsibilities.T @ (x - centre)) / jnp.where(occupied, mass, 1.0)[:, None]
-    )
+    mass = jnp.sum(responsibilities, axis=0)
+    total = responsibilities.T @ (x - centre)
+    return _atoms_from_sums(centre, mass, total, atoms, weights, x.shape[0], update_weights)
+
+
+def _atoms_from_sums(centre, mass, total, atoms, weights, n, update_weights):
+    """mu_k = c + total_k / mass_k (unchanged where mass_k = 0); w_k = mass_k / N if updated."""
+    occupied = mass > 0
+    new_atoms = centre + total / jnp.where(occupied, mass, 1.0)[:, None]
     new_atoms = jnp.where(occupied[:, None], new_atoms, atoms)
-    new_weights = mass / x.shape[0] if update_weights else weights
+    new_weights = mass / n if update_weights else weights
     return new_atoms, new_weights
 
 
-def _streamed_e_step(x, atoms, weights, sigma, block_size):
-    """Pass 1 over key blocks: (posterior means (N, p), row log-normalisers (N,)), O(B^2) memory.
+def _column_sums(xc, lse, atoms_c, key_bias, beta, block_size):
+    """Pass 2 over row blocks, per atom block: mass_k = sum_i A_ik, total_k = sum_i A_ik x_i.
 
-    The same centred scores as ``e_step_attention``, through the streaming softmax kernel.
+    A_ik = exp(beta <x_i, mu_k> + b_k - lse_i) is recomputed block by block from the row
+    log-normalisers of pass 1 (``lse_i = +inf`` drops row i), so nothing N x K is formed.
     """
-    centre, x_c, atoms_c, beta, key_bias = _centred_problem(x, atoms, weights, sigma)
-    out, lse = _streamed_softmax_attention(
-        _dot_product, beta, x_c, atoms_c, atoms_c, key_bias, block_size
-    )
-    return out + centre, lse
-
-
-def _streamed_m_step(x, lse, atoms, weights, sigma, update_weights, block_size):
-    """Pass 2 over data blocks, per atom block: mass_k = sum_i A_ik, sum_i A_ik (x_i - c).
-
-    A_ik = exp(s_ik - lse_i) is recomputed block by block from the row log-normalisers of
-    pass 1, so nothing of size N x K is formed.
-    """
-    n, k, b = x.shape[0], atoms.shape[0], block_size
-    centre, xc, atoms_c, beta, key_bias = _centred_problem(x, atoms, weights, sigma)
+    n, p, k, b = xc.shape[0], xc.shape[1], atoms_c.shape[0], block_size
     pad_n, pad_k = (-n) % b, (-k) % b
-    x_blocks = jnp.pad(xc, ((0, pad_n), (0, 0))).reshape(-1, b, x.shape[1])
+    x_blocks = jnp.pad(xc, ((0, pad_n), (0, 0))).reshape(-1, b, p)
     lse_blocks = jnp.pad(lse, (0, pad_n), constant_values=jnp.inf).reshape(-1, b)
-    atom_blocks = jnp.pad(atoms_c, ((0, pad_k), (0, 0))).reshape(-1, b, x.shape[1])
+    atom_blocks = jnp.pad(atoms_c, ((0, pad_k), (0, 0))).reshape(-1, b, p)
     bias_blocks = jnp.pad(key_bias, (0, pad_k), constant_values=-jnp.inf).reshape(-1, b)
 
     def one_atom_block(args):
@@ -148,44 +142,92 @@ def _streamed_m_step(x, lse, atoms, weights, sigma, update_weights, block_size):
             a = jnp.exp(beta * (xb @ mu_b.T) + bias_b[None, :] - lse_b[:, None])
             return (mass + a.sum(0), total + a.T @ xb), None
 
-        init = (jnp.zeros((b,), x.dtype), jnp.zeros((b, x.shape[1]), x.dtype))
+        init = (jnp.zeros((b,), xc.dtype), jnp.zeros((b, p), xc.dtype))
         (mass, total), _ = jax.lax.scan(body, init, (x_blocks, lse_blocks))
         return mass, total
 
     mass, total = jax.lax.map(one_atom_block, (atom_blocks, bias_blocks))
-    mass, total = mass.reshape(-1)[:k], total.reshape(-1, x.shape[1])[:k]
-    occupied = mass > 0
-    new_atoms = centre + total / jnp.where(occupied, mass, 1.0)[:, None]
-    new_atoms = jnp.where(occupied[:, None], new_atoms, atoms)
-    new_weights = mass / n if update_weights else weights
-    return new_atoms, new_weights
+    return mass.reshape(-1)[:k], total.reshape(-1, p)[:k]
 
 
-def _em_iteration(x, atoms, weights, sigma, update_weights, block_size):
+ROWS = "rows"
+
+
+def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, columns):
+    """The streamed E-step statistics, with the data rows sharded over ``num_devices`` devices.
+
+    Returns ``(z_mean (N, p), sum_i lse_i, mass (K,), total (K, p))``; ``mass`` and ``total``
+    (pass 2, ``_column_sums``) only when ``columns``, else ``None``. Pass 1 (row log-sum-exp and
+    the posterior means) needs no communication between devices; the sums over rows are
+    ``psum``-reduced. The rows are padded to a multiple of ``num_devices`` and the padding
+    masked out. With one device this is the plain two-pass stream.
+    """
+    centre, xc, atoms_c, beta, key_bias = _centred_problem(x, atoms, weights, sigma)
+    n = x.shape[0]
+    pad = (-n) % num_devices
+    xc = jnp.pad(xc, ((0, pad), (0, 0)))
+    valid = jnp.arange(n + pad) < n
+
+    def on_rows(xc, valid, atoms_c, key_bias, beta):
+        out, lse = _streamed_softmax_attention(
+            _dot_product, beta, xc, atoms_c, atoms_c, key_bias, block_size
+        )
+        lse_sum = jnp.sum(jnp.where(valid, lse, 0.0))
+        sums = ()
+        if columns:
+            lse_rows = jnp.where(valid, lse, jnp.inf)
+            sums = _column_sums(xc, lse_rows, atoms_c, key_bias, beta, block_size)
+        if num_devices > 1:
+            lse_sum, sums = jax.lax.psum((lse_sum, sums), ROWS)
+        return out, lse_sum, sums
+
+    if num_devices > 1:
+        mesh = Mesh(np.asarray(jax.devices()[:num_devices]), (ROWS,))
+        on_rows = jax.shard_map(
+            on_rows,
+            mesh=mesh,
+            in_specs=(P(ROWS), P(ROWS), P(), P(), P()),
+            out_specs=(P(ROWS), P(), P()),
+            check_vma=False,
+        )
+    out, lse_sum, sums = on_rows(xc, valid, atoms_c, key_bias, beta)
+    mass, total = sums if columns else (None, None)
+    return out[:n] + centre, lse_sum, mass, total
+
+
+def _em_iteration(x, atoms, weights, sigma, update_weights, block_size, num_devices):
     """log p(x) at (atoms, weights) and the EM update: dense, or two streamed passes."""
     if block_size is None:
         att = e_step_attention(x, atoms, weights, sigma)
-        ll = _log_likelihood_from_normalizer(x, att.log_normalizer, sigma)
+        ll = _log_likelihood_from_normalizer(x, jnp.sum(att.log_normalizer), sigma)
         return ll, *_m_step(x, att.weights, atoms, weights, update_weights)
-    _, lse = _streamed_e_step(x, atoms, weights, sigma, block_size)
-    ll = _log_likelihood_from_normalizer(x, lse, sigma)
-    return ll, *_streamed_m_step(x, lse, atoms, weights, sigma, update_weights, block_size)
+    _, lse_sum, mass, total = _streamed_statistics(
+        x, atoms, weights, sigma, block_size, num_devices, columns=True
+    )
+    ll = _log_likelihood_from_normalizer(x, lse_sum, sigma)
+    centre = jnp.mean(x, axis=0)
+    return ll, *_atoms_from_sums(centre, mass, total, atoms, weights, x.shape[0], update_weights)
 
 
-@functools.partial(jax.jit, static_argnames=("update_weights", "block_size"))
-def _em_step(x, atoms, weights, sigma, update_weights, block_size=None):
-    return _em_iteration(x, atoms, weights, sigma, update_weights, block_size)[1:]
+_STREAM_STATIC = ("block_size", "num_devices")
 
 
-@functools.partial(jax.jit, static_argnames=("update_weights", "max_iters", "block_size"))
-def _fit_em_loop(x, atoms, weights, sigma, tol, update_weights, max_iters, block_size=None):
+@functools.partial(jax.jit, static_argnames=("update_weights", *_STREAM_STATIC))
+def _em_step(x, atoms, weights, sigma, update_weights, block_size=None, num_devices=1):
+    return _em_iteration(x, atoms, weights, sigma, update_weights, block_size, num_devices)[1:]
+
+
+@functools.partial(jax.jit, static_argnames=("update_weights", "max_iters", *_STREAM_STATIC))
+def _fit_em_loop(
+    x, atoms, weights, sigma, tol, update_weights, max_iters, block_size=None, num_devices=1
+):
     n = x.shape[0]
     trace = jnp.full((max_iters + 1,), jnp.nan, dtype=x.dtype)
 
     def body(state):
         t, atoms, weights, trace, _, _ = state
         ll, new_atoms, new_weights = _em_iteration(
-            x, atoms, weights, sigma, update_weights, block_size
+            x, atoms, weights, sigma, update_weights, block_size, num_devices
         )
         trace = trace.at[t].set(ll)
         converged = (t > 0) & (jnp.abs(ll - trace[jnp.maximum(t - 1, 0)]) <= tol * n)
@@ -199,13 +241,15 @@ def _fit_em_loop(x, atoms, weights, sigma, tol, update_weights, max_iters, block
     return atoms, weights, trace, t, converged
 
 
-@functools.partial(jax.jit, static_argnames=("block_size",))
-def _log_likelihood(x, atoms, weights, sigma, block_size=None):
+@functools.partial(jax.jit, static_argnames=_STREAM_STATIC)
+def _log_likelihood(x, atoms, weights, sigma, block_size=None, num_devices=1):
     if block_size is None:
-        lse = e_step_attention(x, atoms, weights, sigma).log_normalizer
+        lse_sum = jnp.sum(e_step_attention(x, atoms, weights, sigma).log_normalizer)
     else:
-        lse = _streamed_e_step(x, atoms, weights, sigma, block_size)[1]
-    return _log_likelihood_from_normalizer(x, lse, sigma)
+        lse_sum = _streamed_statistics(
+            x, atoms, weights, sigma, block_size, num_devices, columns=False
+        )[1]
+    return _log_likelihood_from_normalizer(x, lse_sum, sigma)
 
 
 @jax.jit
@@ -214,15 +258,27 @@ def _posterior(x, atoms, weights, sigma):
     return att.output, att.weights
 
 
-@functools.partial(jax.jit, static_argnames=("block_size",))
-def _streamed_posterior_mean(x, atoms, weights, sigma, block_size):
-    return _streamed_e_step(x, atoms, weights, sigma, block_size)[0]
+@functools.partial(jax.jit, static_argnames=_STREAM_STATIC)
+def _streamed_posterior_mean(x, atoms, weights, sigma, block_size, num_devices=1):
+    return _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, False)[0]
 
 
-def _check_block_size(block_size):
+def _check_streaming(block_size, num_devices) -> tuple[int | None, int]:
+    """Validate (block_size, num_devices); default: every local device when streaming."""
     if block_size is not None:
-        _checks.check_positive_int("block_size", block_size)
-    return block_size
+        block_size = _checks.check_positive_int("block_size", block_size)
+    available = jax.local_device_count()
+    if num_devices is None:
+        return block_size, (available if block_size is not None else 1)
+    num_devices = _checks.check_positive_int("num_devices", num_devices)
+    if num_devices > available:
+        raise ValueError(
+            f"num_devices: {num_devices} requested but only {available} local device(s) exist "
+            "(on the CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N)"
+        )
+    if num_devices > 1 and block_size is None:
+        raise ValueError("num_devices: sharding the rows needs the streamed path (set block_size)")
+    return block_size, num_devices
 
 
 # ----------------------------------------------------------------------------- validation
@@ -283,7 +339,14 @@ def responsibilities(x, atoms, weights, sigma) -> jax.Array:
 
 
 def em_step(
-    x, atoms, weights, sigma, *, update_weights: bool = False, block_size: int | None = None
+    x,
+    atoms,
+    weights,
+    sigma,
+    *,
+    update_weights: bool = False,
+    block_size: int | None = None,
+    num_devices: int | None = None,
 ):
     """One EM step: E-step by softmax attention, then the M-step (see the module docstring).
 
@@ -295,33 +358,44 @@ def em_step(
         update_weights: also set w_k <- mean_i A_ik (otherwise the weights are returned as is).
         block_size: stream in two passes over blocks of this many points and atoms (row
             log-sum-exp, then column sums): memory O(block_size^2), never N x K.
+        num_devices: with ``block_size``, shard the data rows over this many local devices
+            (``jax.shard_map`` over a 1-D mesh; sums over rows are ``psum``-reduced); default
+            all local devices. Equal to one device to round-off.
 
     Returns:
         ``(atoms, weights)`` after the step.
     """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
-    block_size = _check_block_size(block_size)
-    new_atoms, new_weights = _em_step(xs, mus, ws, s, bool(update_weights), block_size)
+    block_size, num_devices = _check_streaming(block_size, num_devices)
+    new_atoms, new_weights = _em_step(xs, mus, ws, s, bool(update_weights), block_size, num_devices)
     return _checks.restore_shape(new_atoms, scalar), new_weights
 
 
-def log_likelihood(x, atoms, weights, sigma, *, block_size: int | None = None) -> jax.Array:
+def log_likelihood(
+    x, atoms, weights, sigma, *, block_size: int | None = None, num_devices: int | None = None
+) -> jax.Array:
     """log p(x) = sum_i log sum_k w_k N(x_i; mu_k, sigma^2 I_p) (a scalar); streamed with
-    ``block_size``."""
+    ``block_size`` and row-sharded over ``num_devices`` (see ``em_step``)."""
     problem = _check_problem(x, atoms, weights, sigma)[:4]
-    return _log_likelihood(*problem, block_size=_check_block_size(block_size))
+    block_size, num_devices = _check_streaming(block_size, num_devices)
+    return _log_likelihood(*problem, block_size=block_size, num_devices=num_devices)
 
 
-def posterior_mean(x, atoms, weights, sigma, *, block_size: int | None = None) -> jax.Array:
+def posterior_mean(
+    x, atoms, weights, sigma, *, block_size: int | None = None, num_devices: int | None = None
+) -> jax.Array:
     """E[z_i | x_i] = sum_k A_ik mu_k under nu = sum_k w_k delta(mu_k): one attention step.
 
     Queries are the data, keys and values the atoms. Returns (N,) or (N, p), like ``x``.
-    With ``block_size`` the attention streams over atom blocks (memory O(block_size^2)).
+    With ``block_size`` the attention streams over atom blocks (memory O(block_size^2)), with
+    the rows sharded over ``num_devices`` (see ``em_step``).
     """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
-    if _check_block_size(block_size) is None:
+    block_size, num_devices = _check_streaming(block_size, num_devices)
+    if block_size is None:
         return _checks.restore_shape(_posterior(xs, mus, ws, s)[0], scalar)
-    return _checks.restore_shape(_streamed_posterior_mean(xs, mus, ws, s, block_size), scalar)
+    z_mean = _streamed_posterior_mean(xs, mus, ws, s, block_size, num_devices)
+    return _checks.restore_shape(z_mean, scalar)
 
 
 def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
@@ -368,6 +442,7 @@ def fit_em(
     max_iters: int = 200,
     tol: float = 1e-8,
     block_size: int | None = None,
+    num_devices: int | None = None,
 ) -> EMResult:
     """Fit nu = sum_k w_k delta(mu_k) by EM, iterating attention E-steps (seed 1).
 
@@ -384,6 +459,9 @@ def fit_em(
             trace no longer moves at that resolution, usually before a float64 run would.
         block_size: stream each iteration in two passes over blocks of points and atoms
             (memory O(block_size^2) instead of N x K); equal to the dense path to round-off.
+        num_devices: with ``block_size``, shard the data rows over this many local devices
+            (``jax.shard_map`` over a 1-D mesh; sums over rows are ``psum``-reduced); default
+            all local devices. Equal to one device to round-off.
 
     Returns:
         ``EMResult``; atoms in the convention of ``x``.
@@ -396,6 +474,7 @@ def fit_em(
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0:
         raise ValueError(f"tol: must be a number >= 0, got {tol!r}")
     xs, mus, ws, s, scalar = _check_problem(x, start, weights, sigma)
+    block_size, num_devices = _check_streaming(block_size, num_devices)
     atoms, weights, trace, t, converged = _fit_em_loop(
         xs,
         mus,
@@ -404,7 +483,8 @@ def fit_em(
         jnp.asarray(tol, xs.dtype),
         bool(update_weights),
         max_iters,
-        _check_block_size(block_size),
+        block_size,
+        num_devices,
     )
     num_iters = int(t)
     return EMResult(
