@@ -2,7 +2,8 @@
 
 The mixing measure is discrete, nu = sum_k w_k delta(mu_k). Integrating z out gives the
 location mixture p(x_i) = sum_k w_k N(x_i; mu_k, sigma^2 I_p), which is what the NumPyro
-program below observes, so NUTS sees only the continuous sites ``weights`` and ``atoms``.
+program below observes, so NUTS sees only continuous sites: ``weights`` and ``atoms``, plus
+``dp_concentration`` and ``sticks`` under the truncated Dirichlet-process prior.
 
 Shape convention: scalar data travel as ``(N,)`` with atoms ``(K,)``; p-dimensional data as
 ``(N, p)`` with atoms ``(K, p)``. Everything here returns arrays in the convention it was given.
@@ -22,7 +23,7 @@ from numpyro.distributions import constraints
 
 from models import _checks
 
-PRIORS = ("dirichlet", "uniform-weights")
+PRIORS = ("dirichlet", "dp", "uniform-weights")
 
 
 class DiscreteMeasure(NamedTuple):
@@ -159,6 +160,33 @@ class SortedNormal(dist.Distribution):
         return base + gammaln(self.num + 1.0)
 
 
+def stick_breaking_log_weights(sticks: jax.Array) -> jax.Array:
+    """Log weights of the truncated stick-breaking construction.
+
+    With sticks v_1..v_{K-1} in (0, 1): w_k = v_k prod_{l<k} (1 - v_l) for k < K and
+    w_K = prod_{l<K} (1 - v_l), the rest of the stick, so the K weights sum to one by
+    construction (Ishwaran & James 2001: the truncation sets v_K = 1). Computed in log space,
+    log w_k = log v_k + sum_{l<k} log1p(-v_l), so that small late weights neither underflow
+    to zero nor give infinite gradients.
+
+    Args:
+        sticks: (..., K - 1).
+
+    Returns:
+        (..., K) log weights.
+    """
+    sticks = jnp.asarray(sticks)
+    log_rest = jnp.cumsum(jnp.log1p(-sticks), axis=-1)  # log prod_{l<=k} (1 - v_l)
+    zero = jnp.zeros((*sticks.shape[:-1], 1), dtype=log_rest.dtype)
+    log_v = jnp.concatenate([jnp.log(sticks), zero], axis=-1)  # v_K = 1
+    return log_v + jnp.concatenate([zero, log_rest], axis=-1)
+
+
+def stick_breaking(sticks: jax.Array) -> jax.Array:
+    """Weights (..., K) of the truncated stick-breaking construction; see the log version."""
+    return jnp.exp(stick_breaking_log_weights(sticks))
+
+
 def deconvolution_model(
     x=None,
     *,
@@ -171,32 +199,64 @@ def deconvolution_model(
     atom_loc=0.0,
     atom_scale: float = 5.0,
     ordered: bool = False,
+    dp_shape: float = 2.0,
+    dp_rate: float = 2.0,
 ):
     """NumPyro program of the finite-mixture deconvolution model with z marginalised.
 
         w ~ Dirichlet(concentration * 1_K)            (prior="dirichlet")
+        alpha ~ Gamma(dp_shape, dp_rate)              (prior="dp", truncated stick-breaking)
+        v_k ~ Beta(1, alpha), k = 1..K-1;  w = stick_breaking(v)
         w = 1_K / K                                   (prior="uniform-weights", the EM model)
         mu_k ~ N(atom_loc, atom_scale^2 I_p) iid      (sorted when ``ordered``; p = 1 only)
         x_i ~ sum_k w_k N(mu_k, sigma^2 I_p)          i = 1..N, plate "points"
 
+    ``prior="dp"`` is Sethuraman's (1994) stick-breaking Dirichlet process DP(alpha, G_0),
+    G_0 = N(atom_loc, atom_scale^2 I_p), truncated at K atoms as in Ishwaran & James (2001,
+    "Gibbs sampling methods for stick-breaking priors", JASA 96): the last weight takes the
+    rest of the stick, w_K = prod_{l<K} (1 - v_l). The concentration gets a Gamma prior as in
+    Escobar & West (1995, "Bayesian density estimation and inference using mixtures",
+    JASA 90). The default Gamma(2, 2) has mean 1 and vanishes at alpha = 0, where every stick
+    would pile up at 1 and the sampler would face a funnel. The truncation leaves on average
+    E[w_K] = E[(alpha / (1 + alpha))^(K-1)] of the mass to the last atom, so K should leave
+    a few atoms beyond those one expects to be occupied. The weights are not
+    exchangeable (E[w_k] decreases in k), so ``ordered=True``, which would pair the largest
+    expected weight with the smallest atom and thereby change the model, is refused.
+
     Args:
         x: observations, (N,) or (N, p); ``None`` to sample from the prior predictive.
         sigma: known noise scale.
-        num_atoms: K.
+        num_atoms: K (at least 2 with ``prior="dp"``).
         dim: p. ``None`` infers it from ``x`` (scalar convention when ``x`` is ``None``).
         num_points: N when ``x`` is ``None``.
-        prior: "dirichlet" or "uniform-weights".
-        concentration: Dirichlet concentration per atom (< 1 favours few occupied atoms).
+        prior: "dirichlet", "dp" or "uniform-weights".
+        concentration: Dirichlet concentration per atom (< 1 favours few occupied atoms);
+            used by ``prior="dirichlet"`` only.
         atom_loc, atom_scale: location (scalar or (p,)) and scale of the atoms' prior.
-        ordered: impose mu_1 < ... < mu_K (scalar data only); see ``SortedNormal``.
+        ordered: impose mu_1 < ... < mu_K (scalar data only, not with ``prior="dp"``); see
+            ``SortedNormal``.
+        dp_shape, dp_rate: shape and rate of the Gamma prior on the DP concentration alpha
+            (mean dp_shape / dp_rate); used by ``prior="dp"`` only.
 
-    Sites: ``weights`` (K,), ``atoms`` (K,) or (K, p), observed ``x`` (N,) or (N, p).
+    Sites: ``weights`` (K,), ``atoms`` (K,) or (K, p), observed ``x`` (N,) or (N, p); with
+    ``prior="dp"`` also ``dp_concentration`` () and ``sticks`` (K - 1,), and ``weights`` is
+    then a deterministic site (as it is with ``prior="uniform-weights"``).
     """
     _checks.check_positive_scalar("sigma", sigma)
     num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
     if prior not in PRIORS:
         raise ValueError(f"prior: unknown prior {prior!r}; known: {list(PRIORS)}")
     _checks.check_positive_scalar("concentration", concentration)
+    _checks.check_positive_scalar("dp_shape", dp_shape)
+    _checks.check_positive_scalar("dp_rate", dp_rate)
+    if prior == "dp":
+        if num_atoms < 2:
+            raise ValueError(f"num_atoms: prior='dp' needs at least 2 atoms, got {num_atoms}")
+        if ordered:
+            raise ValueError(
+                "ordered: not available with prior='dp' (stick-breaking weights are not "
+                "exchangeable, so sorting the atoms would change the model)"
+            )
     if x is not None:
         if not _checks.is_traced(x):
             _checks.as_points("x", x)
@@ -230,8 +290,14 @@ def deconvolution_model(
                 f"got shape {tuple(loc.shape)}"
             )
 
+    log_weights = None
     if prior == "dirichlet":
         weights = numpyro.sample("weights", dist.Dirichlet(jnp.full((num_atoms,), concentration)))
+    elif prior == "dp":
+        alpha = numpyro.sample("dp_concentration", dist.Gamma(dp_shape, dp_rate))
+        sticks = numpyro.sample("sticks", dist.Beta(1.0, alpha).expand([num_atoms - 1]).to_event(1))
+        log_weights = stick_breaking_log_weights(sticks)
+        weights = numpyro.deterministic("weights", jnp.exp(log_weights))
     else:
         weights = numpyro.deterministic("weights", jnp.full((num_atoms,), 1.0 / num_atoms))
 
@@ -249,16 +315,31 @@ def deconvolution_model(
             "atoms", dist.Normal(loc, atom_scale).expand([num_atoms, dim]).to_event(2)
         )
         component = dist.Normal(atoms, sigma).to_event(1)
-    mixture = dist.MixtureSameFamily(dist.Categorical(probs=weights), component)
+    mixing = (
+        dist.Categorical(probs=weights)
+        if log_weights is None
+        else dist.Categorical(logits=log_weights)
+    )
+    mixture = dist.MixtureSameFamily(mixing, component)
     with numpyro.plate("points", num_points):
         numpyro.sample("x", mixture, obs=x)
 
 
-def model_dims(scalar: bool) -> dict[str, list[str]]:
-    """ArviZ dimension names of the sites of ``deconvolution_model``."""
+def model_dims(scalar: bool, prior: str = "dirichlet") -> dict[str, list[str]]:
+    """ArviZ dimension names of the sites of ``deconvolution_model(..., prior=prior)``.
+
+    ``sticks`` (K - 1 of them) get their own dimension "stick"; ``dp_concentration`` is a
+    scalar.
+    """
+    if prior not in PRIORS:
+        raise ValueError(f"prior: unknown prior {prior!r}; known: {list(PRIORS)}")
     if scalar:
-        return {"weights": ["atom"], "atoms": ["atom"], "x": ["point"]}
-    return {"weights": ["atom"], "atoms": ["atom", "coord"], "x": ["point", "coord"]}
+        dims = {"weights": ["atom"], "atoms": ["atom"], "x": ["point"]}
+    else:
+        dims = {"weights": ["atom"], "atoms": ["atom", "coord"], "x": ["point", "coord"]}
+    if prior == "dp":
+        dims |= {"dp_concentration": [], "sticks": ["stick"]}
+    return dims
 
 
 __all__ = [
@@ -273,5 +354,7 @@ __all__ = [
     "ring",
     "simulate",
     "sparse_means",
+    "stick_breaking",
+    "stick_breaking_log_weights",
     "three_atoms",
 ]

@@ -1,4 +1,4 @@
-"""Simulator, named measures and the NumPyro deconvolution program."""
+"""Simulator, named measures and the NumPyro deconvolution program (Dirichlet and DP priors)."""
 
 import math
 
@@ -7,18 +7,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from numpyro import handlers
+from numpyro.infer import Predictive
 from numpyro.infer.util import log_density
-from scipy import stats
+from scipy import integrate, special, stats
 from scipy.special import logsumexp
 
+from inference.invariants import add_invariants
+from inference.mcmc import run_nuts
 from models.deconvolution import (
     DiscreteMeasure,
     SortedNormal,
+    check_measure,
     deconvolution_model,
     get_measure,
+    model_dims,
     ring,
     simulate,
     sparse_means,
+    stick_breaking,
+    stick_breaking_log_weights,
     three_atoms,
 )
 
@@ -250,3 +257,219 @@ def test_prior_predictive(dim):
     assert tr["x"]["value"].shape == shape
     assert tr["atoms"]["value"].shape == ((K,) if dim is None else (K, 3))
     assert np.all(np.isfinite(np.asarray(tr["x"]["value"])))
+
+
+# ----------------------------------------------------------------------------- measures refused
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ([1.2, -0.2], "negative"),
+        ([0.5, 0.6], "sum to 1"),
+        ([np.nan, 1.0], "non-finite"),
+        ([0.5, np.inf], "non-finite"),
+        ([1.0], "expected 2 entries"),
+    ],
+)
+def test_bad_measure_weights_refused(weights, message):
+    measure = DiscreteMeasure(np.array([-1.0, 2.0]), np.array(weights))
+    with pytest.raises(ValueError, match=rf"^measure\.weights: .*{message}"):
+        check_measure("measure", measure)
+    with pytest.raises(ValueError, match=rf"^measure\.weights: .*{message}"):
+        simulate(jax.random.key(0), measure, 1.0, 5)
+
+
+def test_bad_measure_atoms_refused():
+    measure = DiscreteMeasure(np.array([np.nan, 2.0]), np.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match=r"^measure\.atoms: "):
+        simulate(jax.random.key(0), measure, 1.0, 5)
+    with pytest.raises(ValueError, match=r"^measure: "):
+        check_measure("measure", (np.zeros(2), np.array([0.5, 0.5])))
+
+
+# ----------------------------------------------------------------------------- prior="dp"
+
+DP = {"prior": "dp"}
+
+
+def _numpy_stick_breaking(sticks):
+    """w_k = v_k prod_{l<k} (1 - v_l), w_K = prod_{l<K} (1 - v_l), by explicit loops."""
+    sticks = np.atleast_2d(sticks)
+    out = np.empty((sticks.shape[0], sticks.shape[1] + 1))
+    for row, v in enumerate(sticks):
+        rest = 1.0
+        for k, vk in enumerate(v):
+            out[row, k] = vk * rest
+            rest *= 1.0 - vk
+        out[row, -1] = rest
+    return out
+
+
+def test_stick_breaking_matches_numpy():
+    rng = np.random.default_rng(0)
+    sticks = rng.beta(1.0, 1.5, size=(50, 6))
+    sticks[0] = [1e-12, 0.5, 1 - 1e-12, 0.3, 0.2, 0.9]  # extremes
+    got = np.asarray(stick_breaking(jnp.asarray(sticks)))
+    expected = _numpy_stick_breaking(sticks)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(got.sum(-1), 1.0, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(stick_breaking_log_weights(jnp.asarray(sticks[1:]))),
+        np.log(expected[1:]),
+        rtol=1e-12,
+    )
+    # Late weights far below the float64 range stay finite in log space.
+    tiny = np.asarray(stick_breaking_log_weights(jnp.full(400, 0.9)))
+    assert np.all(np.isfinite(tiny)) and tiny[-1] < -900
+
+
+def test_dp_sites_and_weights(scalar_data):
+    kwargs = {"sigma": 1.0, "num_atoms": 4, **DP}
+    tr = _trace(kwargs, scalar_data, seed=3)
+    assert tr["dp_concentration"]["type"] == "sample"
+    assert tr["dp_concentration"]["value"].shape == ()
+    assert tr["sticks"]["type"] == "sample" and tr["sticks"]["value"].shape == (3,)
+    assert tr["weights"]["type"] == "deterministic"
+    weights = np.asarray(tr["weights"]["value"])
+    np.testing.assert_allclose(weights, _numpy_stick_breaking(tr["sticks"]["value"])[0], 1e-12)
+    np.testing.assert_allclose(weights.sum(), 1.0, rtol=0, atol=1e-14)
+    assert model_dims(True, prior="dp") == {
+        "weights": ["atom"],
+        "atoms": ["atom"],
+        "x": ["point"],
+        "dp_concentration": [],
+        "sticks": ["stick"],
+    }
+    assert model_dims(False) == model_dims(False, prior="uniform-weights")
+    assert "sticks" not in model_dims(True)
+
+
+def _gamma_expectation(fn, shape, rate):
+    """E[fn(alpha)] for alpha ~ Gamma(shape, rate), by adaptive quadrature."""
+    density = stats.gamma(shape, scale=1.0 / rate).pdf
+    return integrate.quad(lambda a: fn(a) * density(a), 0.0, np.inf, epsabs=1e-12)[0]
+
+
+@pytest.mark.parametrize(("shape", "rate"), [(2.0, 2.0), (1.0, 1.0)])
+def test_dp_prior_weight_moments(shape, rate):
+    """Monte Carlo moments of the prior weights against integrals over the Gamma prior.
+
+    Given alpha, v_k ~ Beta(1, alpha) iid, so E[v] = 1/(1+alpha), E[1-v] = alpha/(1+alpha)
+    and E[v^2] = 2/((1+alpha)(2+alpha)); hence E[w_k | alpha] = (1/(1+alpha)) r^(k-1) with
+    r = alpha/(1+alpha) for k < K, E[w_K | alpha] = r^(K-1), and E[w_1^2 | alpha] = E[v^2].
+    """
+    num_atoms, m = 4, 50_000
+    kwargs = {"sigma": 1.0, "num_atoms": num_atoms, "num_points": 1, "dp_shape": shape}
+    kwargs |= {"dp_rate": rate, **DP}
+    draws = Predictive(deconvolution_model, num_samples=m, return_sites=["weights"])(
+        jax.random.key(8), None, **kwargs
+    )["weights"]
+    draws = np.asarray(draws)
+    assert draws.shape == (m, num_atoms)
+    np.testing.assert_allclose(draws.sum(-1), 1.0, rtol=0, atol=1e-13)
+    # E[w_1] in closed form: E[1/(1+alpha)] = rate^shape U(shape, shape, rate) (Tricomi U).
+    closed = rate**shape * special.hyperu(shape, shape, rate)
+    np.testing.assert_allclose(
+        closed, _gamma_expectation(lambda a: 1 / (1 + a), shape, rate), rtol=1e-8
+    )
+    expected = [
+        _gamma_expectation(lambda a, k=k: (a / (1 + a)) ** k / (1 + a), shape, rate)
+        for k in range(num_atoms - 1)
+    ]
+    expected.append(_gamma_expectation(lambda a: (a / (1 + a)) ** (num_atoms - 1), shape, rate))
+    np.testing.assert_allclose(sum(expected), 1.0, rtol=1e-8)
+    checks = [(draws[:, k], expected[k]) for k in range(num_atoms)]
+    second = _gamma_expectation(lambda a: 2 / ((1 + a) * (2 + a)), shape, rate)
+    checks.append((draws[:, 0] ** 2, second))
+    # Each sample mean is within 5 Monte Carlo standard errors (sd / sqrt(m)) of its target:
+    # a false alarm has probability about 6e-7 per check.
+    for values, target in checks:
+        se = values.std() / math.sqrt(m)
+        assert abs(values.mean() - target) < 5 * se, (values.mean(), target, se)
+    assert abs(draws[:, 0].mean() - closed) < 5 * draws[:, 0].std() / math.sqrt(m)
+
+
+@pytest.mark.parametrize("which", ["scalar", "vector"])
+def test_dp_log_density(which, scalar_data, vector_data):
+    x = scalar_data if which == "scalar" else vector_data
+    if which == "scalar":
+        sticks, atoms = np.array([0.3, 0.6, 0.25]), np.array([-2.0, 0.1, 3.0, 1.0])
+    else:
+        sticks, atoms = np.array([0.7]), np.array([[-0.5, 0.0], [1.5, -0.5]])
+    alpha, shape, rate = 0.8, 1.5, 3.0
+    kwargs = {"sigma": 0.8, "num_atoms": atoms.shape[0], "dp_shape": shape, "dp_rate": rate}
+    kwargs |= {"atom_loc": 0.3, "atom_scale": 2.0, "concentration": 0.7, **DP}
+    params = {"dp_concentration": alpha, "sticks": sticks, "atoms": atoms}
+    got = _log_density(jnp.asarray(x), kwargs, params)
+    weights = _numpy_stick_breaking(sticks)[0]
+    expected = _reference_log_joint(x, weights, atoms, 0.8, 1.0, 0.3, 2.0)
+    expected -= stats.dirichlet.logpdf(weights, np.ones(weights.shape[0]))  # no Dirichlet
+    expected += stats.gamma.logpdf(alpha, shape, scale=1.0 / rate)
+    expected += np.sum(stats.beta.logpdf(sticks, 1.0, alpha))
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_dp_prior_predictive():
+    # Four atoms as in test_dp_sites_and_weights: the eager Beta sampler then compiles once.
+    tr = _trace({"sigma": 0.5, "num_atoms": 4, "num_points": 6, "dim": 2, **DP}, None, seed=2)
+    assert tr["x"]["value"].shape == (6, 2)
+    assert tr["atoms"]["value"].shape == (4, 2)
+    assert np.all(np.isfinite(np.asarray(tr["x"]["value"])))
+
+
+def test_dp_nuts_run(three_atom_data):
+    """A short NUTS run: the DataTree carries the DP sites and a finite log-likelihood."""
+    _, _, x = three_atom_data
+    datatree = run_nuts(
+        deconvolution_model,
+        jax.random.key(4),
+        x,
+        sigma=1.0,
+        num_atoms=K,
+        prior="dp",
+        dims=model_dims(True, prior="dp"),
+        num_warmup=100,
+        num_samples=50,
+    )
+    post = datatree["posterior"]
+    assert post["dp_concentration"].dims == ("chain", "draw")
+    assert post["sticks"].dims == ("chain", "draw", "stick") and post.sizes["stick"] == K - 1
+    assert post["weights"].dims == ("chain", "draw", "atom") and post.sizes["atom"] == K
+    weights = np.asarray(post["weights"])
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        weights.reshape(-1, K), _numpy_stick_breaking(np.asarray(post["sticks"]).reshape(-1, 2))
+    )
+    assert np.all(np.asarray(post["dp_concentration"]) > 0)
+    log_lik = np.asarray(datatree["log_likelihood"]["x"])
+    assert log_lik.shape == (2, 50, x.shape[0]) and np.all(np.isfinite(log_lik))
+    # The permutation-invariant summaries work unchanged on the deterministic weights.
+    with_inv = add_invariants(datatree, x, 1.0, jax.random.key(5))
+    assert np.all(np.isfinite(np.asarray(with_inv["posterior"]["log_lik_total"])))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        ({"dp_shape": 0.0}, "^dp_shape: "),
+        ({"dp_shape": -1.0}, "^dp_shape: "),
+        ({"dp_shape": np.nan}, "^dp_shape: "),
+        ({"dp_shape": "2"}, "^dp_shape: "),
+        ({"dp_rate": 0.0}, "^dp_rate: "),
+        ({"dp_rate": np.inf}, "^dp_rate: "),
+        ({"dp_rate": np.array([1.0, 2.0])}, "^dp_rate: "),
+        ({"ordered": True}, "^ordered: .*exchangeable"),
+        ({"num_atoms": 1}, "^num_atoms: .*at least 2"),
+    ],
+)
+def test_dp_bad_arguments(kwargs, pattern, scalar_data):
+    settings = {"sigma": 1.0, "num_atoms": K, **DP} | kwargs
+    with pytest.raises(ValueError, match=pattern) as excinfo:
+        deconvolution_model(scalar_data, **settings)
+    assert type(excinfo.value) is ValueError
+
+
+def test_model_dims_bad_prior():
+    with pytest.raises(ValueError, match="^prior: "):
+        model_dims(True, prior="bogus")

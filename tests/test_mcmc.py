@@ -60,6 +60,22 @@ def test_run_nuts_datatree_layout(conjugate_run):
     assert np.isfinite(loo.elpd)
 
 
+def test_run_nuts_without_posterior_predictive(conjugate_run):
+    """Same key and settings without the predictive: identical draws, no predictive group."""
+    y, dt = conjugate_run
+    lean = run_nuts(
+        normal_mean_model,
+        jax.random.PRNGKey(4),
+        y,
+        num_warmup=400,
+        num_samples=1000,
+        posterior_predictive=False,
+    )
+    assert "posterior_predictive" not in lean.children
+    np.testing.assert_array_equal(lean["posterior"]["mu"], dt["posterior"]["mu"])
+    np.testing.assert_allclose(lean["log_likelihood"]["y"], dt["log_likelihood"]["y"])
+
+
 def test_run_nuts_rejects_bad_settings():
     with pytest.raises(ValueError, match="^num_samples"):
         run_nuts(normal_mean_model, jax.random.PRNGKey(0), num_samples=0, num_points=3)

@@ -1,0 +1,667 @@
+"""Gibbs sampling for the finite-mixture deconvolution model, exact and "approximate" (seed 3).
+
+Model (``deconvolution_model`` with ``prior="dirichlet"``), with assignments c_i made explicit:
+
+    w ~ Dirichlet(alpha 1_K),   mu_k ~ N(m0, s0^2 I_p) iid,   c_i | w ~ Cat(w),
+    x_i | c_i, mu ~ N(mu_{c_i}, sigma^2 I_p).
+
+Blocked Gibbs (``run_gibbs``) sweeps the three conjugate conditionals, with n_k = #{i: c_i = k}
+and S_k = sum_{i: c_i = k} x_i:
+
+    c_i | mu, w, x   ~ Cat(A_i.),   A_ik = softmax_k(beta <x_i, mu_k> + log w_k - beta |mu_k|^2 / 2)
+    w | c            ~ Dirichlet(alpha + n)
+    mu_k | c, x      ~ N(m_k, v_k I_p),   1 / v_k = 1 / s0^2 + n_k / sigma^2,
+                                           m_k = v_k (m0 / s0^2 + S_k / sigma^2)
+
+with beta = 1 / sigma^2. The assignment step samples from the E-step's attention map (queries
+x, keys mu, key bias log w_k - beta |mu_k|^2 / 2; see ``inference.em``).
+
+Approximate Gibbs (``approximate_gibbs``, seed 3 section 4.1) replaces every draw by its
+expectation: c_i by the responsibilities A_i. (an attention map), then mu_k by the
+responsibility-weighted mean of the x_i (and optionally w_k by the mean responsibility). That
+is the flat-prior limit (s0 -> inf, alpha -> 0) of the conditional means above with expected
+counts in place of counts, i.e. one EM step; iterating it is a stack of attention layers with
+tied weights. The residual (skip-connection) variant mu <- mu + eta (update - mu) is a
+preconditioned gradient-ascent step on the log-likelihood l(mu) (update - mu_k =
+sigma^2 / N_k * grad_{mu_k} l, N_k = sum_i A_ik), and ``relaxation_stability`` gives the step
+sizes for which the fixed point survives.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+import time
+from typing import NamedTuple
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from jax.scipy.special import gammaln, ndtri
+
+from inference.attention import dot_product_scores
+from inference.em import _check_problem, _m_step, e_step_attention
+from models import _checks
+from models.deconvolution import model_dims
+
+INITS = ("data", "prior")
+
+
+# ----------------------------------------------------------------------------- conditionals
+
+
+def _scores(x_c, atoms_c, log_weights, beta):
+    """(..., N, K) attention scores beta <x_i - c, mu_k - c> + log w_k - beta |mu_k - c|^2 / 2.
+
+    ``x_c`` (N, p), ``atoms_c`` (..., K, p), ``log_weights`` (..., K); leading axes are chains.
+    Centred at c = mean(x) like ``inference.em.e_step_attention``: softmax over k gives the
+    responsibilities, logsumexp over k the row log-normaliser.
+    """
+    key_bias = log_weights - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
+    return dot_product_scores(x_c, atoms_c, beta, bias=key_bias)
+
+
+def _point_log_likelihood(x_c, scores, sigma):
+    """(..., N) log sum_k w_k N(x_i; mu_k, sigma^2 I_p) from centred scores (see ``_scores``)."""
+    p = x_c.shape[1]
+    lse = jax.nn.logsumexp(scores, axis=-1)
+    return (
+        lse - 0.5 * jnp.sum(x_c**2, axis=-1) / sigma**2 - 0.5 * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    )
+
+
+def _atoms_conditional(x_c, labels, num_atoms, sigma, loc_c, atom_scale):
+    """Mean (..., K, p) (centred) and sd (..., K) of mu_k | c, x, and the counts (..., K).
+
+    ``labels`` (..., N) are the assignments c (leading axes are chains); ``loc_c`` = m0 - c.
+    """
+    one_hot = jax.nn.one_hot(labels, num_atoms, dtype=x_c.dtype)  # (..., N, K)
+    counts = jnp.sum(one_hot, axis=-2)
+    sums = jnp.einsum("...nk,np->...kp", one_hot, x_c)
+    precision = 1.0 / atom_scale**2 + counts / sigma**2
+    mean = (loc_c / atom_scale**2 + sums / sigma**2) / precision[..., None]
+    return mean, jax.lax.rsqrt(precision), counts
+
+
+def _log_prior(atoms, log_weights, concentration, atom_loc, atom_scale):
+    """(...,) log Dirichlet(w; alpha 1_K) + sum_k log N(mu_k; m0, s0^2 I_p), as NumPyro has it."""
+    k = log_weights.shape[-1]
+    dirichlet = (
+        gammaln(k * concentration)
+        - k * gammaln(concentration)
+        + jnp.sum(jnp.where(concentration == 1.0, 0.0, (concentration - 1.0) * log_weights), -1)
+    )
+    z = (atoms - atom_loc) / atom_scale
+    normal = jnp.sum(-0.5 * z**2 - jnp.log(atom_scale) - 0.5 * jnp.log(2.0 * jnp.pi), (-2, -1))
+    return dirichlet + normal
+
+
+def _uniform(key, shape, dtype):
+    """Uniforms on [tiny, 1), drawn flat and reshaped (multi-axis draws compile much slower)."""
+    size = int(np.prod(shape))
+    return jax.random.uniform(key, (size,), dtype, jnp.finfo(dtype).tiny).reshape(shape)
+
+
+def _log_gamma(key, alpha):
+    """log of independent Gamma(alpha, 1) draws (alpha > 0, any shape), exactly.
+
+    Marsaglia & Tsang (2000) on alpha + 1, rejection until every entry is accepted, then the
+    boost Gamma(alpha) = Gamma(alpha + 1) U^(1/alpha) taken in log space (so tiny alpha gives a
+    very negative log, not an underflowed 0). Written out because ``jax.random.loggamma``
+    compiles several times slower (one while loop per element), and the sampler is compiled
+    once per shape.
+    """
+    dtype = alpha.dtype
+    key_boost, key_loop = jax.random.split(key)
+    d = alpha + 1.0 - 1.0 / 3.0
+    c = jax.lax.rsqrt(9.0 * d)
+
+    def body(state):
+        i, done, log_v = state
+        u = _uniform(jax.random.fold_in(key_loop, i), (2, *alpha.shape), dtype)
+        z = ndtri(u[0])
+        v = (1.0 + c * z) ** 3
+        log_v_new = jnp.log(jnp.where(v > 0, v, 1.0))
+        ok = (v > 0) & (jnp.log(u[1]) < 0.5 * z**2 + d - d * v + d * log_v_new)
+        log_v = jnp.where(ok & ~done, log_v_new, log_v)
+        return i + 1, done | ok, log_v
+
+    state = (jnp.asarray(0, jnp.int32), jnp.zeros(alpha.shape, bool), jnp.zeros_like(alpha))
+    _, _, log_v = jax.lax.while_loop(lambda s: ~jnp.all(s[1]), body, state)
+    return jnp.log(d) + log_v + jnp.log(_uniform(key_boost, alpha.shape, dtype)) / alpha
+
+
+class _Problem(NamedTuple):
+    """Chain-independent inputs of a sweep: centred data and the prior, in x's dtype."""
+
+    x_c: jax.Array  # (N, p) x - c
+    centre: jax.Array  # (p,) c = mean of x
+    sigma: jax.Array
+    concentration: jax.Array
+    atom_loc: jax.Array  # (p,)
+    atom_scale: jax.Array
+
+
+def _sweep(problem: _Problem, atoms, log_weights, key):
+    """One blocked-Gibbs sweep c | (mu, w); w | c; mu | c, x, for C chains at once.
+
+    ``atoms`` (C, K, p), ``log_weights`` (C, K). Returns the new state and the statistics of
+    the *incoming* state (mu, w): per-point log-likelihood (C, N), log joint lp (C,), and the
+    number of atoms occupied by the assignments c drawn from it (C,). Recording the incoming
+    state lets one E-step serve both the log-likelihood and the assignment draw. The chains
+    are batched by hand (no vmap): random numbers are drawn flat, which compiles faster.
+    """
+    x_c, centre, sigma = problem.x_c, problem.centre, problem.sigma
+    num_chains, num_atoms, _ = atoms.shape
+    key_c, key_w, key_mu = jax.random.split(key, 3)
+    beta = 1.0 / sigma**2
+    scores = _scores(x_c, atoms - centre, log_weights, beta)  # (C, N, K)
+    point_ll = _point_log_likelihood(x_c, scores, sigma)
+    lp = jnp.sum(point_ll, axis=-1) + _log_prior(
+        atoms, log_weights, problem.concentration, problem.atom_loc, problem.atom_scale
+    )
+    labels = jax.random.categorical(key_c, scores.reshape(-1, num_atoms), axis=-1)
+    labels = labels.reshape(num_chains, -1)
+    mean_c, sd, counts = _atoms_conditional(
+        x_c, labels, num_atoms, sigma, problem.atom_loc - centre, problem.atom_scale
+    )
+    log_gamma = _log_gamma(key_w, problem.concentration + counts)
+    new_log_weights = log_gamma - jax.nn.logsumexp(log_gamma, axis=-1, keepdims=True)
+    noise = ndtri(_uniform(key_mu, atoms.shape, atoms.dtype))
+    new_atoms = centre + mean_c + sd[..., None] * noise
+    stats = (point_ll, lp, jnp.sum(counts > 0, axis=-1).astype(jnp.int32))
+    return (new_atoms, new_log_weights), stats
+
+
+def _run_chains(problem, atoms, log_weights, key, num_warmup, num_samples):
+    """num_warmup + num_samples sweeps in one loop (one compiled copy of the sweep).
+
+    Sweep i records the statistics of its incoming state into slot i - num_warmup once that
+    is >= 0; ``num_warmup`` may be traced, ``num_samples`` fixes the buffers' shapes.
+    Returns atoms (C, S, K, p), log weights (C, S, K), point log-likelihoods (C, S, N),
+    lp (C, S) and occupied-atom counts (C, S).
+    """
+    num_chains, n = atoms.shape[0], problem.x_c.shape[0]
+    dtype = problem.x_c.dtype
+    buffers = (
+        jnp.zeros((num_samples, *atoms.shape), dtype),
+        jnp.zeros((num_samples, *log_weights.shape), dtype),
+        jnp.zeros((num_samples, num_chains, n), dtype),
+        jnp.zeros((num_samples, num_chains), dtype),
+        jnp.zeros((num_samples, num_chains), jnp.int32),
+    )
+
+    def body(i, carry):
+        state, buffers = carry
+        new_state, stats = _sweep(problem, *state, jax.random.fold_in(key, i))
+        slot = i - num_warmup
+        keep = slot >= 0
+        slot = jnp.maximum(slot, 0)
+        record = (*state, *stats)
+        buffers = tuple(
+            b.at[slot].set(jnp.where(keep, r, b[slot]))
+            for b, r in zip(buffers, record, strict=True)
+        )
+        return new_state, buffers
+
+    total = num_warmup + num_samples
+    _, buffers = jax.lax.fori_loop(0, total, body, ((atoms, log_weights), buffers))
+    return tuple(jnp.moveaxis(b, 0, 1) for b in buffers)
+
+
+def _sort_draws(atoms, log_weights):
+    """Sort each draw's scalar atoms ascending and permute the weights along."""
+    order = jnp.argsort(atoms[..., 0], axis=-1)
+    atoms = jnp.take_along_axis(atoms, order[..., None], axis=-2)
+    return atoms, jnp.take_along_axis(log_weights, order, axis=-1)
+
+
+def _predict(key, atoms, log_weights, sigma, num_points):
+    """Replicate data sets x_rep (C, S, N, p), one per draw, from the mixture at (mu, w).
+
+    ``atoms`` (C, S, K, p), ``log_weights`` (C, S, K). Labels by inversion of the weights'
+    CDF (c = #{k < K - 1: F_k < u}), noise by the normal quantile of uniforms.
+    """
+    key_c, key_e = jax.random.split(key)
+    dtype = atoms.dtype
+    cdf = jnp.cumsum(jnp.exp(log_weights), axis=-1)[..., None, :-1]  # (C, S, 1, K - 1)
+    u = _uniform(key_c, (*log_weights.shape[:-1], num_points), dtype)
+    labels = jnp.sum(u[..., None] > cdf, axis=-1)
+    chosen = jnp.take_along_axis(atoms, labels[..., None], axis=-2)
+    return chosen + sigma * ndtri(_uniform(key_e, chosen.shape, dtype))
+
+
+@functools.partial(jax.jit, static_argnames=("num_samples",))
+def _gibbs(
+    x,
+    init_atoms,
+    init_log_weights,
+    key_chains,
+    key_pred,
+    sigma,
+    concentration,
+    atom_loc,
+    atom_scale,
+    num_warmup,
+    num_samples,
+    ordered,
+):
+    """All chains in one loop over their warmup and kept sweeps, then sorting and prediction."""
+    centre = jnp.mean(x, axis=0)
+    problem = _Problem(x - centre, centre, sigma, concentration, atom_loc, atom_scale)
+    atoms, log_weights, point_ll, lp, occupied = _run_chains(
+        problem, init_atoms, init_log_weights, key_chains, num_warmup, num_samples
+    )
+    sorted_atoms, sorted_log_weights = _sort_draws(atoms, log_weights)
+    atoms = jnp.where(ordered, sorted_atoms, atoms)
+    log_weights = jnp.where(ordered, sorted_log_weights, log_weights)
+    lp = lp + jnp.where(ordered, gammaln(atoms.shape[-2] + 1.0), 0.0)  # SortedNormal's log K!
+    x_rep = _predict(key_pred, atoms, log_weights, sigma, x.shape[0])
+    return atoms, jnp.exp(log_weights), point_ll, lp, occupied, x_rep
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_loc(atom_loc, dim, scalar):
+    loc = _checks.as_float_array("atom_loc", atom_loc)
+    _checks.check_finite("atom_loc", loc)
+    allowed = [()] if scalar else [(), (dim,)]
+    if tuple(loc.shape) not in allowed:
+        raise ValueError(
+            f"atom_loc: expected a scalar{'' if scalar else f' or shape ({dim},)'}, "
+            f"got shape {tuple(loc.shape)}"
+        )
+    return np.broadcast_to(loc, (dim,))
+
+
+def _check_init(init, points, num_atoms, num_chains, scalar):
+    """Validate ``init``; return it as a mode name, or as starting atoms (C, K, p)."""
+    n, p = points.shape
+    if isinstance(init, str):
+        if init not in INITS:
+            raise ValueError(f"init: unknown initialisation {init!r}; known: {list(INITS)}")
+        if init == "data" and num_atoms > n:
+            raise ValueError(
+                f"num_atoms: init='data' needs num_atoms <= N = {n} (distinct data points), "
+                f"got {num_atoms}; use init='prior'"
+            )
+        return init
+    start = _checks.as_float_array("init", init)
+    one = (num_atoms,) if scalar else (num_atoms, p)
+    if tuple(start.shape) not in (one, (num_chains, *one)):
+        raise ValueError(
+            f"init: expected initial atoms of shape {one} or {(num_chains, *one)}, "
+            f"got {tuple(start.shape)}"
+        )
+    _checks.check_finite("init", start)
+    return np.broadcast_to(start.reshape(-1, num_atoms, p), (num_chains, num_atoms, p))
+
+
+@functools.partial(jax.jit, static_argnames=("num_atoms", "num_chains", "mode"))
+def _initial_state(key, x, concentration, atom_loc, atom_scale, num_atoms, num_chains, mode):
+    """(atoms (C, K, p), log weights (C, K)) for every chain.
+
+    "data": per chain, K distinct data points drawn at random (the first K of a random
+    permutation), weights 1/K: the chains start dispersed. "prior": a draw from the prior.
+    """
+    n, p = x.shape
+    dtype = x.dtype
+    key_a, key_b = jax.random.split(key)
+    if mode == "data":
+        order = jnp.argsort(_uniform(key_a, (num_chains, n), dtype), axis=-1)
+        log_weights = jnp.full((num_chains, num_atoms), -jnp.log(num_atoms), dtype)
+        return x[order[:, :num_atoms]], log_weights
+    log_gamma = _log_gamma(key_a, jnp.full((num_chains, num_atoms), concentration, dtype))
+    log_weights = log_gamma - jax.nn.logsumexp(log_gamma, axis=-1, keepdims=True)
+    eps = ndtri(_uniform(key_b, (num_chains, num_atoms, p), dtype))
+    return atom_loc + atom_scale * eps, log_weights
+
+
+# ----------------------------------------------------------------------------- public API: Gibbs
+
+
+def run_gibbs(
+    key: jax.Array,
+    x,
+    sigma,
+    *,
+    num_atoms: int,
+    num_warmup: int = 1000,
+    num_samples: int = 1000,
+    num_chains: int = 2,
+    concentration: float = 1.0,
+    atom_loc=0.0,
+    atom_scale: float = 5.0,
+    ordered: bool = False,
+    init="data",
+) -> xr.DataTree:
+    """Blocked conjugate Gibbs on ``deconvolution_model(prior="dirichlet")``, as a DataTree.
+
+    Each sweep draws c | (mu, w) from the E-step's attention map, then w | c ~ Dirichlet
+    (alpha + counts), then mu | c, x from its normal conditional (module docstring). Chains
+    advance together (batched), in one loop over the sweeps; the sampler is compiled once per
+    (N, p, K, num_chains, num_samples) and reused (``num_warmup`` and ``ordered`` are traced).
+
+    Args:
+        key: a ``jax.random`` key (split for the initialisation, the chains and the
+            posterior predictive).
+        x: (N,) or (N, p) observations.
+        sigma: known noise scale.
+        num_atoms: K.
+        num_warmup: sweeps discarded per chain; draw s is the state after num_warmup + s
+            sweeps (so with ``num_warmup=0`` the first draw is the initial state).
+        num_samples: draws kept per chain.
+        num_chains: independent chains.
+        concentration: alpha of the symmetric Dirichlet prior on the weights.
+        atom_loc, atom_scale: m0 (scalar or (p,)) and s0 of the atoms' prior; the defaults
+            are ``deconvolution_model``'s.
+        ordered: the posterior of ``deconvolution_model(..., ordered=True)`` (scalar data
+            only). Its prior on the atoms, ``SortedNormal``, is the iid prior pushed through
+            sorting, and the Dirichlet prior and the likelihood are invariant under relabelling,
+            so the ordered model's posterior is exactly the exchangeable posterior with each
+            draw's atoms sorted ascending and its weights permuted along; that is what is
+            returned (``lp`` then includes SortedNormal's log K!).
+        init: "data" (per chain, K distinct data points drawn at random, weights 1/K: the
+            chains start dispersed), "prior" (a draw from the prior), or initial atoms of
+            shape (K[, p]) for all chains or (num_chains, K[, p]), weights 1/K.
+
+    Returns:
+        A DataTree with the groups, variable names and dims of ``run_nuts`` on
+        ``deconvolution_model`` with ``dims=model_dims(scalar)``: posterior ``weights``
+        (chain, draw, atom) and ``atoms`` (chain, draw, atom[, coord]); log_likelihood ``x``
+        (chain, draw, point), the per-point marginal log sum_k w_k N(x_i; mu_k, sigma^2 I)
+        (for ``az.loo``); posterior_predictive ``x``; observed_data ``x``; sample_stats
+        ``lp`` and ``num_occupied``. ``lp`` is the log joint of the marginal model on the
+        constrained space, what ``numpyro.infer.util.log_density`` returns for
+        ``deconvolution_model``; NUTS's ``lp`` is minus its potential energy on the
+        unconstrained space, which adds the log-Jacobians of the simplex (and ordering)
+        transforms, so the two differ by that term. ``num_occupied`` counts the atoms that
+        assignments drawn at that state occupy. ``posterior.attrs``: sampling_time (wall
+        seconds, compilation included on a shape's first call), sampler, chain_method,
+        num_warmup.
+    """
+    _checks.check_key("key", key)
+    points, scalar = _checks.as_points("x", x)
+    p = points.shape[1]
+    num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
+    num_warmup = _checks.check_positive_int("num_warmup", num_warmup, minimum=0)
+    num_samples = _checks.check_positive_int("num_samples", num_samples)
+    num_chains = _checks.check_positive_int("num_chains", num_chains)
+    concentration = _checks.check_positive_scalar("concentration", concentration)
+    atom_scale = _checks.check_positive_scalar("atom_scale", atom_scale)
+    loc = _check_loc(atom_loc, p, scalar)
+    if not isinstance(ordered, bool | np.bool_):
+        raise ValueError(f"ordered: expected True or False, got {ordered!r}")
+    if ordered and not scalar:
+        raise ValueError("ordered: only available for scalar data passed as shape (N,)")
+    # the EM checks cover sigma (including 1 / sigma^2 overflowing in x's dtype)
+    xs, _, _, s, _ = _check_problem(points, np.zeros((1, p)), np.ones(1), sigma)
+    dtype = xs.dtype
+
+    start_atoms = _check_init(init, points, num_atoms, num_chains, scalar)
+    start = time.perf_counter()
+    key_init, key_chains, key_pred = jax.random.split(key, 3)
+    prior = (
+        jnp.asarray(concentration, dtype),
+        jnp.asarray(loc, dtype),
+        jnp.asarray(atom_scale, dtype),
+    )
+    if isinstance(start_atoms, str):
+        atoms0, log_w0 = _initial_state(key_init, xs, *prior, num_atoms, num_chains, start_atoms)
+    else:
+        atoms0 = jnp.asarray(start_atoms, dtype)
+        log_w0 = jnp.full((num_chains, num_atoms), -np.log(num_atoms), dtype)
+    atoms, weights, point_ll, lp, occupied, x_rep = _gibbs(
+        xs,
+        atoms0,
+        log_w0,
+        key_chains,
+        key_pred,
+        s,
+        *prior,
+        jnp.asarray(num_warmup, jnp.int32),
+        num_samples,
+        jnp.asarray(bool(ordered)),
+    )
+    jax.block_until_ready(x_rep)
+    elapsed = time.perf_counter() - start
+
+    restore = (lambda a: a[..., 0]) if scalar else (lambda a: a)
+    dims = model_dims(scalar)
+    return az.from_dict(
+        {
+            "posterior": {"weights": np.asarray(weights), "atoms": restore(np.asarray(atoms))},
+            "sample_stats": {"lp": np.asarray(lp), "num_occupied": np.asarray(occupied)},
+            "log_likelihood": {"x": np.asarray(point_ll)},
+            "posterior_predictive": {"x": restore(np.asarray(x_rep))},
+            "observed_data": {"x": restore(np.asarray(xs))},
+        },
+        dims=dims,
+        attrs={
+            "posterior": {
+                "sampling_time": elapsed,
+                "sampler": "gibbs",
+                "chain_method": "vectorized",
+                "num_warmup": num_warmup,
+            }
+        },
+    )
+
+
+# ----------------------------------------------------------------------------- approximate Gibbs
+
+
+class ApproximateGibbsTrace(NamedTuple):
+    """The states and scalar summaries of an approximate-Gibbs (relaxed EM) run.
+
+    Index t = 0 is the starting measure; t = 1..num_iters the state after t updates. From
+    the first non-finite state on, every entry is NaN (explicitly, not by accident).
+
+    Attributes:
+        atoms: (num_iters + 1, K) for scalar data or (num_iters + 1, K, p).
+        weights: (num_iters + 1, K).
+        log_likelihood: (num_iters + 1,) l_t = sum_i log sum_k w_k N(x_i; mu_k, sigma^2 I_p).
+        log_normalizer: (num_iters + 1,) sum_i log sum_k exp(s_ik) with the E-step's scores
+            s_ik = beta <x_i, mu_k> + log w_k - beta |mu_k|^2 / 2 (beta = 1 / sigma^2, not
+            centred): the summed row log-normaliser of the responsibilities. It equals
+            l_t + beta sum_i |x_i|^2 / 2 + N p log(2 pi sigma^2) / 2, so it moves with l_t.
+        log_partition: (num_iters + 1,) sum_i log G(beta x_i), G(q) = sum_k w_k exp(<mu_k, q>):
+            the exponential-family log-partition of seed 3 eq. (3) (keys mu_k, natural
+            parameter beta x_i, base measure w), i.e. the row normaliser of the attention
+            *without* the key bias -beta |mu_k|^2 / 2 (the linear link of seed 3 eq. (15)). It
+            grows like beta max_k <x_i, mu_k> when the atoms run off, while l_t falls.
+        diverged: True when some state or summary became non-finite. A run that oscillates
+            or drifts off while staying finite is not flagged: read ``log_likelihood``.
+        first_nonfinite: the first such index t, or -1.
+    """
+
+    atoms: jax.Array
+    weights: jax.Array
+    log_likelihood: jax.Array
+    log_normalizer: jax.Array
+    log_partition: jax.Array
+    diverged: bool
+    first_nonfinite: int
+
+
+@functools.partial(jax.jit, static_argnames=("num_iters", "update_weights"))
+def _approximate_gibbs(x, atoms, weights, sigma, step_size, num_iters, update_weights):
+    n, p = x.shape
+    beta = 1.0 / sigma**2
+    centre = jnp.mean(x, axis=0)
+    sq_dev = jnp.sum((x - centre) ** 2)
+    shift = 0.5 * n * beta * jnp.sum(centre**2)  # centred -> uncentred normaliser, summed
+    nan = jnp.asarray(jnp.nan, x.dtype)
+
+    def body(carry, _):
+        atoms, weights, bad = carry
+        att = e_step_attention(x, atoms, weights, sigma)
+        lse_sum = jnp.sum(att.log_normalizer)  # centred scores, see e_step_attention
+        ll = lse_sum - 0.5 * beta * sq_dev - 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
+        log_norm = lse_sum + shift
+        log_part = jnp.sum(
+            jax.nn.logsumexp(beta * (x @ atoms.T) + jnp.log(weights)[None, :], axis=-1)
+        )
+        finite = (
+            jnp.all(jnp.isfinite(atoms))
+            & jnp.all(jnp.isfinite(weights))
+            & jnp.isfinite(ll)
+            & jnp.isfinite(log_norm)
+            & jnp.isfinite(log_part)
+        )
+        bad = bad | ~finite
+        record = (atoms, weights, ll, log_norm, log_part)
+        record = tuple(jnp.where(bad, nan, r) for r in record)
+        target, new_weights = _m_step(x, att.weights, atoms, weights, update_weights)
+        new_atoms = atoms + step_size * (target - atoms)
+        return (new_atoms, new_weights, bad), (*record, bad)
+
+    init = (atoms, weights, jnp.asarray(False))
+    _, (atoms, weights, ll, log_norm, log_part, bad) = jax.lax.scan(
+        body, init, None, length=num_iters + 1
+    )
+    first = jnp.where(jnp.any(bad), jnp.argmax(bad), -1)
+    return atoms, weights, ll, log_norm, log_part, first
+
+
+def _check_step_size(step_size):
+    if (
+        isinstance(step_size, bool)
+        or not isinstance(step_size, numbers.Real)
+        or not np.isfinite(float(step_size))
+        or float(step_size) <= 0
+    ):
+        raise ValueError(f"step_size: must be a finite number > 0, got {step_size!r}")
+    return float(step_size)
+
+
+def approximate_gibbs(
+    x,
+    sigma,
+    atoms,
+    weights=None,
+    *,
+    num_iters: int,
+    step_size: float = 1.0,
+    update_weights: bool = False,
+) -> ApproximateGibbsTrace:
+    """Approximate Gibbs (seed 3, section 4.1): every draw replaced by its expectation.
+
+    Iterates, with tied "weights" (sigma, and the data as queries) like stacked attention
+    layers,
+
+        A = softmax_k(beta <x_i, mu_k> + log w_k - beta |mu_k|^2 / 2)     (attention / E-step)
+        u_k = sum_i A_ik x_i / sum_i A_ik                                (expected mean)
+        mu <- mu + eta (u - mu)                                          (residual, eta = step)
+        w_k <- sum_i A_ik / N                                            (if update_weights)
+
+    eta = 1 is exactly EM (``inference.em.em_step``). The residual step is preconditioned
+    gradient ascent on the log-likelihood l: u_k - mu_k = sigma^2 / N_k * grad_{mu_k} l
+    (N_k = sum_i A_ik).
+
+    Where it converges and where it blows up. EM's surrogate Q(mu' | mu) = const -
+    sum_k N_k |mu'_k - u_k|^2 / (2 sigma^2) is an isotropic quadratic around u, and
+    mu' - u = (1 - eta)(mu - u), so Q does not decrease iff |1 - eta| <= 1: for every
+    0 < eta <= 2 the log-likelihood never decreases (a generalised EM). Near a fixed point the
+    EM map's Jacobian has eigenvalues lambda in [0, 1) and the relaxed map's are
+    1 - eta (1 - lambda): the fixed point stays attracting up to eta* = 2 / (1 - lambda_min)
+    >= 2 (``relaxation_stability``). Past eta* the iteration settles on a 2-cycle of lower
+    likelihood (period doubling), and for larger eta the atoms are thrown out geometrically
+    until the squared distances overflow: the log-likelihood runs to -inf while the
+    linear-link log-partition (``log_partition``) runs to +inf, and the first non-finite
+    state is flagged. A lone atom (K = 1) obeys mu_t - mean(x) = (1 - eta)^t (mu_0 - mean(x))
+    exactly; with several atoms, one far from all data has zero mass (exp underflows) and
+    stays put, so the atoms take turns holding the mass and each is thrown out only on its
+    turn.
+
+    The weights, when updated, take the plain expectation step (a relaxed step could leave the
+    simplex for eta > 1).
+
+    Args:
+        x: (N,) or (N, p) observations.
+        sigma: known noise scale.
+        atoms: (K,) or (K, p) starting atoms, in the convention of ``x``.
+        weights: (K,) starting weights; default 1/K.
+        num_iters: number of updates (>= 0).
+        step_size: eta > 0.
+        update_weights: also update the weights.
+
+    Returns:
+        ``ApproximateGibbsTrace`` (see its docstring for exactly what is recorded).
+    """
+    k = np.shape(atoms)[0] if np.ndim(atoms) >= 1 else 0
+    if weights is None:
+        weights = np.full((max(k, 1),), 1.0 / max(k, 1))
+    xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
+    num_iters = _checks.check_positive_int("num_iters", num_iters, minimum=0)
+    eta = _check_step_size(step_size)
+    a, w, ll, log_norm, log_part, first = _approximate_gibbs(
+        xs, mus, ws, s, jnp.asarray(eta, xs.dtype), num_iters, bool(update_weights)
+    )
+    first = int(first)
+    return ApproximateGibbsTrace(
+        atoms=_checks.restore_shape(a, scalar),
+        weights=w,
+        log_likelihood=ll,
+        log_normalizer=log_norm,
+        log_partition=log_part,
+        diverged=first >= 0,
+        first_nonfinite=first,
+    )
+
+
+class RelaxationStability(NamedTuple):
+    """Linear stability of mu <- mu + eta (EM(mu) - mu) at given atoms (weights fixed).
+
+    Attributes:
+        em_eigenvalues: (K p,) eigenvalues lambda of the Jacobian of the atoms' EM map,
+            ascending (real parts; at a fixed point they are real and lie in [0, 1)).
+        critical_step_size: 2 / (1 - lambda_min): the relaxed map's eigenvalues
+            1 - eta (1 - lambda) stay inside the unit circle iff 0 < eta < this value.
+    """
+
+    em_eigenvalues: np.ndarray
+    critical_step_size: float
+
+
+@jax.jit
+def _em_jacobian(x, atoms, weights, sigma):
+    def em_map(flat):
+        mu = flat.reshape(atoms.shape)
+        att = e_step_attention(x, mu, weights, sigma)
+        return _m_step(x, att.weights, mu, weights, False)[0].reshape(-1)
+
+    return jax.jacfwd(em_map)(atoms.reshape(-1))
+
+
+def relaxation_stability(x, sigma, atoms, weights=None) -> RelaxationStability:
+    """Eigenvalues of the EM map's Jacobian at ``atoms`` and the critical residual step size.
+
+    At a fixed point mu* of EM (e.g. ``fit_em``'s result) the Jacobian is
+    J = I - I_complete^{-1} I_observed, similar to a symmetric matrix with eigenvalues in
+    [0, 1) at a strict local maximum (the fractions of missing information). The relaxed map
+    has Jacobian I - eta (I - J), so mu* is linearly stable iff 0 < eta < 2 / (1 - lambda_min).
+    The weights are held fixed (``update_weights=False``).
+    """
+    k = np.shape(atoms)[0] if np.ndim(atoms) >= 1 else 0
+    if weights is None:
+        weights = np.full((max(k, 1),), 1.0 / max(k, 1))
+    xs, mus, ws, s, _ = _check_problem(x, atoms, weights, sigma)
+    jac = np.asarray(_em_jacobian(xs, mus, ws, s), dtype=np.float64)
+    eigenvalues = np.sort(np.linalg.eigvals(jac).real)
+    lam_min = float(eigenvalues[0])
+    critical = 2.0 / (1.0 - lam_min) if lam_min < 1.0 else float("inf")
+    return RelaxationStability(em_eigenvalues=eigenvalues, critical_step_size=critical)
+
+
+__all__ = [
+    "INITS",
+    "ApproximateGibbsTrace",
+    "RelaxationStability",
+    "approximate_gibbs",
+    "relaxation_stability",
+    "run_gibbs",
+]
