@@ -54,6 +54,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/bandwidth_selection.py
 	$(PY) benchmarks/streaming_attention.py
 	$(PY) benchmarks/streaming_em.py
+	$(PY) benchmarks/npmle.py
+	$(PY) benchmarks/koenker_mizera.py
+	$(PY) benchmarks/nuts_vs_pymc.py
 
 clean:
 	rm -rf $(VENV) reports

@@ -7,16 +7,31 @@ Methods:
 - ``"nuts"``: full-posterior NUTS on ``deconvolution_model`` (finite Dirichlet mixture, atoms
   ordered for scalar data); z_hat is the posterior mean of E[z_i | x_i, nu] and intervals are
   equal-tailed posterior intervals of z_i | x (nu integrated out).
+- ``"npmle"``: the Kiefer-Wolfowitz NPMLE of nu on a fixed grid (``inference.npmle``), then
+  the empirical-Bayes posterior under it (GMLEB); intervals from that discrete posterior.
+- ``"nuts-dp"``: NUTS on the truncated stick-breaking Dirichlet-process mixture (Gamma prior
+  on the concentration; K = ``num_atoms_dp`` sticks, atoms not ordered).
+- ``"gibbs"``: the conjugate blocked Gibbs sampler on the finite Dirichlet mixture (same prior
+  as "nuts"; ``inference.gibbs.run_gibbs``), summarised exactly like NUTS.
+- ``"approx-gibbs"``: seed 3's approximate Gibbs, every draw replaced by its expectation
+  (responsibilities, then means and weights) for K = ``num_atoms`` atoms started at spread
+  data points, with the residual step ``step_size`` (1 = EM for the finite mixture).
+- ``"james-stein"``: the positive-part James-Stein rule toward the grand mean (Efron-Morris),
+  with the normal empirical-Bayes posterior N(xbar + (1 - B)(x - xbar), (1 - B) sigma^2) for
+  intervals and N(xbar, (tau^2 + sigma^2) I) as predictive, tau^2 = sigma^2 (1 - B) / B.
 - ``"oracle"`` (when ``true_measure`` is given): the Bayes rule under the true measure, the
   floor that any estimator of nu is measured against.
 
 Metrics (tidy table: method, metric, value): ``mse_z`` (mean over i of |z_hat_i - z_i|^2),
 ``coverage_50`` / ``coverage_90`` of intervals for z_i, ``wasserstein1_nu`` (1-D), the
-``log_likelihood`` (EM/oracle: at the estimate; NUTS: posterior mean), ``elpd_loo`` (NUTS),
-``wall_time_s`` (compilation included), for EM its ``iterations`` and ``converged`` (1/0),
-and for NUTS the largest Pareto k of PSIS-LOO (``pareto_k_max``; above 0.7 the LOO estimate is
-unreliable), the worst R-hat and smallest bulk/tail ESS over permutation-invariant quantities
-(z_mean, nu_cdf, log_lik_total), and divergences.
+``log_likelihood`` (point estimates: at the estimate; samplers: its posterior mean; James-Stein:
+under its normal predictive), ``heldout_lpd`` (with ``x_heldout``: the mean over held-out
+points of the log predictive density, log p(x_new | fit) for point estimates and
+log mean_s p(x_new | theta_s) for samplers), ``wall_time_s`` (compilation included), for
+iterative fits their ``iterations`` and ``converged`` (1/0), and for the samplers (NUTS,
+Gibbs) ``elpd_loo``, the largest Pareto k of PSIS-LOO (``pareto_k_max``; above 0.7 the LOO
+estimate is unreliable), the worst R-hat and smallest bulk/tail ESS over permutation-invariant
+quantities (z_mean, nu_cdf, log_lik_total), and divergences.
 
 Coverage is the share of (point, coordinate) pairs whose true z lies in the equal-tailed
 interval (per coordinate in p-D). When nu is discrete and z_i sits exactly on an atom, a
@@ -26,6 +41,7 @@ z_i exactly or misses it), so coverage above nominal is expected from the oracle
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -38,12 +54,24 @@ import pandas as pd
 import xarray as xr
 
 from inference import em
+from inference.gibbs import approximate_gibbs, run_gibbs
 from inference.invariants import add_invariants
 from inference.mcmc import diagnostics, run_nuts
+from inference.npmle import npmle
 from models import _checks
 from models.deconvolution import DiscreteMeasure, check_measure, deconvolution_model, model_dims
 
-METHODS = ("attention-em", "nuts", "oracle")
+METHODS = (
+    "attention-em",
+    "npmle",
+    "nuts",
+    "nuts-dp",
+    "gibbs",
+    "approx-gibbs",
+    "james-stein",
+    "oracle",
+)
+SAMPLERS = ("nuts", "nuts-dp", "gibbs")
 INTERVAL_PROBS = (0.5, 0.9)
 
 
@@ -57,8 +85,10 @@ class MethodFit(NamedTuple):
             all draws' atoms pooled with weights w / S), or None.
         seconds: wall time of the method, compilation included.
         datatree: the MCMC DataTree (NUTS) with invariants in its posterior, else None.
-        log_likelihood_trace: EM's log-likelihood per iteration, else None.
-        converged: whether EM met its tolerance before ``max_iters`` (EM only).
+        log_likelihood_trace: an iterative fit's log-likelihood per iteration, else None.
+        converged: whether an iterative fit met its tolerance (EM, NPMLE, approx-Gibbs).
+        log_likelihood: log p(x) at the estimate (samplers: the posterior mean of it).
+        heldout_lpd: mean log predictive density of the held-out points, when given.
     """
 
     z_hat: np.ndarray
@@ -68,6 +98,8 @@ class MethodFit(NamedTuple):
     datatree: xr.DataTree | None = None
     log_likelihood_trace: np.ndarray | None = None
     converged: bool | None = None
+    log_likelihood: float | None = None
+    heldout_lpd: float | None = None
 
 
 class DeconvolutionComparison(NamedTuple):
@@ -140,50 +172,159 @@ def _discrete_posterior(x, sigma, measure, scalar):
     return np.asarray(z_hat), intervals
 
 
-def _em_fit(x, sigma, em_kwargs, scalar) -> MethodFit:
-    start = time.perf_counter()
-    fit = em.fit_em(x, sigma, **em_kwargs)
-    measure = DiscreteMeasure(np.asarray(fit.atoms), np.asarray(fit.weights))
+@jax.jit
+def _point_log_density(x, atoms, weights, sigma):
+    """(N,) log sum_k w_k N(x_i; mu_k, sigma^2 I_p) for x (N, p), atoms (K, p)."""
+    sq = jnp.sum((x[:, None, :] - atoms[None, :, :]) ** 2, axis=-1)
+    p = x.shape[1]
+    log_w = jnp.log(weights)  # -inf for an empty atom: dropped by the logsumexp
+    log_dens = -0.5 * sq / sigma**2 - 0.5 * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    return jax.scipy.special.logsumexp(log_dens + log_w[None, :], axis=1)
+
+
+@jax.jit
+def _mixture_lpd(x, atoms, weights, sigma):
+    """(N,) log mean_s p(x_i | nu_s) over draws nu_s = (atoms (S, K, p), weights (S, K))."""
+    per_draw = jax.lax.map(
+        lambda aw: _point_log_density(x, aw[0], aw[1], sigma), (atoms, weights), batch_size=64
+    )
+    return jax.scipy.special.logsumexp(per_draw, axis=0) - jnp.log(atoms.shape[0])
+
+
+def _heldout_lpd(x_heldout, measure: DiscreteMeasure, sigma) -> float | None:
+    if x_heldout is None:
+        return None
+    points = np.asarray(x_heldout, np.float64).reshape(len(x_heldout), -1)
+    atoms = np.asarray(measure.atoms, np.float64).reshape(measure.atoms.shape[0], -1)
+    weights = np.asarray(measure.weights, np.float64)
+    return float(np.mean(_point_log_density(points, atoms, weights, sigma)))
+
+
+def _point_fit(x, sigma, measure, scalar, x_heldout, start, **extra) -> MethodFit:
+    """A fit that ends in one discrete measure: its EB posterior, log-likelihood, held-out lpd."""
     z_hat, intervals = _discrete_posterior(x, sigma, measure, scalar)
+    ll = float(em.log_likelihood(x, measure.atoms, measure.weights, sigma))
     return MethodFit(
         z_hat=z_hat,
         intervals=intervals,
         measure=measure,
         seconds=time.perf_counter() - start,
+        log_likelihood=ll,
+        heldout_lpd=_heldout_lpd(x_heldout, measure, sigma),
+        **extra,
+    )
+
+
+def _em_fit(x, sigma, em_kwargs, scalar, x_heldout) -> MethodFit:
+    start = time.perf_counter()
+    fit = em.fit_em(x, sigma, **em_kwargs)
+    measure = DiscreteMeasure(np.asarray(fit.atoms), np.asarray(fit.weights))
+    return _point_fit(
+        x,
+        sigma,
+        measure,
+        scalar,
+        x_heldout,
+        start,
         log_likelihood_trace=np.asarray(fit.log_likelihood_trace),
         converged=fit.converged,
     )
 
 
-def _oracle_fit(x, sigma, measure, scalar) -> MethodFit:
+def _npmle_fit(x, sigma, kwargs, scalar, x_heldout) -> MethodFit:
     start = time.perf_counter()
-    z_hat, intervals = _discrete_posterior(x, sigma, measure, scalar)
-    return MethodFit(z_hat, intervals, measure, seconds=time.perf_counter() - start)
+    fit = npmle(x, sigma, **kwargs)
+    keep = np.asarray(fit.weights) > 0
+    atoms = np.asarray(fit.atoms)[keep]
+    weights = np.asarray(fit.weights)[keep]
+    measure = DiscreteMeasure(atoms, weights / weights.sum())
+    return _point_fit(x, sigma, measure, scalar, x_heldout, start, converged=bool(fit.converged))
 
 
-def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar) -> MethodFit:
-    x_np = np.asarray(x)
-    settings = dict(
-        num_warmup=500,
-        num_samples=500,
-        num_chains=2,
-        prior="dirichlet",
+def _approx_gibbs_fit(x, sigma, num_atoms, kwargs, scalar, x_heldout) -> MethodFit:
+    start = time.perf_counter()
+    settings = {"num_iters": 500, "step_size": 1.0, "update_weights": True, **kwargs}
+    atoms0 = em.initial_atoms(x, num_atoms)
+    trace = approximate_gibbs(x, sigma, atoms0, np.full(num_atoms, 1.0 / num_atoms), **settings)
+    lls = np.asarray(trace.log_likelihood)
+    if trace.diverged:
+        raise RuntimeError(
+            f"approx-gibbs: diverged at iteration {trace.first_nonfinite} with step_size "
+            f"{settings['step_size']} (see inference.gibbs.relaxation_stability)"
+        )
+    measure = DiscreteMeasure(np.asarray(trace.atoms[-1]), np.asarray(trace.weights[-1]))
+    converged = bool(abs(lls[-1] - lls[-2]) <= 1e-8 * len(x))
+    return _point_fit(
+        x,
+        sigma,
+        measure,
+        scalar,
+        x_heldout,
+        start,
+        log_likelihood_trace=lls,
+        converged=converged,
+    )
+
+
+def _james_stein_fit(x, sigma, scalar, x_heldout) -> MethodFit:
+    """Positive-part James-Stein toward the grand mean and its normal EB posterior."""
+    start = time.perf_counter()
+    pts = np.asarray(x, np.float64).reshape(len(x), -1)
+    n, p = pts.shape
+    centre = pts.mean(axis=0)
+    spread = float(np.sum((pts - centre) ** 2))
+    dof = n * p - p  # the grand mean costs p degrees of freedom
+    shrink = min(1.0, (dof - 2) * sigma**2 / spread) if spread > 0 else 1.0
+    post_mean = centre + (1.0 - shrink) * (pts - centre)
+    post_sd = np.sqrt((1.0 - shrink) * sigma**2)
+    tau2 = sigma**2 * (1.0 - shrink) / shrink if shrink > 0 else np.inf
+    pred_var = tau2 + sigma**2
+    z = {prob: float(_normal_quantile((1 + prob) / 2)) for prob in INTERVAL_PROBS}
+    intervals = {
+        prob: (
+            _checks.restore_shape(post_mean - z[prob] * post_sd, scalar),
+            _checks.restore_shape(post_mean + z[prob] * post_sd, scalar),
+        )
+        for prob in INTERVAL_PROBS
+    }
+
+    def gaussian_ll(points):
+        sq = np.sum((points - centre) ** 2)
+        return -0.5 * sq / pred_var - 0.5 * points.size * np.log(2 * np.pi * pred_var)
+
+    heldout = None
+    if x_heldout is not None:
+        held = np.asarray(x_heldout, np.float64).reshape(len(x_heldout), -1)
+        heldout = float(gaussian_ll(held) / held.shape[0])
+    return MethodFit(
+        z_hat=np.asarray(_checks.restore_shape(post_mean, scalar)),
+        intervals={k: (np.asarray(lo), np.asarray(hi)) for k, (lo, hi) in intervals.items()},
+        measure=None,
+        seconds=time.perf_counter() - start,
+        log_likelihood=float(gaussian_ll(pts)),
+        heldout_lpd=heldout,
+    )
+
+
+def _normal_quantile(q: float) -> float:
+    """Standard normal quantile, on the host (no JAX compile for a scalar)."""
+    return statistics.NormalDist().inv_cdf(q)
+
+
+def _oracle_fit(x, sigma, measure, scalar, x_heldout) -> MethodFit:
+    return _point_fit(x, sigma, measure, scalar, x_heldout, time.perf_counter())
+
+
+def _prior_settings(x_np, sigma, scalar) -> dict:
+    """The atoms' prior shared by NUTS and Gibbs: centred at the data, scale 2 sd(x) + sigma."""
+    return dict(
         atom_loc=np.mean(x_np, axis=0) if not scalar else float(np.mean(x_np)),
         atom_scale=float(2.0 * np.std(x_np) + sigma),
-        ordered=scalar,
     )
-    settings.update(nuts_kwargs)
-    key_nuts, key_inv = jax.random.split(key)
-    start = time.perf_counter()
-    datatree = run_nuts(
-        deconvolution_model,
-        key_nuts,
-        jnp.asarray(x_np),
-        sigma=sigma,
-        num_atoms=num_atoms,
-        dims=model_dims(scalar),
-        **settings,
-    )
+
+
+def _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout) -> MethodFit:
+    """Summaries of an MCMC DataTree (NUTS or Gibbs) through permutation-invariant quantities."""
     datatree = add_invariants(datatree, x_np, sigma, key_inv)
     post = datatree["posterior"]
     z_hat = np.asarray(post["z_mean"].mean(("chain", "draw")))
@@ -195,16 +336,67 @@ def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar) -> MethodFit:
         )
         for prob in INTERVAL_PROBS
     }
-    atoms = np.asarray(post["atoms"]).reshape(-1, *post["atoms"].shape[3:])
-    weights = np.asarray(post["weights"]).reshape(-1)
-    pooled = DiscreteMeasure(atoms, weights / weights.sum())
+    num_atoms = post["atoms"].shape[2]
+    atoms = np.asarray(post["atoms"]).reshape(-1, num_atoms, *post["atoms"].shape[3:])
+    weights = np.asarray(post["weights"]).reshape(-1, num_atoms)
+    pooled = DiscreteMeasure(
+        atoms.reshape(-1, *atoms.shape[2:]), weights.reshape(-1) / weights.shape[0]
+    )
+    heldout = None
+    if x_heldout is not None:
+        held = np.asarray(x_heldout, np.float64).reshape(len(x_heldout), -1)
+        lpd = _mixture_lpd(held, atoms.reshape(*atoms.shape[:2], -1), weights, sigma)
+        heldout = float(np.mean(lpd))
     return MethodFit(
         z_hat=z_hat,
         intervals=intervals,
         measure=pooled,
         seconds=time.perf_counter() - start,
         datatree=datatree,
+        log_likelihood=float(post["log_lik_total"].mean()),
+        heldout_lpd=heldout,
     )
+
+
+def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar, x_heldout, prior) -> MethodFit:
+    x_np = np.asarray(x)
+    settings = dict(
+        num_warmup=500,
+        num_samples=500,
+        num_chains=2,
+        prior=prior,
+        ordered=scalar and prior != "dp",
+        **_prior_settings(x_np, sigma, scalar),
+    )
+    settings.update(nuts_kwargs)
+    key_nuts, key_inv = jax.random.split(key)
+    start = time.perf_counter()
+    datatree = run_nuts(
+        deconvolution_model,
+        key_nuts,
+        jnp.asarray(x_np),
+        sigma=sigma,
+        num_atoms=num_atoms,
+        dims=model_dims(scalar, prior=settings["prior"]),
+        **settings,
+    )
+    return _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout)
+
+
+def _gibbs_fit(x, sigma, key, num_atoms, gibbs_kwargs, scalar, x_heldout) -> MethodFit:
+    x_np = np.asarray(x)
+    settings = dict(
+        num_warmup=1000,
+        num_samples=2000,
+        num_chains=4,
+        ordered=scalar,
+        **_prior_settings(x_np, sigma, scalar),
+    )
+    settings.update(gibbs_kwargs)
+    key_gibbs, key_inv = jax.random.split(key)
+    start = time.perf_counter()
+    datatree = run_gibbs(key_gibbs, x_np, sigma, num_atoms=num_atoms, **settings)
+    return _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -216,11 +408,14 @@ def compare_deconvolution(
     *,
     z_true=None,
     true_measure: DiscreteMeasure | None = None,
+    x_heldout=None,
     methods=("attention-em", "nuts"),
     key: jax.Array | None = None,
     num_atoms: int | None = None,
+    num_atoms_dp: int = 20,
     em_kwargs: dict | None = None,
     nuts_kwargs: dict | None = None,
+    method_kwargs: dict[str, dict] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DeconvolutionComparison:
     """Run ``methods`` on the same data; return a tidy table and each method's fit.
@@ -231,11 +426,21 @@ def compare_deconvolution(
         z_true: the latent z (same shape as x) when known (simulations): enables mse_z and
             coverage.
         true_measure: the true nu when known: enables ``wasserstein1_nu`` and the oracle.
+        x_heldout: held-out observations (M,) or (M, p) from the same distribution: enables
+            ``heldout_lpd``.
         methods: any of ``METHODS``; "oracle" needs ``true_measure``.
-        key: ``jax.random`` key, required for "nuts".
-        num_atoms: K for NUTS; default the true number of atoms if known, else 5.
+        key: ``jax.random`` key, required for the samplers ("nuts", "nuts-dp", "gibbs").
+        num_atoms: K for NUTS, Gibbs and approx-Gibbs; default the true number of atoms if
+            known, else 5.
+        num_atoms_dp: truncation level of the DP prior ("nuts-dp").
         em_kwargs: passed to ``fit_em`` (default: seed 1's K = N, max_iters=500).
-        nuts_kwargs: passed to ``run_nuts`` / the model (num_warmup, num_samples, ...).
+        nuts_kwargs: passed to ``run_nuts`` / the model (num_warmup, num_samples, ...); its
+            sampler sizes (num_warmup, num_samples, num_chains) also apply to "nuts-dp".
+            Gibbs sweeps are cheap but mix about 4x worse per draw than NUTS here, so "gibbs"
+            runs its own default of 4 chains x (1000 warmup + 2000 draws).
+        method_kwargs: per-method keyword arguments, e.g. ``{"npmle": {"grid_size": 500},
+            "approx-gibbs": {"step_size": 1.5}, "gibbs": {...}, "nuts-dp": {...}}``; they
+            override ``em_kwargs`` / ``nuts_kwargs``.
         progress: called with a short message before each method (e.g. ``print``).
 
     Returns:
@@ -264,67 +469,92 @@ def compare_deconvolution(
             raise ValueError(f"z_true: shape {tuple(z_arr.shape)} does not match x {np.shape(x)}")
         _checks.check_finite("z_true", z_arr)
         z_true = np.asarray(z_arr)
-    if "nuts" in methods:
+    if x_heldout is not None:
+        held, held_scalar = _checks.as_points("x_heldout", x_heldout)
+        if held_scalar != scalar or held.shape[1] != points.shape[1]:
+            raise ValueError(
+                f"x_heldout: shape {tuple(np.shape(x_heldout))} does not match x of shape "
+                f"{tuple(np.shape(x))}"
+            )
+        x_heldout = np.asarray(x_heldout, np.float64)
+    if any(m in SAMPLERS for m in methods):
         if key is None:
-            raise ValueError("key: a jax.random key is required for method 'nuts'")
+            raise ValueError(f"key: a jax.random key is required for the samplers {SAMPLERS}")
         _checks.check_key("key", key)
     if num_atoms is None:
         num_atoms = int(true_measure.atoms.shape[0]) if true_measure is not None else 5
     num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
+    num_atoms_dp = _checks.check_positive_int("num_atoms_dp", num_atoms_dp, minimum=2)
+    method_kwargs = dict(method_kwargs or {})
+    bad = [m for m in method_kwargs if m not in METHODS]
+    if bad:
+        raise ValueError(f"method_kwargs: unknown methods {bad}; choose from {list(METHODS)}")
+    nuts_kwargs = dict(nuts_kwargs or {})
+    sizes = {
+        k: v for k, v in nuts_kwargs.items() if k in ("num_warmup", "num_samples", "num_chains")
+    }
+    kwargs = {
+        "attention-em": {"max_iters": 500, **(em_kwargs or {})},
+        "npmle": {},
+        "nuts": nuts_kwargs,
+        "nuts-dp": sizes,
+        "gibbs": {},
+        "approx-gibbs": {},
+        "james-stein": {},
+        "oracle": {},
+    }
+    for method, extra in method_kwargs.items():
+        kwargs[method] = {**kwargs[method], **extra}
     x_in = np.asarray(x)
     say = progress or (lambda message: None)
+    keys = {}
+    if key is not None:  # "nuts" keeps the caller's key; the other samplers get their own
+        key_dp, key_gibbs = jax.random.split(key)
+        keys = {"nuts": key, "nuts-dp": key_dp, "gibbs": key_gibbs}
 
     fits: dict[str, MethodFit] = {}
     for method in methods:
         say(f"{method}: fitting")
+        opts = kwargs[method]
         if method == "attention-em":
-            fits[method] = _em_fit(x_in, sigma, {"max_iters": 500, **(em_kwargs or {})}, scalar)
-        elif method == "nuts":
-            fits[method] = _nuts_fit(x_in, sigma, key, num_atoms, nuts_kwargs or {}, scalar)
+            fits[method] = _em_fit(x_in, sigma, opts, scalar, x_heldout)
+        elif method == "npmle":
+            fits[method] = _npmle_fit(x_in, sigma, opts, scalar, x_heldout)
+        elif method in ("nuts", "nuts-dp"):
+            prior = "dp" if method == "nuts-dp" else opts.pop("prior", "dirichlet")
+            k = num_atoms_dp if method == "nuts-dp" else num_atoms
+            fits[method] = _nuts_fit(x_in, sigma, keys[method], k, opts, scalar, x_heldout, prior)
+        elif method == "gibbs":
+            fits[method] = _gibbs_fit(x_in, sigma, keys[method], num_atoms, opts, scalar, x_heldout)
+        elif method == "approx-gibbs":
+            fits[method] = _approx_gibbs_fit(x_in, sigma, num_atoms, opts, scalar, x_heldout)
+        elif method == "james-stein":
+            fits[method] = _james_stein_fit(x_in, sigma, scalar, x_heldout)
         else:
-            fits[method] = _oracle_fit(x_in, sigma, true_measure, scalar)
+            fits[method] = _oracle_fit(x_in, sigma, true_measure, scalar, x_heldout)
 
     rows = []
     for method, fit in fits.items():
         rows.append((method, "wall_time_s", fit.seconds))
         if z_true is not None:
-            rows.append(
-                (
-                    method,
-                    "mse_z",
-                    float(
-                        np.mean(
-                            np.sum(
-                                np.reshape((fit.z_hat - z_true) ** 2, (points.shape[0], -1)), axis=1
-                            )
-                        )
-                    ),
-                )
-            )
+            sq_err = np.reshape((fit.z_hat - z_true) ** 2, (points.shape[0], -1))
+            rows.append((method, "mse_z", float(np.mean(np.sum(sq_err, axis=1)))))
             for prob, cov in _coverage(fit.intervals, z_true).items():
                 rows.append((method, f"coverage_{round(prob * 100)}", cov))
         if true_measure is not None and scalar and fit.measure is not None:
-            rows.append(
-                (
-                    method,
-                    "wasserstein1_nu",
-                    wasserstein1(
-                        fit.measure.atoms,
-                        fit.measure.weights,
-                        true_measure.atoms,
-                        true_measure.weights,
-                    ),
-                )
+            w1 = wasserstein1(
+                fit.measure.atoms, fit.measure.weights, true_measure.atoms, true_measure.weights
             )
-        if fit.datatree is None:
-            ll = em.log_likelihood(x_in, fit.measure.atoms, fit.measure.weights, sigma)
-            rows.append((method, "log_likelihood", float(ll)))
-            if fit.log_likelihood_trace is not None:
-                rows.append((method, "iterations", float(fit.log_likelihood_trace.size - 1)))
-                rows.append((method, "converged", float(fit.converged)))
-        else:
+            rows.append((method, "wasserstein1_nu", w1))
+        rows.append((method, "log_likelihood", fit.log_likelihood))
+        if fit.heldout_lpd is not None:
+            rows.append((method, "heldout_lpd", fit.heldout_lpd))
+        if fit.log_likelihood_trace is not None:
+            rows.append((method, "iterations", float(fit.log_likelihood_trace.size - 1)))
+        if fit.converged is not None:
+            rows.append((method, "converged", float(fit.converged)))
+        if fit.datatree is not None:
             post = fit.datatree["posterior"]
-            rows.append((method, "log_likelihood", float(post["log_lik_total"].mean())))
             loo = az.loo(fit.datatree)
             rows.append((method, "elpd_loo", float(loo.elpd)))
             rows.append((method, "pareto_k_max", float(np.max(loo.pareto_k))))
@@ -340,6 +570,7 @@ def compare_deconvolution(
 
 __all__ = [
     "METHODS",
+    "SAMPLERS",
     "DeconvolutionComparison",
     "MethodFit",
     "compare_deconvolution",

@@ -496,13 +496,19 @@ def fit_em(
     )
 
 
+# The Kiefer-Wolfowitz NPMLE (weights on a fixed grid) lives in its own module; DESIGN names it
+# ``inference.em.npmle``, so it is re-exported here (``inference.npmle`` imports em lazily).
+from inference.npmle import NPMLEResult, npmle  # noqa: E402
+
 __all__ = [
     "EMResult",
+    "NPMLEResult",
     "e_step_attention",
     "em_step",
     "fit_em",
     "initial_atoms",
     "log_likelihood",
+    "npmle",
     "posterior",
     "posterior_mean",
     "responsibilities",

@@ -29,12 +29,23 @@ import pandas as pd
 import xarray as xr
 
 from inference import em
-from inference.compare import DeconvolutionComparison, compare_deconvolution
+from inference.compare import METHODS, DeconvolutionComparison, compare_deconvolution
 from inference.invariants import measure_cdf
 from models import _checks
 from models.deconvolution import DiscreteMeasure, get_measure, simulate
 
-METHOD_COLORS = {"attention-em": "tab:blue", "nuts": "tab:orange", "oracle": "tab:green"}
+METHOD_COLORS = {
+    "attention-em": "tab:blue",
+    "npmle": "tab:purple",
+    "nuts": "tab:orange",
+    "nuts-dp": "tab:brown",
+    "gibbs": "tab:red",
+    "approx-gibbs": "tab:cyan",
+    "james-stein": "tab:gray",
+    "oracle": "tab:green",
+}
+NUM_ATOMS_DP = 12
+REQUIRED_METHODS = ("attention-em", "nuts", "oracle")
 
 
 class Scenario(NamedTuple):
@@ -108,7 +119,9 @@ def figure_data_and_measures(x, sigma, true_measure, comparison) -> bytes:
             true_measure.atoms, 0, true_measure.weights, color="k", lw=4, label="true nu"
         )
         for offset, (method, fit) in zip(
-            (-0.25, 0.25), ((m, f) for m, f in fits.items() if m != "oracle"), strict=False
+            (-0.25, 0.25),
+            ((m, fits[m]) for m in ("attention-em", "npmle") if m in fits),
+            strict=False,
         ):
             mass, _ = np.histogram(
                 np.asarray(fit.measure.atoms), edges, weights=np.asarray(fit.measure.weights)
@@ -136,7 +149,7 @@ def figure_data_and_measures(x, sigma, true_measure, comparison) -> bytes:
             label="truth",
         )
         for method, fit in fits.items():
-            if method == "oracle":
+            if method == "oracle" or fit.measure is None:
                 continue
             if fit.datatree is not None:
                 post = fit.datatree["posterior"]
@@ -154,15 +167,15 @@ def figure_data_and_measures(x, sigma, true_measure, comparison) -> bytes:
                     hi,
                     step="post",
                     color=METHOD_COLORS[method],
-                    alpha=0.3,
-                    label="NUTS 90% band",
+                    alpha=0.25,
+                    label=f"{method} 90% band",
                 )
                 ax1.step(
                     grid,
                     draws.mean(0),
                     color=METHOD_COLORS[method],
                     where="post",
-                    label="NUTS posterior mean",
+                    label=f"{method} posterior mean",
                 )
             else:
                 cdf = measure_cdf(fit.measure.atoms, fit.measure.weights, grid)
@@ -201,8 +214,20 @@ def figure_z_hat(z_true, comparison) -> bytes:
     """z_hat against the true z_i, one panel per method (first coordinate in p-D)."""
     fits = comparison.fits
     z = np.asarray(z_true).reshape(len(z_true), -1)[:, 0]
-    fig, axes = plt.subplots(1, len(fits), figsize=(3.6 * len(fits), 3.6), sharey=True)
-    axes = np.atleast_1d(axes)
+    cols = min(4, len(fits))
+    rows = -(-len(fits) // cols)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(3.6 * cols, 3.6 * rows),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    for ax in axes.ravel()[len(fits) :]:
+        ax.set_visible(False)
+    first_col = axes[:, 0]
+    axes = axes.ravel()[: len(fits)]
     jitter = np.random.default_rng(0).uniform(-0.15, 0.15, size=z.shape)
     lim = [min(z.min(), -1) - 1, max(z.max(), 1) + 1]
     for ax, (method, fit) in zip(axes, fits.items(), strict=True):
@@ -218,7 +243,8 @@ def figure_z_hat(z_true, comparison) -> bytes:
         ax.plot(lim, lim, "k--", lw=0.8)
         ax.set_title(f"{method}\nMSE {mse:.3f}")
         ax.set_xlabel("true z (jittered)")
-    axes[0].set_ylabel("z_hat = E[z | x]")
+    for ax in first_col:
+        ax.set_ylabel("z_hat = E[z | x]")
     return _png(fig)
 
 
@@ -302,16 +328,17 @@ _EXPLAIN = {
     "coverage_50": "share of true z_i inside the 50% interval (per coordinate in p-D)",
     "coverage_90": "share of true z_i inside the 90% interval (per coordinate in p-D)",
     "wasserstein1_nu": "W1 distance between the estimated and the true nu (1-D)",
-    "log_likelihood": "log p(x): at the estimate (EM, oracle) or its posterior mean (NUTS)",
-    "elpd_loo": "PSIS-LOO expected log predictive density (NUTS)",
+    "log_likelihood": "log p(x): at the estimate, or its posterior mean (samplers)",
+    "heldout_lpd": "mean log predictive density of fresh data from the same nu (larger is better)",
+    "elpd_loo": "PSIS-LOO expected log predictive density (samplers)",
     "wall_time_s": "wall time in seconds, JIT compilation included",
-    "iterations": "EM iterations run",
-    "converged": "1 if EM met its tolerance before max_iters",
+    "iterations": "iterations run (EM, approx-Gibbs)",
+    "converged": "1 if the iterative fit met its tolerance",
     "pareto_k_max": "largest PSIS Pareto k (above 0.7: LOO unreliable)",
     "max_rhat_invariant": "worst R-hat over invariant quantities (z_mean, nu_cdf, log-lik)",
     "min_ess_bulk_invariant": "smallest bulk ESS over the invariant quantities",
     "min_ess_tail_invariant": "smallest tail ESS over the invariant quantities",
-    "divergences": "divergent NUTS transitions after warmup",
+    "divergences": "divergent NUTS transitions after warmup (Gibbs: none by construction)",
 }
 
 
@@ -343,21 +370,30 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def run_scenario(
-    scenario: Scenario, *, quick: bool, key: jax.Array, progress: Callable[[str], None]
+    scenario: Scenario,
+    *,
+    quick: bool,
+    key: jax.Array,
+    progress: Callable[[str], None],
+    methods: tuple[str, ...] = METHODS,
 ) -> tuple[DeconvolutionComparison, np.ndarray, np.ndarray, DiscreteMeasure]:
-    """Simulate one scenario and compare attention-EM, NUTS and the oracle on it."""
+    """Simulate one scenario (and as many held-out points) and run every method on it."""
     size = 0 if quick else 1
     measure = get_measure(scenario.measure, **scenario.measure_kwargs)
-    key_data, key_fit = jax.random.split(key)
-    z, x = simulate(key_data, measure, scenario.sigma, scenario.num_points[size])
+    key_data, key_fit, key_held = jax.random.split(key, 3)
+    num_points = scenario.num_points[size]
+    z, x = simulate(key_data, measure, scenario.sigma, num_points)
+    _, x_heldout = simulate(key_held, measure, scenario.sigma, num_points)
     draws = scenario.nuts_draws[size]
     comparison = compare_deconvolution(
         x,
         scenario.sigma,
         z_true=z,
         true_measure=measure,
-        methods=("attention-em", "nuts", "oracle"),
+        x_heldout=x_heldout,
+        methods=methods,
         key=key_fit,
+        num_atoms_dp=NUM_ATOMS_DP,
         nuts_kwargs={"num_warmup": draws, "num_samples": draws},
         progress=lambda msg: progress(f"{scenario.name}: {msg}"),
     )
@@ -410,11 +446,24 @@ def write_report(
     quick: bool = False,
     seed: int = 0,
     scenarios: tuple[Scenario, ...] = SCENARIOS,
+    methods: tuple[str, ...] = METHODS,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
-    """Run the built-in comparison and write ``out_dir/name/index.html``; return its path."""
+    """Run the built-in comparison and write ``out_dir/name/index.html``; return its path.
+
+    ``methods`` (default: all of ``inference.compare.METHODS``) must include "attention-em",
+    "nuts" and "oracle", which the figures and sections are built around.
+    """
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise ValueError(f"name: must be a plain folder name, got {name!r}")
+    methods = tuple(methods)
+    unknown = [m for m in methods if m not in METHODS]
+    missing = [m for m in REQUIRED_METHODS if m not in methods]
+    if unknown or missing:
+        raise ValueError(
+            f"methods: unknown {unknown} / missing {missing}; the report needs "
+            f"{list(REQUIRED_METHODS)} and takes any of {list(METHODS)}"
+        )
     seed = _checks.check_positive_int("seed", seed, minimum=0)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -428,7 +477,7 @@ def write_report(
             scenarios, jax.random.split(key, len(scenarios)), strict=True
         ):
             comparison, x, z, measure = run_scenario(
-                scenario, quick=quick, key=scenario_key, progress=say
+                scenario, quick=quick, key=scenario_key, progress=say, methods=methods
             )
             say(f"{scenario.name}: figures")
             frame = comparison.table.assign(scenario=scenario.name)
@@ -477,8 +526,14 @@ def _section_html(scenario, x, comparison, figures) -> str:
 <h3>Methods side by side</h3>
 <p class="note">attention-EM: K = N atoms started at the data, weights 1/N, {em_iters}
 iterations; its E-step is softmax attention with Q K<sup>T</sup> = I/sigma<sup>2</sup> and key
-bias -|mu_k|<sup>2</sup>/(2 sigma<sup>2</sup>). NUTS: finite Dirichlet mixture with K = {k}
-atoms, {chains} chains x {draws} draws. Oracle: the Bayes rule under the true nu.
+bias -|mu_k|<sup>2</sup>/(2 sigma<sup>2</sup>). NPMLE: Kiefer-Wolfowitz weights on a fixed
+grid, then the empirical-Bayes posterior (GMLEB). NUTS: finite Dirichlet mixture with K = {k}
+atoms, {chains} chains x {draws} draws; NUTS-DP: truncated stick-breaking DP with
+{NUM_ATOMS_DP} sticks and a Gamma prior on its concentration. Gibbs: the conjugate blocked
+sampler on the same finite mixture as NUTS. Approx-Gibbs: every Gibbs draw replaced by its
+expectation (K = {k} atoms; EM for the finite mixture). James-Stein: positive-part shrinkage
+toward the grand mean, with its normal empirical-Bayes intervals. Oracle: the Bayes rule under
+the true nu. Held-out lpd is computed on as many fresh points from the same nu.
 Intervals for z_i are equal-tailed posterior intervals. The true z_i sit exactly on atoms, so a
 discrete posterior (EM, oracle) covers conservatively: its interval ends are atoms, and an
 interval either holds z_i exactly or misses it. EM's plug-in intervals shrink to a single atom
@@ -504,12 +559,13 @@ def _page_html(sections, names, *, quick, seed, elapsed) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>attnbayes: deconvolution report</title>
 <style>{_STYLE}</style></head><body>
-<h1>attnbayes: attention-EM against full-posterior NUTS</h1>
+<h1>attnbayes: attention-EM against full-posterior MCMC and empirical Bayes</h1>
 <p>Gaussian deconvolution z_i ~ nu, x_i | z_i ~ N(z_i, sigma<sup>2</sup> I) (seed 1). EM with one
-atom per data point has softmax attention as its E-step; NUTS samples the posterior of a finite
-mixture. Both run on the same simulated data; the table of each scenario says how they differ in
-accuracy, calibration and cost. Run: {mode}, seed {seed}, {elapsed:.0f} s in all. Every metric is
-also in <code>results.csv</code>; each NUTS DataTree is in
+atom per data point has softmax attention as its E-step; NUTS and Gibbs sample the posterior of a
+finite (or Dirichlet-process) mixture; NPMLE, approximate Gibbs and James-Stein are the
+empirical-Bayes alternatives. All run on the same simulated data; the table of each scenario
+says how they differ in accuracy, calibration and cost. Run: {mode}, seed {seed},
+{elapsed:.0f} s in all. Every metric is also in <code>results.csv</code>; each NUTS DataTree is in
 <code>&lt;scenario&gt;-nuts.nc</code>.</p>
 <ul>{toc}</ul>
 {"".join(sections)}

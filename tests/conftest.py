@@ -10,7 +10,7 @@ jax.config.update("jax_enable_x64", True)
 
 import pytest  # noqa: E402
 
-from inference.compare import compare_deconvolution  # noqa: E402
+from inference.compare import METHODS, compare_deconvolution  # noqa: E402
 from models.deconvolution import simulate, three_atoms  # noqa: E402
 
 THREE_ATOMS_SIGMA = 1.0
@@ -26,17 +26,22 @@ def three_atom_data():
 
 @pytest.fixture(scope="session")
 def three_atom_comparison(three_atom_data):
-    """attention-EM, NUTS (K = 3, ordered, 2 x 1000 draws) and the oracle on the same data.
+    """Every method of ``compare_deconvolution`` on the same data, with 300 held-out points:
+    NUTS (K = 3, ordered, 2 x 1000 draws), NUTS-DP (8 sticks, 2 x 300), Gibbs (4 x 2000).
 
-    Built once per session: the NUTS run (compile + sample) is the slowest thing in the suite.
+    Built once per session: the samplers (compile + sample) are the slowest thing in the suite.
     """
     measure, z, x = three_atom_data
+    _, x_heldout = simulate(jax.random.PRNGKey(11), measure, THREE_ATOMS_SIGMA, 300)
     return compare_deconvolution(
         x,
         THREE_ATOMS_SIGMA,
         z_true=z,
         true_measure=measure,
-        methods=("attention-em", "nuts", "oracle"),
+        x_heldout=x_heldout,
+        methods=METHODS,
         key=jax.random.PRNGKey(7),
+        num_atoms_dp=8,
         nuts_kwargs={"num_warmup": 1000, "num_samples": 1000},
+        method_kwargs={"nuts-dp": {"num_warmup": 300, "num_samples": 300}},
     )

@@ -102,6 +102,23 @@ def test_comparison_table_is_tidy_and_recomputable(three_atom_data, three_atom_c
     assert value["attention-em", "converged"] == float(em_fit.converged)
     assert value["nuts", "pareto_k_max"] < 0.7
     assert value["oracle", "mse_z"] <= min(value["nuts", "mse_z"], value["attention-em", "mse_z"])
+    # every method has a held-out lpd; the samplers have the MCMC summaries
+    for method in METHODS:
+        assert np.isfinite(value[method, "heldout_lpd"]), method
+    for method in ("nuts", "nuts-dp", "gibbs"):
+        assert value[method, "max_rhat_invariant"] < 1.05, method
+        assert value[method, "pareto_k_max"] < 0.7, method
+    # point fits: the table's log-likelihood is that of the fitted measure
+    for method in ("npmle", "approx-gibbs", "oracle"):
+        fit = fits[method]
+        assert value[method, "log_likelihood"] == pytest.approx(
+            float(em.log_likelihood(x, fit.measure.atoms, fit.measure.weights, 1.0)), rel=1e-12
+        )
+    # the NPMLE maximises the likelihood over all measures (up to its grid): above the K-atom
+    # local optimum of approximate Gibbs (= EM for the finite mixture) and above the truth
+    assert value["npmle", "log_likelihood"] >= value["approx-gibbs", "log_likelihood"] - 1e-6
+    assert value["npmle", "log_likelihood"] > value["oracle", "log_likelihood"]
+    assert fits["james-stein"].measure is None
 
 
 def test_compare_argument_checks():
@@ -114,3 +131,79 @@ def test_compare_argument_checks():
     # a single method may be given as a string
     result = compare_deconvolution(x, 1.0, methods="attention-em")
     assert set(result.table.method) == {"attention-em"}
+
+
+def test_james_stein_closed_form():
+    """Positive-part James-Stein toward the grand mean: B = (N - 3) sigma^2 / S, z_hat =
+    xbar + (1 - B)(x - xbar), and the normal EB intervals and predictive it implies."""
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(4)
+    sigma, n = 1.3, 200
+    x = rng.normal(0.5, np.sqrt(2.0**2 + sigma**2), size=n)
+    held = rng.normal(0.5, np.sqrt(2.0**2 + sigma**2), size=50)
+    result = compare_deconvolution(x, sigma, methods="james-stein", x_heldout=held)
+    fit = result.fits["james-stein"]
+    xbar, spread = x.mean(), np.sum((x - x.mean()) ** 2)
+    b = (n - 3) * sigma**2 / spread
+    np.testing.assert_allclose(fit.z_hat, xbar + (1 - b) * (x - xbar), rtol=1e-12)
+    lo, hi = fit.intervals[0.9]
+    half = norm.ppf(0.95) * np.sqrt((1 - b) * sigma**2)
+    np.testing.assert_allclose(hi - lo, 2 * half, rtol=1e-10)
+    pred_sd = np.sqrt(sigma**2 * (1 - b) / b + sigma**2)
+    value = result.table.set_index(["method", "metric"]).value
+    assert value["james-stein", "heldout_lpd"] == pytest.approx(
+        norm.logpdf(held, xbar, pred_sd).mean(), rel=1e-12
+    )
+    assert value["james-stein", "log_likelihood"] == pytest.approx(
+        norm.logpdf(x, xbar, pred_sd).sum(), rel=1e-12
+    )
+    # all-equal data: B = 1, every z_hat is the grand mean, zero-width intervals
+    flat = compare_deconvolution(np.full(9, 2.0), sigma, methods="james-stein").fits["james-stein"]
+    np.testing.assert_allclose(flat.z_hat, 2.0)
+    np.testing.assert_allclose(flat.intervals[0.5][0], flat.intervals[0.5][1])
+
+
+def test_heldout_lpd_brute_force():
+    """Point fits: mean_i log sum_k w_k N(x_i; mu_k, sigma^2 I); samplers: log of the mean over
+    draws of that density (the posterior predictive), against SciPy."""
+    from scipy.stats import multivariate_normal
+
+    from inference.compare import _heldout_lpd, _mixture_lpd
+
+    rng = np.random.default_rng(5)
+    held = rng.normal(size=(40, 2))
+    atoms = rng.normal(size=(7, 3, 2))
+    weights = rng.dirichlet(np.ones(3), size=7)
+    weights[2, 1] = 0.0
+    weights[2] /= weights[2].sum()
+    sigma = 0.8
+    dens = np.array(
+        [
+            [
+                sum(
+                    w * multivariate_normal(m, sigma**2 * np.eye(2)).pdf(x)
+                    for m, w in zip(atoms[s], weights[s], strict=True)
+                )
+                for x in held
+            ]
+            for s in range(7)
+        ]
+    )
+    np.testing.assert_allclose(
+        _mixture_lpd(held, atoms, weights, sigma), np.log(dens.mean(0)), rtol=1e-12
+    )
+    measure = DiscreteMeasure(atoms[2], weights[2])
+    assert _heldout_lpd(held, measure, sigma) == pytest.approx(np.log(dens[2]).mean(), rel=1e-12)
+
+
+def test_method_kwargs_checked():
+    x = np.linspace(-1, 1, 9)
+    with pytest.raises(ValueError, match="^method_kwargs"):
+        compare_deconvolution(x, 1.0, methods="npmle", method_kwargs={"bogus": {}})
+    with pytest.raises(ValueError, match="^x_heldout"):
+        compare_deconvolution(x, 1.0, methods="npmle", x_heldout=np.ones((4, 2)))
+    with pytest.raises(ValueError, match="^key"):
+        compare_deconvolution(x, 1.0, methods="gibbs")
+    with pytest.raises(ValueError, match="^num_atoms_dp"):
+        compare_deconvolution(x, 1.0, methods="james-stein", num_atoms_dp=1)

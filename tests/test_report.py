@@ -15,6 +15,7 @@ import xarray as xr
 
 from inference import report
 from inference.cli import build_parser, main
+from inference.compare import METHODS
 from inference.report import Scenario, write_report
 
 SMALL = (
@@ -27,8 +28,16 @@ SMALL = (
 def small_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("reports")
     messages = []
+    # the report's mechanics on four methods; every method is run by the conftest comparison
+    # and by the slow end-to-end `attnbayes report --quick` test
     path = write_report(
-        out, name="small", quick=True, seed=3, scenarios=SMALL, progress=messages.append
+        out,
+        name="small",
+        quick=True,
+        seed=3,
+        scenarios=SMALL,
+        methods=("attention-em", "james-stein", "nuts", "oracle"),
+        progress=messages.append,
     )
     return out, path, messages
 
@@ -63,7 +72,7 @@ def test_results_csv_and_datatrees_load_back(small_report):
     results = pd.read_csv(out / "small" / "results.csv")
     assert list(results.columns) == ["scenario", "method", "metric", "value"]
     assert set(results.scenario) == {s.name for s in SMALL}
-    assert set(results.method) == {"attention-em", "nuts", "oracle"}
+    assert set(results.method) == {"attention-em", "james-stein", "nuts", "oracle"}
     assert np.isfinite(results.value).all()
     for scenario in SMALL:
         dt = xr.open_datatree(out / "small" / f"{scenario.name}-nuts.nc", engine="h5netcdf")
@@ -92,7 +101,13 @@ def test_failed_report_leaves_nothing(tmp_path, monkeypatch):
     (tmp_path / "small" / "index.html").write_text("old report")
     monkeypatch.setattr(report, "figure_z_hat", boom)
     with pytest.raises(RuntimeError, match="figure failed"):
-        write_report(tmp_path, name="small", quick=True, scenarios=SMALL[:1])
+        write_report(
+            tmp_path,
+            name="small",
+            quick=True,
+            scenarios=SMALL[:1],
+            methods=report.REQUIRED_METHODS,
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small"]
     assert (tmp_path / "small" / "index.html").read_text() == "old report"
 
@@ -130,6 +145,10 @@ def test_report_rejects_bad_arguments(tmp_path):
         write_report(tmp_path, name="../escape", scenarios=SMALL[:1])
     with pytest.raises(ValueError, match="^seed"):
         write_report(tmp_path, seed=-1, scenarios=SMALL[:1])
+    with pytest.raises(ValueError, match="^methods: unknown .* missing \\['attention-em'"):
+        write_report(tmp_path, scenarios=SMALL[:1], methods=("nuts", "oracle"))
+    with pytest.raises(ValueError, match="^methods: unknown \\['bogus'\\]"):
+        write_report(tmp_path, scenarios=SMALL[:1], methods=(*report.REQUIRED_METHODS, "bogus"))
 
 
 def test_cli_arguments(capsys):
@@ -167,3 +186,5 @@ def test_cli_quick_report_end_to_end(tmp_path):
         assert f'<h2 id="{name}">' in page
     results = pd.read_csv(tmp_path / "deconvolution" / "results.csv")
     assert (results.query("metric == 'max_rhat_invariant'").value < 1.05).all()
+    for name, methods in results.groupby("scenario").method:
+        assert set(methods) == set(METHODS), name

@@ -1,0 +1,611 @@
+"""Kiefer-Wolfowitz nonparametric MLE of the mixing measure on a fixed grid (issue 4, part 2).
+
+Model: z_i ~ nu iid, x_i | z_i ~ N(z_i, sigma^2 I_p), sigma known. The NPMLE maximises
+log p(x) = sum_i log sum_j w_j N(x_i; g_j, sigma^2 I_p) over the weights w on the simplex, with
+the atoms fixed at grid points g_1..g_G (Koenker & Mizera 2014). It is a convex problem in w.
+With the likelihood matrix L_ij = exp(log N(x_i; g_j, sigma^2 I) - m_i), m_i = max_j of the
+same (the row-max shift cancels in the argmax and keeps every row's largest entry at 1),
+
+    log p(x) = sum_i log (L w)_i + sum_i m_i - N p log(2 pi sigma^2) / 2.
+
+KKT conditions: with q_j = (1 / N) sum_i L_ij / (L w)_i (the directional derivative of
+log p(x) / N towards delta(g_j), plus one), w is optimal iff q_j <= 1 for every grid point,
+with equality on the support of w. Since sum_j w_j q_j = 1 at any w, concavity gives
+log p(x; w*) - log p(x; w) <= N (max_j q_j - 1), so ``kkt_gap = max_j q_j - 1`` certifies the
+per-point log-likelihood gap; every solver stops once ``kkt_gap <= tol``.
+
+Solvers (all in one ``lax.while_loop``, compiled once per shape, dtype and method):
+
+- ``"em"``: the baseline fixed point w_j <- w_j q_j (each step two passes over L, for L w and
+  L^T (1 / L w); the E-step is the attention map of ``inference.em`` with the grid as keys).
+  Linear convergence at best, and very slow once the weights are nearly right.
+- ``"squarem"``: SQUAREM (Varadhan & Roland 2008, scheme S3) on the EM map: from two EM steps
+  r = F(w) - w, v = F(F(w)) - 2 F(w) + w, step alpha = -|r| / |v| (at most -1, at least
+  -step_max), w' = w - 2 alpha r + alpha^2 v, then one stabilising EM step; alpha is pulled
+  back towards -1 until w' >= 0, and the plain double EM step F(F(w)) is taken whenever the
+  extrapolation lowers the likelihood, so the iteration is monotone.
+- ``"mixsqp"`` (default): mix-SQP (Kim, Carbonetto, Stephens & Wang 2020). Minimise
+  phi(w) = -(1 / N) sum_i log (L w)_i + sum_j w_j over w >= 0 (its minimiser lies on the
+  simplex); each step solves the quadratic model with gradient 1 - q and Hessian
+  H = L^T diag(1 / (L w)^2) L / N by a primal active-set method, then backtracks on phi
+  (Armijo, with the decrease formed as a sum of log1p terms so that it is resolved even below
+  the round-off of phi itself) along the segment to the QP solution. The QP is restricted to
+  a working set of at most ``WORKING_SET`` = 64 grid points (the current support, then the
+  grid points with the largest q_j, i.e. the most violated KKT conditions), so the Hessian
+  costs N S^2 instead of N G^2 flops; the certificate ``kkt_gap`` is still over the whole
+  grid. Iterates are rescaled to the simplex (this never increases phi). Each step ends with
+  a step of the vertex direction method (Fedorov 1972, Wynn 1970) towards the grid point of
+  largest q_j, w <- (1 - a) w + a delta_j with the best a (bisection on the derivative):
+  when an SQP step has starved an outlying x_i (its (L w)_i tiny), Newton steps on -log only
+  double (L w)_i each time, while this step restores it at once. When the QP yields no
+  acceptable step, the step is one EM step instead. The iterates start from the uniform
+  measure on ``WORKING_SET / 2`` grid points spread by farthest-point order, and keep at most
+  ``WORKING_SET`` support points: an NPMLE needing more (we have seen 4-8 points in 1-D and
+  27-33 in 2-D with G = 300) is out of its reach and ends with ``converged=False``; use
+  "squarem" then. The run also stops, unconverged, when the gap has not fallen by 1% in 30
+  steps (working precision reached: the usual end of a float32 run with a small ``tol``).
+
+Weights below 1e-250 (1e-30 in float32) are flushed to exactly zero: subnormal weights make
+every later pass over L about 20 times slower and carry no likelihood.
+
+Precision: float64 when ``jax_enable_x64`` is on and x is float64, else float32 (the QP,
+Hessian and line search included). In float32 the weights carry about 7 digits and the
+changes of log p(x) near the optimum fall below them, so KKT gaps much under 1e-5 are often
+out of reach; the default tolerance is 1e-4 there (1e-6 in float64), and a smaller float32
+``tol`` may end with ``converged=False`` at the last weights reached.
+
+The empirical-Bayes posterior under the fitted measure is one attention step with the grid as
+keys and values (``npmle_posterior``); grid points of zero weight get key bias log 0 = -inf and
+hence zero responsibility.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models import _checks
+
+METHODS = ("mixsqp", "squarem", "em")
+DEFAULT_MAX_ITERS = {"mixsqp": 1_000, "squarem": 20_000, "em": 200_000}
+WORKING_SET = 64  # mix-SQP's QP size (grid points) and the largest support it can reach
+
+_ARMIJO = 0.01  # sufficient decrease (as in mixsqp)
+_BACKTRACKS = 30  # step sizes 1, 1/2, ..., 2^-29
+_SQUAREM_BACKTRACKS = 12
+_BISECTIONS = 60  # vertex-direction line search
+_PATIENCE = 30  # mix-SQP stops when its KKT gap has not fallen by 1% for this many steps
+
+
+class NPMLEResult(NamedTuple):
+    """The fitted NPMLE nu = sum_j weights[j] delta(atoms[j]) and the solver's record.
+
+    Attributes:
+        atoms: (G,) for scalar data or (G, p): the grid (fixed, not fitted).
+        weights: (G,) on the simplex; most entries exactly 0.
+        log_likelihood: log p(x) = sum_i log sum_j w_j N(x_i; g_j, sigma^2 I_p) at ``weights``.
+        num_iters: iterations taken (EM steps; SQUAREM cycles of three EM maps; SQP steps).
+        converged: whether ``kkt_gap <= tol``.
+        kkt_gap: max_j q_j - 1 over the whole grid at ``weights``; <= 0 up to round-off at
+            the optimum and an upper bound on (log p(x; w*) - log_likelihood) / N.
+        method: the solver used.
+    """
+
+    atoms: jax.Array
+    weights: jax.Array
+    log_likelihood: float
+    num_iters: int
+    converged: bool
+    kkt_gap: float
+    method: str
+
+
+# ----------------------------------------------------------------------------- kernels (jitted)
+
+
+def _log_phi(x, grid, sigma):
+    """(N, G) log N(x_i; g_j, sigma^2 I) up to terms in i only, from the differences."""
+    return -0.5 * jnp.sum((x[:, None, :] - grid[None, :, :]) ** 2, axis=-1) / sigma**2
+
+
+def _likelihood_matrix(x, grid, sigma):
+    """(L (N, G) with row maxima 1, row maxima m (N,), constant c): log p(x) = sum_i log (L w)_i
+    + c."""
+    n, p = x.shape
+    log_phi = _log_phi(x, grid, sigma)
+    row_max = jnp.max(log_phi, axis=1)
+    lik = jnp.exp(log_phi - row_max[:, None])
+    const = jnp.sum(row_max) - 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    return lik, row_max, const
+
+
+def _evaluate(lik, w):
+    """(sum_i log (L w)_i, q = L^T (1 / L w) / N): the shifted log-likelihood and KKT vector."""
+    u = lik @ w
+    return jnp.sum(jnp.log(u)), (1.0 / u) @ lik / lik.shape[0], u
+
+
+def _flush(w):
+    """Zero the weights below the flush threshold, then renormalise to the simplex."""
+    w = jnp.where(w < _flush_threshold(w.dtype), 0.0, w)
+    return w / jnp.sum(w)
+
+
+def _flush_threshold(dtype):
+    return 1e-250 if jnp.dtype(dtype) == jnp.float64 else 1e-30
+
+
+def _em_map(w, q):
+    """One EM step w_j <- w_j q_j (sum_j w_j q_j = 1 exactly; renormalised for round-off)."""
+    return _flush(w * q)
+
+
+def _em_loop(lik, w, tol, max_iters, target):
+    def body(state):
+        t, w, _, _, _ = state
+        ll, q, _ = _evaluate(lik, w)
+        gap = jnp.max(q) - 1.0
+        stop = (gap <= tol) | (t >= max_iters) | (ll >= target)
+        w = jnp.where(stop, w, _em_map(w, q))
+        return t + jnp.where(stop, 0, 1), w, ll, gap, stop
+
+    zero = jnp.zeros((), lik.dtype)
+    state = (jnp.asarray(0), w, zero, zero, jnp.asarray(False))
+    t, w, ll, gap, _ = jax.lax.while_loop(lambda s: ~s[4], body, state)
+    return t, w, ll, gap
+
+
+def _squarem_loop(lik, w, tol, max_iters, target):
+    dtype = lik.dtype
+    # extrapolation lengths tried: alpha, then halfway back to -1 each time, ending at -1
+    shrink = jnp.concatenate(
+        [0.5 ** jnp.arange(_SQUAREM_BACKTRACKS, dtype=dtype), jnp.zeros((1,), dtype)]
+    )
+
+    def body(state):
+        t, w0, step_max, _, _, _ = state
+        ll0, q0, _ = _evaluate(lik, w0)
+        gap = jnp.max(q0) - 1.0
+        stop = (gap <= tol) | (t >= max_iters) | (ll0 >= target)
+        w1 = _em_map(w0, q0)
+        w2 = _em_map(w1, _evaluate(lik, w1)[1])
+        r, v = w1 - w0, w2 - 2.0 * w1 + w0
+        vv = jnp.sum(v * v)
+        alpha = jnp.where(vv > 0, -jnp.sqrt(jnp.sum(r * r) / jnp.where(vv > 0, vv, 1.0)), -1.0)
+        alpha = jnp.clip(alpha, -step_max, -1.0)
+        alphas = -1.0 + (alpha + 1.0) * shrink  # (B + 1,), the last one -1 gives w2
+        cands = w0 - 2.0 * alphas[:, None] * r + alphas[:, None] ** 2 * v
+        # EM cannot revive a zero weight, so an extrapolation may not zero a live one
+        feasible = jnp.all((cands >= 0) & ((cands > 0) | (w2 <= 0)), axis=1)
+        k = jnp.argmax(feasible)
+        w_ext = _flush(jnp.maximum(cands[k], 0.0))
+        ll_ext, q_ext, _ = _evaluate(lik, w_ext)
+        ok = jnp.isfinite(ll_ext) & (ll_ext >= ll0) & (k < _SQUAREM_BACKTRACKS)
+        w_new = jnp.where(ok, _em_map(w_ext, q_ext), w2)
+        at_max = alphas[k] <= -step_max
+        step_max = jnp.where(
+            at_max, jnp.where(ok, 4.0 * step_max, jnp.maximum(1.0, step_max / 4.0)), step_max
+        )
+        w0 = jnp.where(stop, w0, w_new)
+        return t + jnp.where(stop, 0, 1), w0, step_max, ll0, gap, stop
+
+    zero = jnp.zeros((), dtype)
+    state = (jnp.asarray(0), w, jnp.ones((), dtype), zero, zero, jnp.asarray(False))
+    t, w, _, ll, gap, _ = jax.lax.while_loop(lambda s: ~s[5], body, state)
+    return t, w, ll, gap
+
+
+def _qp_active_set(hess, c, y, free, tol, max_inner):
+    """min_y y^T H y / 2 + c^T y subject to y >= 0, by the primal active-set method.
+
+    ``free`` marks the coordinates allowed to move (the rest are held at 0); ``y`` must be
+    feasible and zero off ``free``. Each step solves the equality-constrained problem on the
+    free set; a blocking bound is dropped from it, and at a subspace minimiser the most
+    negative multiplier (gradient entry of a held coordinate) is freed. Stops at a KKT point
+    (multipliers >= -tol) or after ``max_inner`` steps, at a feasible y with a lower model
+    value than the start.
+    """
+    size = hess.shape[0]
+    eye = jnp.eye(size, dtype=hess.dtype)
+    index = jnp.arange(size)
+
+    def body(state):
+        it, y, free, _ = state
+        b = hess @ y + c
+        m = jnp.where(free[:, None] & free[None, :], hess, eye)
+        chol = jnp.linalg.cholesky(m)
+        p = jax.scipy.linalg.cho_solve((chol, True), jnp.where(free, -b, 0.0))
+        p = jnp.where(free, p, 0.0)
+        ratios = jnp.where(free & (p < 0), y / jnp.where(p < 0, -p, 1.0), jnp.inf)
+        k = jnp.argmin(ratios)
+        blocked = ratios[k] < 1.0
+        y = jnp.maximum(y + jnp.minimum(ratios[k], 1.0) * p, 0.0)
+        y = jnp.where(blocked & (index == k), 0.0, y)
+        free = free & ~(blocked & (index == k))
+        # not blocked: y now minimises the model on the free set; check the held coordinates
+        held = jnp.where(free, jnp.inf, hess @ y + c)
+        j = jnp.argmin(held)
+        optimal = ~blocked & (held[j] >= -tol)
+        free = free | ((index == j) & ~blocked & ~optimal)
+        return it + 1, y, free, optimal
+
+    state = (jnp.asarray(0), y, free, jnp.asarray(False))
+    _, y, _, _ = jax.lax.while_loop(lambda s: ~s[3] & (s[0] < max_inner), body, state)
+    return y
+
+
+def _mixsqp_loop(lik, columns, w, tol, max_iters, target):
+    n, g = lik.shape
+    dtype = lik.dtype
+    size = min(g, WORKING_SET)
+    f64 = jnp.dtype(dtype) == jnp.float64
+    ridge = 1e-10 if f64 else 1e-5  # relative to each diagonal entry of H
+    qp_tol = 1e-10 if f64 else 1e-5
+    steps = 0.5 ** jnp.arange(_BACKTRACKS, dtype=dtype)
+
+    def sqp_step(w, q, u):
+        # working set: the support (|support| <= size always), then the largest q_j
+        key = jnp.where(w > 0, jnp.inf, q)
+        _, ws = jax.lax.top_k(key, size)
+        lik_s = columns(ws)  # (N, size), recomputed: cheaper than a strided gather from L
+        z = lik_s / u[:, None]
+        hess = z.T @ z / n
+        # Levenberg damping relative to each diagonal entry: the entries span many decades
+        # (an x_i with a tiny (L w)_i inflates its columns' curvature)
+        hess = hess + ridge * jnp.diag(jnp.diag(hess))
+        grad = 1.0 - q[ws]
+        # the model in y = w + step: y^T H y / 2 + (grad - H w)^T y, and H w = q on the set
+        y = _qp_active_set(hess, grad - q[ws], w[ws], w[ws] > 0, qp_tol, 2 * size + 10)
+        step = y - w[ws]
+        slope = jnp.dot(grad, step)
+        # phi(w + a step) - phi(w) = -mean_i log1p(a (L step)_i / u_i) + a sum(step), formed
+        # directly so that steps whose gain is below the resolution of phi are still judged
+        ratio = (lik_s @ step) / u
+        arg = steps[:, None] * ratio[None, :]
+        decrease = -jnp.mean(jnp.log1p(jnp.where(arg > -1, arg, 0.0)), axis=1)
+        decrease = decrease + steps * jnp.sum(step)
+        accept = (
+            jnp.all(arg > -1, axis=1)
+            & (decrease <= _ARMIJO * steps * slope)
+            & jnp.all(jnp.isfinite(y))
+            & (slope < 0)
+        )
+        k = jnp.argmax(accept)
+        w_sqp = _flush(jnp.maximum(w.at[ws].add(steps[k] * step), 0.0))
+        # no acceptable SQP step (the QP model failed, or the gain is below round-off): EM
+        return jax.lax.cond(accept[k], lambda: w_sqp, lambda: _em_map(w, q))
+
+    def vertex_step(w, u, j):
+        # the vertex-direction step towards grid point j: maximise sum_i log((1 - a) u_i + a L_ij)
+        # over a in [0, 1) by bisection on its derivative. It restores in one move an x_i whose
+        # likelihood an SQP step left tiny (Newton steps on -log u only double u_i each time).
+        col = lik[:, j]
+        diff = col - u
+
+        def slope(a):
+            return jnp.sum(diff / (u + a * diff))
+
+        def bisect(_, bounds):
+            lo, hi = bounds
+            mid = 0.5 * (lo + hi)
+            up = slope(mid) > 0
+            return jnp.where(up, mid, lo), jnp.where(up, hi, mid)
+
+        one = jnp.ones((), dtype)
+        a, _ = jax.lax.fori_loop(0, _BISECTIONS, bisect, (0.0 * one, one))
+        room = (w[j] > 0) | (jnp.sum(w > 0) < size)  # the support must fit the working set
+        a = jnp.where(room & (slope(0.0 * one) > 0), a, 0.0)
+        return _flush((1.0 - a) * w + a * (jnp.arange(g) == j)), (1.0 - a) * u + a * col
+
+    def body(state):
+        t, w, u, _, _, best, since, _ = state
+        ll, q = jnp.sum(jnp.log(u)), (1.0 / u) @ lik / n
+        gap = jnp.max(q) - 1.0
+        better = gap < best - 0.01 * jnp.abs(best)
+        since = jnp.where(better, 0, since + 1)
+        best = jnp.where(better, gap, best)
+        # the gap has not fallen by 1% for _PATIENCE steps: stuck at working precision
+        stop = (gap <= tol) | (t >= max_iters) | (ll >= target) | (since >= _PATIENCE)
+
+        def advance():
+            w1 = sqp_step(w, q, u)
+            return vertex_step(w1, lik @ w1, jnp.argmax(q))
+
+        w, u = jax.lax.cond(stop, lambda: (w, u), advance)
+        return t + jnp.where(stop, 0, 1), w, u, ll, gap, best, since, stop
+
+    u0 = lik @ w
+    start_ok = jnp.min(u0) >= jnp.finfo(dtype).tiny
+    zero = jnp.zeros((), dtype)
+    huge = jnp.full((), jnp.finfo(dtype).max, dtype)  # finite: best - 1% of best is defined
+    state = (jnp.asarray(0), w, u0, zero, zero, huge, jnp.asarray(0), ~start_ok)
+    t, w, _, ll, gap, _, _, _ = jax.lax.while_loop(lambda s: ~s[7], body, state)
+    return t, w, ll, gap, start_ok
+
+
+@functools.partial(jax.jit, static_argnames=("method",))
+def _solve(x, grid, sigma, w0, tol, max_iters, target, method):
+    lik, row_max, const = _likelihood_matrix(x, grid, sigma)
+    target = target - const
+    start_ok = jnp.asarray(True)
+    if method == "em":
+        t, w, ll, gap = _em_loop(lik, w0, tol, max_iters, target)
+    elif method == "squarem":
+        t, w, ll, gap = _squarem_loop(lik, w0, tol, max_iters, target)
+    else:
+
+        def columns(idx):
+            return jnp.exp(_log_phi(x, grid[idx], sigma) - row_max[:, None])
+
+        t, w, ll, gap, start_ok = _mixsqp_loop(lik, columns, w0, tol, max_iters, target)
+    return w, ll + const, t, gap, start_ok
+
+
+@jax.jit
+def _gradient(x, grid, sigma, w):
+    lik = _likelihood_matrix(x, grid, sigma)[0]
+    return _evaluate(lik, w)[1]
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_sigma(sigma, dtype):
+    sigma = _checks.check_positive_scalar("sigma", sigma)
+    _checks.check_bandwidth("sigma", sigma, 1, dtype)  # 1 / sigma^2 must be finite
+    return sigma
+
+
+def _check_grid(grid, points, scalar, *, inside: bool):
+    """A user grid in the convention of x, as (G, p); inside the data's bounding box if asked."""
+    arr = _checks.as_float_array("grid", grid)
+    p = points.shape[1]
+    if arr.ndim != (1 if scalar else 2) or (not scalar and arr.shape[1] != p):
+        raise ValueError(
+            f"grid: expected shape {'(G,)' if scalar else f'(G, {p})'} to match x of shape "
+            f"{tuple(points.shape[:1]) if scalar else tuple(points.shape)}, "
+            f"got {tuple(arr.shape)}"
+        )
+    if arr.shape[0] == 0:
+        raise ValueError("grid: is empty (G = 0)")
+    _checks.check_finite("grid", arr)
+    arr = arr[:, None] if scalar else arr
+    if inside:
+        lo, hi = points.min(axis=0), points.max(axis=0)
+        outside = np.any((arr < lo) | (arr > hi), axis=1)
+        if outside.any():
+            raise ValueError(
+                f"grid: {int(outside.sum())} of {arr.shape[0]} point(s) lie outside the data's "
+                "range [min x, max x] (per coordinate); the NPMLE's support lies in the convex "
+                "hull of the data"
+            )
+    return arr
+
+
+def _check_tol(tol, dtype):
+    if tol is None:
+        return 1e-6 if jnp.dtype(dtype) == jnp.float64 else 1e-4
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not math.isfinite(tol):
+        raise ValueError(f"tol: must be a finite number > 0, got {tol!r}")
+    if tol <= 0:
+        raise ValueError(f"tol: must be > 0, got {tol!r}")
+    return float(tol)
+
+
+def _farthest_point_order(points, count, start=None):
+    """Indices of ``count`` rows chosen greedily, each the farthest from those already chosen.
+
+    Starts at ``start`` or at the row nearest the coordinate-wise mean; deterministic (ties go
+    to the lowest index). Covers the point cloud to within twice the best covering radius.
+    """
+    points = np.asarray(points, dtype=np.float64)
+    if start is None:
+        start = int(np.argmin(np.sum((points - points.mean(axis=0)) ** 2, axis=1)))
+    chosen = [start]
+    dist = np.sum((points - points[start]) ** 2, axis=1)
+    for _ in range(count - 1):
+        nxt = int(np.argmax(dist))
+        chosen.append(nxt)
+        dist = np.minimum(dist, np.sum((points - points[nxt]) ** 2, axis=1))
+    return np.asarray(chosen)
+
+
+def default_grid(x, grid_size: int = 300):
+    """The default grid: G = ``grid_size`` points spanning the data.
+
+    Scalar data (N,): ``linspace(min x, max x, grid_size)`` (Koenker & Mizera 2014).
+    p-dimensional data (N, p): a deterministic subsample of min(N, grid_size) data points
+    (Saha & Guntuboyina 2020 put the atoms at the data), chosen by farthest-point sampling
+    from the point nearest the mean, so the grid covers the data cloud, outliers included,
+    rather than its densest part; in the order chosen.
+
+    Returns (G,) or (G, p), like ``x``.
+    """
+    points, scalar = _checks.as_points("x", x)
+    grid_size = _checks.check_positive_int("grid_size", grid_size, minimum=2)
+    if scalar:
+        return np.linspace(points.min(), points.max(), grid_size, dtype=points.dtype)
+    n = points.shape[0]
+    if n <= grid_size:
+        return points.copy()
+    return points[_farthest_point_order(points, grid_size)]
+
+
+def _mixsqp_start(grid):
+    """mix-SQP's start: uniform on min(G, WORKING_SET / 2) grid points by farthest-point order."""
+    g = grid.shape[0]
+    count = min(g, WORKING_SET // 2)
+    idx = _farthest_point_order(grid, count) if count < g else np.arange(g)
+    w0 = np.zeros(g, dtype=grid.dtype)
+    w0[idx] = 1.0 / count
+    return w0
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def npmle(
+    x,
+    sigma,
+    *,
+    grid=None,
+    grid_size: int = 300,
+    method: str = "mixsqp",
+    tol: float | None = None,
+    max_iters: int | None = None,
+    target_log_likelihood: float | None = None,
+) -> NPMLEResult:
+    """Kiefer-Wolfowitz NPMLE of nu on a fixed grid: the weights w maximising log p(x).
+
+    Args:
+        x: (N,) or (N, p) observations.
+        sigma: known noise scale, > 0.
+        grid: the atoms, (G,) or (G, p) in the convention of ``x``, inside the per-coordinate
+            range [min x, max x] of the data (the NPMLE's support lies in the convex hull of
+            the data). Default ``default_grid(x, grid_size)``.
+        grid_size: G for the default grid, >= 2 (ignored when ``grid`` is given).
+        method: "mixsqp" (default), "squarem" or "em" (see the module docstring).
+        tol: stop when kkt_gap = max_j q_j - 1 <= tol, which certifies
+            (log p(x; w*) - log p(x; w)) / N <= tol. Default 1e-6 (float64), 1e-4 (float32).
+        max_iters: iteration cap; default 1,000 (mixsqp), 20,000 (squarem), 200,000 (em).
+        target_log_likelihood: also stop once log p(x) reaches this value (for benchmarks:
+            the time a solver takes to come within a given gap of a known optimum).
+
+    Returns:
+        ``NPMLEResult``; ``converged`` is False when the cap was hit first, when the target
+        stopped the run, or when mix-SQP stopped improving at working precision (float32).
+
+    Raises:
+        ValueError: bad arguments (naming the argument); for "mixsqp" also when the grid is
+            so coarse for ``sigma`` that the start leaves some x_i with an underflowing
+            likelihood (use "squarem" then).
+    """
+    points, scalar = _checks.as_points("x", x)
+    dtype = jnp.asarray(points).dtype
+    sigma = _check_sigma(sigma, dtype)
+    grid_size = _checks.check_positive_int("grid_size", grid_size, minimum=2)
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method: unknown method {method!r}; known: {list(METHODS)}")
+    tol = _check_tol(tol, dtype)
+    if max_iters is None:
+        max_iters = DEFAULT_MAX_ITERS[method]
+    max_iters = min(_checks.check_positive_int("max_iters", max_iters, minimum=0), 2**31 - 1)
+    if target_log_likelihood is None:
+        target = math.inf
+    else:
+        target = target_log_likelihood
+        if isinstance(target, bool) or not isinstance(target, numbers.Real):
+            raise ValueError(f"target_log_likelihood: expected a number, got {target!r}")
+        if math.isnan(target):
+            raise ValueError("target_log_likelihood: is NaN")
+        target = float(target)
+    if grid is None:
+        grid2 = default_grid(points[:, 0] if scalar else points, grid_size)
+        grid2 = grid2[:, None] if scalar else grid2
+    else:
+        grid2 = _check_grid(grid, points, scalar, inside=True)
+    grid2 = np.asarray(grid2, dtype=dtype)
+    g = grid2.shape[0]
+    w0 = _mixsqp_start(grid2) if method == "mixsqp" else np.full(g, 1.0 / g, dtype=dtype)
+    w, ll, t, gap, start_ok = _solve(
+        jnp.asarray(points, dtype),
+        jnp.asarray(grid2),
+        jnp.asarray(sigma, dtype),
+        jnp.asarray(w0),
+        jnp.asarray(tol, dtype),
+        jnp.asarray(max_iters),
+        jnp.asarray(target, dtype),
+        method,
+    )
+    if not bool(start_ok):
+        raise ValueError(
+            "grid: too coarse for sigma: mix-SQP's start (the uniform measure on "
+            f"{int(np.count_nonzero(w0))} spread-out grid points) gives some x_i a likelihood "
+            "that underflows; use method='squarem', a finer grid or a larger sigma"
+        )
+    gap = float(gap)
+    return NPMLEResult(
+        atoms=_checks.restore_shape(jnp.asarray(grid2), scalar),
+        weights=w,
+        log_likelihood=float(ll),
+        num_iters=int(t),
+        converged=gap <= tol,
+        kkt_gap=gap,
+        method=method,
+    )
+
+
+def npmle_gradient(x, sigma, grid, weights) -> jax.Array:
+    """q_j = (1 / N) sum_i N(x_i; g_j, sigma^2 I) / sum_k w_k N(x_i; g_k, sigma^2 I), (G,).
+
+    The KKT vector of the NPMLE: w is optimal on the grid iff q_j <= 1 for all j, with
+    equality where w_j > 0; max_j q_j - 1 bounds the per-point log-likelihood gap. The grid
+    may be any (G,) / (G, p) array in the convention of ``x`` (no range restriction here).
+    """
+    points, scalar = _checks.as_points("x", x)
+    dtype = jnp.asarray(points).dtype
+    sigma = _check_sigma(sigma, dtype)
+    grid2 = _check_grid(grid, points, scalar, inside=False)
+    weights = _checks.check_weights("weights", weights, size=grid2.shape[0])
+    return _gradient(
+        jnp.asarray(points, dtype),
+        jnp.asarray(grid2, dtype),
+        jnp.asarray(sigma, dtype),
+        jnp.asarray(weights, dtype),
+    )
+
+
+def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):
+    """The empirical-Bayes posterior of z_i | x_i under the fitted measure (GMLEB).
+
+    One attention step with the grid as keys and values (``inference.em.posterior``): the
+    responsibilities A_ij = w_j N(x_i; g_j, sigma^2 I) / sum_k (...), zero for grid points of
+    zero weight, then E[z_i | x_i] = sum_j A_ij g_j and equal-tailed intervals of the discrete
+    posterior sum_j A_ij delta(g_j), coordinate by coordinate
+    (``inference.compare.discrete_posterior_intervals``). ``x`` may be new data.
+
+    Args:
+        x: (N,) or (N, p) observations, in the convention of the fit.
+        sigma: noise scale.
+        result: an ``NPMLEResult``.
+        probs: central probabilities of the intervals, each in (0, 1); () for none.
+
+    Returns:
+        ``(mean, {prob: (lower, upper)})``, each array shaped like ``x``.
+    """
+    from inference import compare, em  # em re-exports this module: import at call time
+
+    if not isinstance(result, NPMLEResult):
+        raise ValueError(f"result: expected an NPMLEResult, got {type(result).__name__}")
+    probs = tuple(probs)
+    for prob in probs:
+        if isinstance(prob, bool) or not isinstance(prob, numbers.Real) or not 0 < prob < 1:
+            raise ValueError(f"probs: each must be a number in (0, 1), got {prob!r}")
+    scalar = _checks.as_points("x", x)[1]
+    mean, resp = em.posterior(x, result.atoms, result.weights, sigma)
+    if not probs:
+        return mean, {}
+    atoms = np.asarray(result.atoms).reshape(result.atoms.shape[0], -1)
+    intervals = {
+        prob: (_checks.restore_shape(lo, scalar), _checks.restore_shape(hi, scalar))
+        for prob, (lo, hi) in compare.discrete_posterior_intervals(resp, atoms, probs).items()
+    }
+    return mean, intervals
+
+
+__all__ = [
+    "DEFAULT_MAX_ITERS",
+    "METHODS",
+    "WORKING_SET",
+    "NPMLEResult",
+    "default_grid",
+    "npmle",
+    "npmle_gradient",
+    "npmle_posterior",
+]

@@ -1,0 +1,360 @@
+"""Kiefer-Wolfowitz NPMLE on a grid against independent NumPy/SciPy computations.
+
+The references never call the library's kernels: densities come from scipy.stats.norm, the
+KKT vector q_j = (1/N) sum_i phi_ij / sum_k w_k phi_ik and the log-likelihood are written out
+in NumPy, and an independent optimum comes from SciPy's SLSQP on the simplex. All fits share
+two problem shapes (1-D: N = 200, G = 40; 2-D: N = 150, G = 40) so each solver compiles once.
+"""
+
+import jax
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from scipy.special import logsumexp
+from scipy.stats import norm
+
+from inference import em
+from inference.npmle import (
+    NPMLEResult,
+    default_grid,
+    npmle,
+    npmle_gradient,
+    npmle_posterior,
+)
+from models.deconvolution import simulate
+
+N1, N2, G = 200, 150, 40
+SIGMA1, SIGMA2 = 1.0, 0.5
+
+# ----------------------------------------------------------------------------- references
+
+
+def _as_2d(a):
+    a = np.asarray(a, dtype=np.float64)
+    return a[:, None] if a.ndim == 1 else a
+
+
+def ref_log_phi(x, grid, sigma):
+    """(N, G) log N(x_i; g_j, sigma^2 I_p), coordinate by coordinate from scipy.stats.norm."""
+    x, grid = _as_2d(x), _as_2d(grid)
+    return norm.logpdf(x[:, None, :], loc=grid[None, :, :], scale=sigma).sum(-1)
+
+
+def ref_log_likelihood(x, grid, weights, sigma):
+    with np.errstate(divide="ignore"):
+        log_w = np.log(np.asarray(weights, np.float64))
+    return float(np.sum(logsumexp(ref_log_phi(x, grid, sigma) + log_w[None, :], axis=1)))
+
+
+def ref_kkt(x, grid, weights, sigma):
+    """q_j = (1/N) sum_i phi_ij / sum_k w_k phi_ik, from densities shifted by their row max."""
+    lp = ref_log_phi(x, grid, sigma)
+    lik = np.exp(lp - lp.max(axis=1, keepdims=True))
+    return (lik / (lik @ np.asarray(weights, np.float64))[:, None]).mean(axis=0)
+
+
+def ref_posterior(x, grid, weights, sigma):
+    """Responsibilities (N, G) and posterior means E[z_i | x_i] (N, p) by brute force."""
+    with np.errstate(divide="ignore"):
+        lj = ref_log_phi(x, grid, sigma) + np.log(np.asarray(weights, np.float64))[None, :]
+    resp = np.exp(lj - logsumexp(lj, axis=1, keepdims=True))
+    return resp, resp @ _as_2d(grid)
+
+
+def slsqp_npmle(x, grid, sigma):
+    """An independent optimum: maximise mean_i log (L w)_i on the simplex with SciPy's SLSQP."""
+    lp = ref_log_phi(x, grid, sigma)
+    lik = np.exp(lp - lp.max(axis=1, keepdims=True))
+    g = lik.shape[1]
+    res = minimize(
+        lambda w: -np.mean(np.log(lik @ w)),
+        np.full(g, 1.0 / g),
+        jac=lambda w: -(lik / (lik @ w)[:, None]).mean(axis=0),
+        method="SLSQP",
+        bounds=[(0.0, 1.0)] * g,
+        constraints=[{"type": "eq", "fun": lambda w: np.sum(w) - 1.0, "jac": lambda w: np.ones(g)}],
+        options={"ftol": 1e-12, "maxiter": 1000},
+    )
+    assert res.success, res.message
+    w = np.clip(res.x, 0.0, None)
+    return w / w.sum()
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def data1():
+    """N = 200 draws of the three-atom measure, sigma = 1."""
+    return np.asarray(simulate(jax.random.PRNGKey(11), "three-atoms", SIGMA1, N1)[1])
+
+
+@pytest.fixture(scope="module")
+def data2():
+    """N = 150 draws of the 2-D ring measure, sigma = 0.5."""
+    return np.asarray(simulate(jax.random.PRNGKey(12), "ring", SIGMA2, N2)[1])
+
+
+@pytest.fixture(scope="module")
+def fits1(data1):
+    """The three solvers on the 1-D problem, each to its own certified tolerance."""
+    return {
+        "mixsqp": npmle(data1, SIGMA1, grid_size=G, tol=1e-10),
+        "squarem": npmle(data1, SIGMA1, grid_size=G, method="squarem", tol=1e-8),
+        "em": npmle(data1, SIGMA1, grid_size=G, method="em", tol=1e-7),
+    }
+
+
+@pytest.fixture(scope="module")
+def fit2(data2):
+    return npmle(data2, SIGMA2, grid_size=G, tol=1e-10)
+
+
+# ----------------------------------------------------------------------------- KKT and optimum
+
+
+def _check_kkt(x, result, sigma, tol):
+    """The KKT conditions, from the independent q: q_j <= 1 + tol everywhere, and on the
+    support q_j >= 1 + tol - tol / w_j (from sum_j w_j q_j = 1)."""
+    w = np.asarray(result.weights)
+    q = ref_kkt(x, result.atoms, w, sigma)
+    assert result.converged
+    assert q.max() - 1.0 <= tol + 1e-12
+    np.testing.assert_allclose(result.kkt_gap, q.max() - 1.0, rtol=0, atol=1e-11)
+    support = w > 0
+    assert np.all(q[support] >= 1.0 + tol - tol / w[support] - 1e-12)
+    big = w > 1e-3  # there the bound pins q_j to 1 within about 1e-7
+    assert big.any()
+    np.testing.assert_allclose(q[big], 1.0, rtol=0, atol=1e-7 + 1e-12)
+    return q
+
+
+def test_kkt_holds_at_the_solution_1d(data1, fits1):
+    result = fits1["mixsqp"]
+    assert result.atoms.shape == (G,) and result.weights.shape == (G,)
+    _check_kkt(data1, result, SIGMA1, 1e-10)
+
+
+def test_kkt_holds_at_the_solution_2d(data2, fit2):
+    assert fit2.atoms.shape == (G, 2) and fit2.weights.shape == (G,)
+    _check_kkt(data2, fit2, SIGMA2, 1e-10)
+
+
+def test_log_likelihood_and_gradient_match_references(data1, data2, fits1, fit2):
+    for x, fit, sigma in ((data1, fits1["mixsqp"], SIGMA1), (data2, fit2, SIGMA2)):
+        w = np.asarray(fit.weights)
+        ll = ref_log_likelihood(x, fit.atoms, w, sigma)
+        np.testing.assert_allclose(fit.log_likelihood, ll, rtol=1e-12)
+        np.testing.assert_allclose(float(em.log_likelihood(x, fit.atoms, w, sigma)), ll, rtol=1e-12)
+        q = npmle_gradient(x, sigma, fit.atoms, w)
+        np.testing.assert_allclose(q, ref_kkt(x, fit.atoms, w, sigma), rtol=1e-12)
+
+
+def test_solvers_agree(data1, fits1):
+    """Each log-likelihood is certified within N * tol of the optimum, so they agree."""
+    best = fits1["mixsqp"]
+    for name, tol in (("squarem", 1e-8), ("em", 1e-7)):
+        other = fits1[name]
+        assert other.converged and other.kkt_gap <= tol
+        assert -N1 * 1e-10 <= best.log_likelihood - other.log_likelihood <= N1 * tol
+        assert abs(best.log_likelihood - other.log_likelihood) <= 1e-6 * abs(best.log_likelihood)
+        cdf_gap = np.abs(np.cumsum(best.weights) - np.cumsum(other.weights)).max()
+        assert cdf_gap < 1e-3, (name, cdf_gap)
+    # the accelerated solvers need far fewer iterations than EM for a tighter certificate
+    assert fits1["mixsqp"].num_iters < 50 < 1000 < fits1["squarem"].num_iters
+    assert fits1["em"].num_iters > 10 * fits1["squarem"].num_iters
+
+
+def test_matches_an_independent_convex_solver(data1, fits1):
+    w_ref = slsqp_npmle(data1, fits1["mixsqp"].atoms, SIGMA1)
+    ll_ref = ref_log_likelihood(data1, fits1["mixsqp"].atoms, w_ref, SIGMA1)
+    ll = fits1["mixsqp"].log_likelihood
+    # ours is certified within N * 1e-10 = 2e-8 of the optimum; SLSQP lands as close
+    assert abs(ll - ll_ref) <= 1e-7
+    cdf_gap = np.abs(np.cumsum(fits1["mixsqp"].weights) - np.cumsum(w_ref)).max()
+    assert cdf_gap < 1e-4
+
+
+def test_iterations_never_lower_the_likelihood(data1):
+    """The same compiled loops, stopped after 0, 1, 2, ... iterations."""
+    for method in ("em", "squarem", "mixsqp"):
+        lls = [
+            npmle(data1, SIGMA1, grid_size=G, method=method, tol=1e-14, max_iters=k).log_likelihood
+            for k in (0, 1, 2, 3, 5, 8)
+        ]
+        assert np.all(np.diff(lls) >= -1e-10 * abs(lls[0])), (method, lls)
+        assert lls[-1] > lls[0], method
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_isolated_points_far_from_the_bulk(seed):
+    """N(0, 1) data with a few points out at 3-10: the first SQP step starves the point at
+    10.4 ((L w)_i ~ 1e-20), which Newton steps alone would rebuild by doubling (these runs
+    then stall with a KKT gap of 1e6); the vertex-direction step restores it at once."""
+    x = np.random.default_rng(seed).standard_normal(N1)
+    x[:6] = [6.3, 6.4, 7.2, 7.2, 10.4, 3.1]
+    result = npmle(x, SIGMA1, grid_size=G, tol=1e-10)
+    _check_kkt(x, result, SIGMA1, 1e-10)
+    assert result.num_iters < 20
+    assert result.weights[-1] > 1.0 / (2 * N1)  # the last grid point sits on x = 10.4
+
+
+def test_mixsqp_refuses_a_grid_too_coarse_for_sigma():
+    """Data spread over [0, 1000] with sigma = 0.5 and 40 grid points: mix-SQP's sparse start
+    leaves some x_i 25 sigma from its support, a likelihood that underflows."""
+    x = np.linspace(0.0, 1000.0, N1)
+    with pytest.raises(ValueError, match=r"^grid: too coarse for sigma"):
+        npmle(x, 0.5, grid_size=G)
+    result = npmle(x, 0.5, grid_size=G, method="squarem")  # starts from the whole grid
+    assert result.converged and np.isfinite(result.log_likelihood)
+
+
+def test_target_log_likelihood_stops_the_run(data1, fits1):
+    best = fits1["mixsqp"].log_likelihood
+    target = best - 1e-3 * abs(best)
+    early = npmle(data1, SIGMA1, grid_size=G, method="em", tol=1e-7, target_log_likelihood=target)
+    assert early.log_likelihood >= target
+    assert early.num_iters < fits1["em"].num_iters
+    assert not early.converged
+
+
+def test_weights_flush_to_exact_zero(data1):
+    """EM weights of unused grid points decay geometrically; below 1e-250 they become 0.
+
+    The NumPy EM alongside (no flush) holds such weights in (0, 1e-250) at those iteration
+    counts, most of them stuck at the smallest subnormal (w q rounds back to 5e-324), so a
+    missing flush would be seen.
+    """
+    grid = default_grid(data1, G)
+    lp = ref_log_phi(data1, grid, SIGMA1)
+    lik = np.exp(lp - lp.max(axis=1, keepdims=True))
+    w_ref = np.full(G, 1.0 / G)
+    iters = (3000, 10000)
+    tiny_seen = False
+    for t in range(1, iters[-1] + 1):
+        w_ref = w_ref * (lik / (lik @ w_ref)[:, None]).mean(axis=0)
+        if t in iters:
+            tiny_seen |= bool(np.any((w_ref > 0) & (w_ref < 1e-250)))
+            fit = npmle(data1, SIGMA1, grid_size=G, method="em", tol=1e-14, max_iters=t)
+            w = np.asarray(fit.weights)
+            assert np.all((w == 0) | (w >= 1e-250)), t
+            np.testing.assert_allclose(w.sum(), 1.0, rtol=1e-14)
+            np.testing.assert_array_equal(w == 0, w_ref < 1e-250)
+    assert tiny_seen
+
+
+def test_float32(data1, fits1):
+    """float32 in, float32 out; the default float32 tolerance (1e-4) is reached."""
+    result = npmle(data1.astype(np.float32), SIGMA1, grid_size=G)
+    assert result.weights.dtype == np.float32 and result.atoms.dtype == np.float32
+    assert result.converged and result.kkt_gap <= 1e-4
+    q = ref_kkt(data1.astype(np.float32), result.atoms, result.weights, SIGMA1)
+    assert q.max() - 1.0 <= 1e-4 + 1e-5
+    best = fits1["mixsqp"].log_likelihood
+    ll32 = ref_log_likelihood(data1, result.atoms, result.weights, SIGMA1)
+    assert -N1 * 1e-10 <= best - ll32 <= N1 * 2e-4
+    # a gap below float32 resolution: mix-SQP stops once the gap no longer falls, unconverged
+    stuck = npmle(data1.astype(np.float32), SIGMA1, grid_size=G, tol=1e-9, max_iters=1000)
+    assert not stuck.converged and stuck.num_iters < 1000
+    assert 0 < stuck.kkt_gap <= 1e-4
+
+
+# ----------------------------------------------------------------------------- grid
+
+
+def test_default_grid(data1, data2):
+    grid = default_grid(data1, G)
+    np.testing.assert_array_equal(grid, np.linspace(data1.min(), data1.max(), G))
+    grid2 = default_grid(data2, G)
+    assert grid2.shape == (G, 2)
+    # rows of the data, distinct, deterministic, and the farthest point from the first is in
+    matches = (grid2[:, None, :] == data2[None, :, :]).all(-1)
+    assert np.all(matches.sum(1) >= 1) and len({tuple(r) for r in grid2}) == G
+    np.testing.assert_array_equal(grid2, default_grid(data2, G))
+    far = data2[np.argmax(((data2 - grid2[0]) ** 2).sum(1))]
+    np.testing.assert_array_equal(grid2[1], far)
+    np.testing.assert_array_equal(default_grid(data2[:30], G), data2[:30])  # N <= G: all
+
+
+def test_user_grid_matches_default(data1, fits1):
+    result = npmle(data1, SIGMA1, grid=np.linspace(data1.min(), data1.max(), G), tol=1e-10)
+    np.testing.assert_allclose(result.log_likelihood, fits1["mixsqp"].log_likelihood, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- posterior
+
+
+def test_posterior_matches_brute_force(data1, data2, fits1, fit2):
+    for x, fit, sigma in ((data1, fits1["mixsqp"], SIGMA1), (data2, fit2, SIGMA2)):
+        w = np.asarray(fit.weights)
+        assert np.any(w == 0)
+        mean, intervals = npmle_posterior(x, sigma, fit, probs=(0.5, 0.9))
+        resp, ref_mean = ref_posterior(x, fit.atoms, w, sigma)
+        assert mean.shape == x.shape
+        np.testing.assert_allclose(np.asarray(mean).reshape(len(x), -1), ref_mean, atol=1e-12)
+        # zero weight: exactly zero responsibility, and no NaN anywhere
+        a = np.asarray(em.responsibilities(x, fit.atoms, w, sigma))
+        assert np.all(np.isfinite(a)) and np.all(a[:, w == 0] == 0.0)
+        np.testing.assert_allclose(a, resp, atol=1e-12)
+        # equal-tailed intervals of sum_j A_ij delta(g_j), coordinate by coordinate
+        atoms = _as_2d(fit.atoms)
+        for prob, (lo, hi) in intervals.items():
+            lo, hi = _as_2d(lo), _as_2d(hi)
+            assert lo.shape == hi.shape == (len(x), atoms.shape[1])
+            for i in range(0, len(x), 7):
+                for c in range(atoms.shape[1]):
+                    order = np.argsort(atoms[:, c], kind="stable")
+                    cdf = np.cumsum(resp[i, order])
+                    want_lo = atoms[order[np.searchsorted(cdf, (1 - prob) / 2)], c]
+                    want_hi = atoms[order[np.searchsorted(cdf, (1 + prob) / 2)], c]
+                    assert lo[i, c] == want_lo and hi[i, c] == want_hi, (prob, i, c)
+    mean, none = npmle_posterior(data1, SIGMA1, fits1["mixsqp"], probs=())
+    assert none == {} and mean.shape == (N1,)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+X1 = np.array([-1.0, 0.5, 2.0, 3.0])  # (N,) with N = 4
+X2 = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0]])  # (N, p) = (3, 2)
+INSIDE = np.linspace(-1.0, 3.0, 5)
+FIT = NPMLEResult(INSIDE, np.full(5, 0.2), 0.0, 0, True, 0.0, "mixsqp")
+
+BAD_CALLS = {
+    "grid-outside": (lambda: npmle(X1, 1.0, grid=np.append(INSIDE, 3.5)), "grid"),
+    "grid-below": (lambda: npmle(X1, 1.0, grid=np.append(INSIDE, -1.0 - 1e-9)), "grid"),
+    "grid-outside-2d": (lambda: npmle(X2, 1.0, grid=X2 + np.array([0.0, 0.5])), "grid"),
+    "grid-2d-for-1d": (lambda: npmle(X1, 1.0, grid=INSIDE[:, None]), "grid"),
+    "grid-wrong-p": (lambda: npmle(X2, 1.0, grid=np.ones((4, 3))), "grid"),
+    "grid-empty": (lambda: npmle(X1, 1.0, grid=np.zeros(0)), "grid"),
+    "grid-nan": (lambda: npmle(X1, 1.0, grid=np.append(INSIDE, np.nan)), "grid"),
+    "sigma-zero": (lambda: npmle(X1, 0.0), "sigma"),
+    "sigma-negative": (lambda: npmle(X1, -1.0), "sigma"),
+    "sigma-nan": (lambda: npmle(X1, np.nan), "sigma"),
+    "sigma-vector": (lambda: npmle(X1, np.ones(2)), "sigma"),
+    "sigma-underflow": (lambda: npmle(X1, 1e-300), "sigma"),
+    "x-nan": (lambda: npmle(np.append(X1, np.nan), 1.0), "x"),
+    "x-3d": (lambda: npmle(np.zeros((3, 2, 2)), 1.0), "x"),
+    "x-empty": (lambda: npmle(np.zeros(0), 1.0), "x"),
+    "method": (lambda: npmle(X1, 1.0, method="newton"), "method"),
+    "grid-size-1": (lambda: npmle(X1, 1.0, grid_size=1), "grid_size"),
+    "grid-size-float": (lambda: npmle(X1, 1.0, grid_size=30.0), "grid_size"),
+    "tol-zero": (lambda: npmle(X1, 1.0, tol=0.0), "tol"),
+    "tol-nan": (lambda: npmle(X1, 1.0, tol=np.nan), "tol"),
+    "max-iters": (lambda: npmle(X1, 1.0, max_iters=-1), "max_iters"),
+    "target-nan": (
+        lambda: npmle(X1, 1.0, target_log_likelihood=np.nan),
+        "target_log_likelihood",
+    ),
+    "gradient-weights": (lambda: npmle_gradient(X1, 1.0, INSIDE, np.ones(4) / 4), "weights"),
+    "gradient-grid": (lambda: npmle_gradient(X1, 1.0, INSIDE[:, None], np.ones(5) / 5), "grid"),
+    "posterior-probs": (lambda: npmle_posterior(X1, 1.0, FIT, probs=(1.5,)), "probs"),
+    "posterior-result": (lambda: npmle_posterior(X1, 1.0, (INSIDE, None)), "result"),
+}
+
+
+@pytest.mark.parametrize("label", sorted(BAD_CALLS))
+def test_bad_input_names_the_argument(label):
+    call, name = BAD_CALLS[label]
+    with pytest.raises(ValueError, match=rf"^{name}: "):
+        call()
