@@ -274,7 +274,7 @@ def _james_stein_fit(x, sigma, scalar, x_heldout) -> MethodFit:
     centre = pts.mean(axis=0)
     spread = float(np.sum((pts - centre) ** 2))
     dof = n * p - p  # the grand mean costs p degrees of freedom
-    shrink = min(1.0, (dof - 2) * sigma**2 / spread) if spread > 0 else 1.0
+    shrink = min(1.0, (dof - 2) * sigma**2 / spread) if spread > 0 else 1.0  # dof > 2: checked
     post_mean = centre + (1.0 - shrink) * (pts - centre)
     post_sd = np.sqrt((1.0 - shrink) * sigma**2)
     tau2 = sigma**2 * (1.0 - shrink) / shrink if shrink > 0 else np.inf
@@ -477,6 +477,11 @@ def compare_deconvolution(
                 f"{tuple(np.shape(x))}"
             )
         x_heldout = np.asarray(x_heldout, np.float64)
+    if "james-stein" in methods and points.shape[0] * points.shape[1] - points.shape[1] <= 2:
+        raise ValueError(
+            f"x: James-Stein needs N p - p > 2 (shrinking toward the grand mean), got "
+            f"N = {points.shape[0]}, p = {points.shape[1]}"
+        )
     if any(m in SAMPLERS for m in methods):
         if key is None:
             raise ValueError(f"key: a jax.random key is required for the samplers {SAMPLERS}")

@@ -205,5 +205,7 @@ def test_method_kwargs_checked():
         compare_deconvolution(x, 1.0, methods="npmle", x_heldout=np.ones((4, 2)))
     with pytest.raises(ValueError, match="^key"):
         compare_deconvolution(x, 1.0, methods="gibbs")
+    with pytest.raises(ValueError, match="^x: James-Stein needs"):
+        compare_deconvolution(x[:3], 1.0, methods="james-stein")
     with pytest.raises(ValueError, match="^num_atoms_dp"):
         compare_deconvolution(x, 1.0, methods="james-stein", num_atoms_dp=1)
