@@ -120,7 +120,7 @@ def test_kalman_filter_on_the_turning_mode_of_the_scenario():
 
 
 def kalman_filter_jit(params, obs):
-    from inference.filters import _kalman_filter
+    from inference.kalman import _kalman_filter
 
     return _kalman_filter(SwitchingParams(*(jax.numpy.asarray(a) for a in params)), obs)
 
