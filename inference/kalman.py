@@ -1,8 +1,8 @@
 """Gaussian building blocks of the switching-model filters: the Kalman filter and its steps.
 
-Every filter of ``inference.filters`` returns a ``FilterResult`` with the per-mode Gaussians, their mixture moments and
-the log-likelihood log p(y_{1:T}). Time runs in ``lax.scan``; a NaN observation row is a
-predict-only step. The covariance update is in Joseph form,
+Every filter of ``inference.filters`` returns a ``FilterResult`` with the per-mode Gaussians,
+their mixture moments and the log-likelihood log p(y_{1:T}). Time runs in ``lax.scan``; a NaN
+observation row is a predict-only step. The covariance update is in Joseph form,
 P+ = (I - K H) P (I - K H)^T + K R K^T, symmetrised, so it stays symmetric PSD in finite
 precision. The first state is drawn from the initial distribution: step 1 updates N(m0, P0)
 with y_1, with no prediction before it (``models.switching``).

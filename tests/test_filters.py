@@ -5,7 +5,16 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from inference.filters import kalman_filter
+from inference.attention import softmax_attention
+from inference.filters import (
+    FilterResult,
+    attention_as_imm_step,
+    exact_filter,
+    gpb1_filter,
+    gpb2_filter,
+    imm_filter,
+    kalman_filter,
+)
 from models.switching import SwitchingParams, maneuvering_target, simulate
 
 
@@ -133,3 +142,226 @@ def test_kalman_filter_bad_input():
         kalman_filter(params, np.zeros((3, 3)))
     with pytest.raises(ValueError, match="^observations: contain"):
         kalman_filter(params, np.array([[0.0, np.inf]]))
+
+
+# ----------------------------------------------------------------------------- switching filters
+
+SWITCHING_FILTERS = {"gpb1": gpb1_filter, "gpb2": gpb2_filter, "imm": imm_filter}
+
+
+@pytest.fixture(scope="module")
+def scenario_series():
+    """The maneuvering scenario: params and a T = 60 series (modes, states, y)."""
+    params = maneuvering_target()
+    modes, states, y = simulate(jax.random.key(2026), params, 60)
+    return params, np.asarray(modes), np.asarray(states), np.asarray(y)
+
+
+@pytest.mark.parametrize("name", [*SWITCHING_FILTERS, "exact"])
+def test_one_mode_filters_equal_kalman(name):
+    rng = np.random.default_rng(1)
+    params = random_model(rng)
+    y = rng.normal(size=(6, 2)) * 3.0
+    y[3] = np.nan
+    ref = kalman_filter(params, y)
+    res = (SWITCHING_FILTERS.get(name) or exact_filter)(params, y)
+    for field in FilterResult._fields:
+        np.testing.assert_allclose(
+            getattr(res, field), getattr(ref, field), rtol=1e-10, atol=1e-10, err_msg=field
+        )
+
+
+def filterpy_imm(params, y, x0, p0, mu0):
+    """filterpy's IMMEstimator: starts from a prior (x0, P0, mu0) at time 0 and predicts first."""
+    from filterpy.kalman import IMMEstimator, KalmanFilter
+
+    kfs = []
+    for j in range(len(mu0)):
+        kf = KalmanFilter(dim_x=x0.shape[0], dim_z=y.shape[1])
+        kf.F = np.asarray(params.dynamics_matrices[j])
+        kf.Q = np.asarray(params.dynamics_covs[j])
+        kf.H = np.asarray(params.emission_matrices[j])
+        kf.R = np.asarray(params.emission_covs[j])
+        kf.x = x0.copy()
+        kf.P = p0.copy()
+        kfs.append(kf)
+    imm = IMMEstimator(kfs, mu0.copy(), np.asarray(params.transition_matrix))
+    out = {"mean": [], "cov": [], "mode_probs": [], "means": [], "covs": [], "priors": []}
+    for obs in y:
+        imm.predict()
+        out["priors"].append([(kf.x.copy(), kf.P.copy()) for kf in kfs])
+        imm.update(obs)
+        out["mean"].append(imm.x.copy())
+        out["cov"].append(imm.P.copy())
+        out["mode_probs"].append(imm.mu.copy())
+        out["means"].append([kf.x.copy() for kf in kfs])
+        out["covs"].append([kf.P.copy() for kf in kfs])
+    return {k: np.asarray(v) if k != "priors" else v for k, v in out.items()}, imm
+
+
+def filterpy_start(params, x0, p0, mu0):
+    """Our initial distribution equal to filterpy's first predict from (x0, P0, mu0):
+    pi0 = mu0 Pi, m0_j = F_j x0 + b_j, P0_j = F_j P0 F_j^T + Q_j."""
+    f = np.asarray(params.dynamics_matrices)
+    return params._replace(
+        initial_probs=mu0 @ np.asarray(params.transition_matrix),
+        initial_means=f @ x0 + np.asarray(params.dynamics_biases),
+        initial_covs=f @ p0 @ np.swapaxes(f, 1, 2) + np.asarray(params.dynamics_covs),
+    )
+
+
+def test_imm_equals_filterpy(scenario_series):
+    params, _, _, y = scenario_series
+    x0, p0, mu0 = np.array([0.0, 10.0, 0.0, 0.0]), np.diag([100.0, 1.0, 100.0, 1.0]), np.ones(2) / 2
+    ref, _ = filterpy_imm(params, y, x0, p0, mu0)
+    res = imm_filter(filterpy_start(params, x0, p0, mu0), y)
+    np.testing.assert_allclose(res.mode_probs, ref["mode_probs"], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(res.mean, ref["mean"], rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(res.cov, ref["cov"], rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(res.means, ref["means"], rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(res.covs, ref["covs"], rtol=1e-8, atol=1e-8)
+
+
+def test_outlier_keeps_imm_finite_and_mode_probabilities_right(scenario_series):
+    """A 300-sigma observation: filterpy's linear-domain likelihoods both underflow to the
+    float minimum and its mode probabilities fall back to the prediction; ours stay exact."""
+    from scipy.stats import multivariate_normal as mvn
+
+    params, _, _, y = scenario_series
+    t_out = 30
+    y = y.copy()
+    y[t_out] += 300.0 * 10.0
+    x0, p0, mu0 = np.array([0.0, 10.0, 0.0, 0.0]), np.diag([100.0, 1.0, 100.0, 1.0]), np.ones(2) / 2
+    ref, _ = filterpy_imm(params, y, x0, p0, mu0)
+    start = filterpy_start(params, x0, p0, mu0)
+    outs = {name: f(start, y) for name, f in SWITCHING_FILTERS.items()}
+    outs["exact-free"] = None
+    for name, res in outs.items():
+        if res is None:
+            continue
+        for field in FilterResult._fields:
+            assert np.all(np.isfinite(np.asarray(getattr(res, field)))), (name, field)
+    res = outs["imm"]
+    # the right mode probabilities at the outlier: from the (correct, pre-outlier) mixing and
+    # prediction, pi_j ~ c_j N(y; H m_j^-, H P_j^- H^T + R), evaluated in the log domain
+    prev = ref["mode_probs"][t_out - 1]
+    c = prev @ np.asarray(params.transition_matrix)
+    log_w = np.log(c) + np.array(
+        [
+            mvn(
+                np.asarray(params.emission_matrices[j]) @ ref["priors"][t_out][j][0],
+                np.asarray(params.emission_matrices[j])
+                @ ref["priors"][t_out][j][1]
+                @ np.asarray(params.emission_matrices[j]).T
+                + np.asarray(params.emission_covs[j]),
+            ).logpdf(y[t_out])
+            for j in range(2)
+        ]
+    )
+    right = np.exp(log_w - np.logaddexp.reduce(log_w))
+    np.testing.assert_allclose(res.mode_probs[t_out], right, rtol=1e-8, atol=1e-12)
+    assert right.max() > 0.999  # the wider (turning) mode explains the outlier
+    # filterpy: both likelihoods pinned at the float minimum, so mu = c (the prediction)
+    np.testing.assert_allclose(ref["mode_probs"][t_out], c, rtol=1e-12)
+    assert np.abs(ref["mode_probs"][t_out] - right).max() > 0.1
+
+
+def test_filters_close_to_exact_on_short_series(capsys):
+    """T = 12, eight series: GPB2 and IMM close to the exact filter, GPB1 farther; the table
+    of averages is printed."""
+    params = maneuvering_target()
+    keys = jax.random.split(jax.random.key(12), 8)
+    series = [tuple(np.asarray(a) for a in simulate(k, params, 12)) for k in keys]
+    rows = {name: [] for name in SWITCHING_FILTERS}
+    for _, states, y in series:
+        exact = exact_filter(params, y)
+        for name, f in SWITCHING_FILTERS.items():
+            res = f(params, y)
+            rows[name].append(
+                (
+                    np.sqrt(np.mean((np.asarray(res.mean) - np.asarray(exact.mean)) ** 2)),
+                    np.max(np.abs(np.asarray(res.mode_probs - exact.mode_probs))),
+                    float(res.log_likelihood - exact.log_likelihood),
+                    np.sqrt(np.mean((np.asarray(res.mean) - states) ** 2)),
+                    np.sqrt(np.mean((np.asarray(exact.mean) - states) ** 2)),
+                )
+            )
+    table = {name: np.mean(np.array(r), axis=0) for name, r in rows.items()}
+    worst = {name: np.max(np.abs(np.array(r)), axis=0) for name, r in rows.items()}
+    with capsys.disabled():
+        print("\nT = 12, maneuvering target, mean over 8 series: filter vs exact filter")
+        header = ("filter", "rms(mean-exact)", "max|p-exact|", "dloglik", "rmse")
+        print("{:7s} {:>15s} {:>12s} {:>8s} {:>6s}".format(*header))
+        for name, (dm, dp, dl, rmse, _) in table.items():
+            print(f"{name:7s} {dm:15.4f} {dp:12.4f} {dl:8.4f} {rmse:6.3f}")
+        print(f"{'exact':7s} {0:15.4f} {0:12.4f} {0:8.4f} {table['imm'][4]:6.3f}")
+    assert max(table["gpb2"][0], table["imm"][0]) < 0.25
+    assert table["gpb1"][0] > 1.5 * max(table["gpb2"][0], table["imm"][0])
+    assert max(table["gpb2"][1], table["imm"][1]) < 0.05
+    # the approximate log-likelihoods stay within half a nat of log p(y_{1:12})
+    assert all(w[2] < 0.5 for w in worst.values())
+
+
+def test_filters_batch_with_vmap_and_float32(scenario_series):
+    params, _, _, y = scenario_series
+    batch = np.stack([y, y + 5.0, y[::-1]])
+    for name, f in SWITCHING_FILTERS.items():
+        out = jax.vmap(lambda obs, f=f: f(params, obs))(batch)
+        for k in range(3):
+            one = f(params, batch[k])
+            np.testing.assert_allclose(out.mean[k], one.mean, rtol=1e-10, atol=1e-8, err_msg=name)
+            np.testing.assert_allclose(out.log_likelihood[k], one.log_likelihood, rtol=1e-12)
+    res32 = imm_filter(params, y.astype(np.float32))
+    res64 = imm_filter(params, y)
+    assert res32.mean.dtype == np.float32
+    np.testing.assert_allclose(res32.mean, res64.mean, rtol=1e-3, atol=0.05)
+
+
+def test_exact_filter_refuses_long_series(scenario_series):
+    params, _, _, y = scenario_series
+    with pytest.raises(ValueError, match="^observations: the exact filter needs M\\^T = 2\\^60"):
+        exact_filter(params, y)
+    with pytest.raises(ValueError, match="^max_histories"):
+        exact_filter(params, y[:3], max_histories=0)
+
+
+def test_switching_filters_bad_input(scenario_series):
+    params, _, _, y = scenario_series
+    trans = np.asarray(params.transition_matrix).copy()
+    trans[0] = [0.9, 0.2]
+    for f in (*SWITCHING_FILTERS.values(), exact_filter):
+        with pytest.raises(ValueError, match="^params.transition_matrix: rows"):
+            f(params._replace(transition_matrix=trans), y[:4])
+        with pytest.raises(ValueError, match="^observations: expected shape"):
+            f(params, y[:4, :1])
+    bad_r = np.asarray(params.emission_covs).copy()
+    bad_r[1] = [[1.0, 2.0], [2.0, 1.0]]
+    with pytest.raises(ValueError, match="^params.emission_covs: .*positive definite"):
+        imm_filter(params._replace(emission_covs=bad_r), y)
+    with pytest.raises(ValueError, match="^params.initial_probs"):
+        imm_filter(params._replace(initial_probs=np.array([1.2, -0.2])), y)
+
+
+def test_attention_as_imm_step_equals_attention():
+    rng = np.random.default_rng(3)
+    hidden = rng.normal(size=(7, 5))
+    w_query, w_key, w_value = (
+        rng.normal(size=(5, 4)),
+        rng.normal(size=(5, 4)),
+        rng.normal(size=(5, 3)),
+    )
+    out = attention_as_imm_step(hidden, w_query, w_key, w_value)
+    # seed 3 eq. 2 literally: A_ij = exp<H_i Wq, H_j Wk> / sum_i', H'_j = sum_i A_ij H_i Wv
+    scores = (hidden @ w_query) @ (hidden @ w_key).T
+    a = np.exp(scores - scores.max(axis=0))
+    a /= a.sum(axis=0)
+    np.testing.assert_allclose(out, a.T @ (hidden @ w_value), rtol=1e-12, atol=1e-12)
+    # the library's attention sublayer: queries H Wk, keys H Wq, scale 1
+    att = softmax_attention(hidden @ w_key, hidden @ w_query, hidden @ w_value, scale=1.0)
+    np.testing.assert_allclose(out, att.output, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="^w_value: expected shape"):
+        attention_as_imm_step(hidden, w_query, w_key, w_value.T)
+    with pytest.raises(ValueError, match="^w_key: 3 columns"):
+        attention_as_imm_step(hidden, w_query, w_key[:, :3], w_value)
+    with pytest.raises(ValueError, match="^hidden"):
+        attention_as_imm_step(np.full((2, 5), np.nan), w_query, w_key, w_value)
