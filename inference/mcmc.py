@@ -20,8 +20,8 @@ import jax
 import numpy as np
 import pandas as pd
 import xarray as xr
-from numpyro.handlers import seed, trace, uncondition
-from numpyro.infer import MCMC, NUTS, Predictive
+from numpyro.handlers import seed, substitute, trace, uncondition
+from numpyro.infer import MCMC, NUTS, Predictive, init_to_uniform, init_to_value
 
 from models import _checks
 
@@ -37,7 +37,9 @@ EXTRA_FIELDS = (
 
 
 def _observed_sites(model, args, kwargs) -> list[str]:
-    tr = trace(seed(model, jax.random.PRNGKey(0))).get_trace(*args, **kwargs)
+    # latent sites take init_to_uniform values, so an improper site (ImproperUniform) traces too
+    traced = substitute(seed(model, jax.random.PRNGKey(0)), substitute_fn=init_to_uniform)
+    tr = trace(traced).get_trace(*args, **kwargs)
     return [
         name
         for name, site in tr.items()
@@ -54,6 +56,8 @@ def run_nuts(
     num_chains: int = 2,
     target_accept_prob: float = 0.8,
     max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    init_values: dict | None = None,
     chain_method: str | None = None,
     dims: dict[str, list[str]] | None = None,
     coords: dict | None = None,
@@ -69,6 +73,9 @@ def run_nuts(
         *args, **model_kwargs: passed to the model.
         num_warmup, num_samples, num_chains: sampler sizes (per chain).
         target_accept_prob, max_tree_depth: NUTS settings.
+        dense_mass: adapt a dense mass matrix (``True``) instead of a diagonal one.
+        init_values: {site: value} to start every chain from (NumPyro's ``init_to_value``;
+            sites not named start as NumPyro's default, uniform in (-2, 2) unconstrained).
         chain_method: "parallel" (one device per chain), "sequential" or "vectorized";
             default parallel when ``jax.local_device_count() >= num_chains``, else sequential.
         dims, coords: ArviZ dimension names and coordinates; default: inferred from plates.
@@ -104,7 +111,17 @@ def run_nuts(
     observed = _observed_sites(model, args, model_kwargs)
 
     key_mcmc, key_pred = jax.random.split(key)
-    kernel = NUTS(model, target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth)
+    if init_values is not None and not isinstance(init_values, dict):
+        raise ValueError(f"init_values: expected a dict of site -> value, got {init_values!r}")
+    if not isinstance(dense_mass, bool):
+        raise ValueError(f"dense_mass: expected True or False, got {dense_mass!r}")
+    kernel = NUTS(
+        model,
+        target_accept_prob=target_accept_prob,
+        max_tree_depth=max_tree_depth,
+        dense_mass=dense_mass,
+        init_strategy=init_to_value(values=init_values) if init_values else init_to_uniform,
+    )
     mcmc = MCMC(
         kernel,
         num_warmup=num_warmup,

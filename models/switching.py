@@ -10,8 +10,15 @@ Model with M modes, state dimension d, observation dimension o, steps t = 1..T:
 Process noise covariances Q_j may be singular PSD (the discrete white-noise acceleration model
 has rank 2 in 2-D); emission covariances R_j must be positive definite.
 
-The NumPyro program and the filters are the subject of the switching issue; this module holds
-the parameters, the named scenario ``"maneuvering-target"`` and ``simulate``.
+This module holds the parameters (``SwitchingParams``), the named scenario
+``"maneuvering-target"``, ``simulate``, and the NumPyro program ``switching_model``. The program
+marginalises the modes with a hand-written forward algorithm (``switching_log_joint``, log
+domain, ``lax.scan``) and adds the result with one ``numpyro.factor``, so NUTS sees only
+continuous sites: the states x_{1:T} and, under ``SwitchingPriors``, the transition matrix and
+the scales of Q_j and R_j. (NumPyro's own enumeration cannot do this inside ``scan``: a
+continuous site or a factor under an enumerated scan is refused.) A density over the states
+needs positive definite Q_j, so a singular Q_j needs ``jitter > 0`` (Q_j + jitter I).
+The filters live in ``inference.filters``.
 """
 
 from __future__ import annotations
@@ -22,6 +29,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.linalg import solve_triangular
+from jax.scipy.special import logsumexp
+from numpyro.distributions import constraints
 
 from models import _checks
 
@@ -259,14 +271,315 @@ def simulate(key, params: SwitchingParams | str, num_steps: int):
     return _simulate(key, arrays, num_steps)
 
 
+# ----------------------------------------------------------------------------- priors
+
+
+class SwitchingPriors(NamedTuple):
+    """Priors of ``switching_model`` on some parameters; a field left ``None`` keeps the value in
+    ``params`` fixed.
+
+    Attributes:
+        transition_concentration: (M, M) Dirichlet concentration of each row of Pi:
+            Pi[i, :] ~ Dirichlet(transition_concentration[i]).
+        dynamics_cov_scale: (shape, rate), each a scalar or (M,): c_j ~ InverseGamma(shape,
+            rate) and Q_j = c_j params.dynamics_covs[j].
+        emission_cov_scale: (shape, rate), each a scalar or (M,): r_j ~ InverseGamma(shape,
+            rate) and R_j = r_j params.emission_covs[j].
+    """
+
+    transition_concentration: jax.Array | None = None
+    dynamics_cov_scale: tuple | None = None
+    emission_cov_scale: tuple | None = None
+
+
+def _positive_array(name: str, value, shapes) -> np.ndarray:
+    arr = _checks.as_float_array(name, value)
+    if _checks.is_traced(arr):
+        return arr
+    if arr.shape not in shapes:
+        expected = " or ".join(str(s) for s in shapes)
+        raise ValueError(f"{name}: expected shape {expected}, got {arr.shape}")
+    _checks.check_finite(name, arr)
+    if np.any(arr <= 0):
+        raise ValueError(f"{name}: must be > 0, got {arr}")
+    return arr
+
+
+def _check_shape_rate(name: str, value, num_modes: int):
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise ValueError(f"{name}: expected a pair (shape, rate) of an InverseGamma, got {value!r}")
+    shapes = [(), (num_modes,)]
+    return tuple(
+        _positive_array(f"{name}[{k}] ({what})", v, shapes)
+        for k, (what, v) in enumerate(zip(("shape", "rate"), value, strict=True))
+    )
+
+
+def check_priors(name: str, priors: SwitchingPriors | None, num_modes: int) -> SwitchingPriors:
+    """Validate ``SwitchingPriors`` for M = ``num_modes`` (``None`` means no priors).
+
+    Raises ``ValueError`` naming ``name.field`` (positivity, finiteness, shapes).
+    """
+    if priors is None:
+        return SwitchingPriors()
+    if not isinstance(priors, SwitchingPriors):
+        raise ValueError(f"{name}: expected a SwitchingPriors or None, got {type(priors).__name__}")
+    conc = priors.transition_concentration
+    if conc is not None:
+        conc = _positive_array(f"{name}.transition_concentration", conc, [(num_modes, num_modes)])
+    dyn, emi = priors.dynamics_cov_scale, priors.emission_cov_scale
+    if dyn is not None:
+        dyn = _check_shape_rate(f"{name}.dynamics_cov_scale", dyn, num_modes)
+    if emi is not None:
+        emi = _check_shape_rate(f"{name}.emission_cov_scale", emi, num_modes)
+    return SwitchingPriors(conc, dyn, emi)
+
+
+# ----------------------------------------------------------------------------- joint density
+
+
+def _gauss_logpdf(resid, chol):
+    """log N(resid; 0, L L^T) for a lower Cholesky factor L."""
+    white = solve_triangular(chol, resid, lower=True)
+    return (
+        -0.5 * jnp.sum(white**2)
+        - jnp.sum(jnp.log(jnp.diagonal(chol)))
+        - 0.5 * resid.shape[-1] * jnp.log(2.0 * jnp.pi)
+    )
+
+
+@jax.jit
+def _log_joint(params: SwitchingParams, states, observations):
+    chol_p0 = jnp.linalg.cholesky(params.initial_covs)
+    chol_q = jnp.linalg.cholesky(params.dynamics_covs)
+    chol_r = jnp.linalg.cholesky(params.emission_covs)
+    per_mode = jax.vmap(_gauss_logpdf)  # over modes: resid (M, n), chol (M, n, n)
+    # state terms (T, M): log N(x_1; m0_j, P0_j), then log N(x_t; F_j x_{t-1} + b_j, Q_j)
+    first = per_mode(states[0] - params.initial_means, chol_p0)
+    pred = jnp.einsum("jab,tb->tja", params.dynamics_matrices, states[:-1])
+    resid_x = states[1:, None] - pred - params.dynamics_biases
+    rest = jax.vmap(per_mode, in_axes=(0, None))(resid_x, chol_q)
+    log_em = jnp.concatenate([first[None], rest])
+    # observation terms (T, M): log N(y_t; H_j x_t, R_j), zero on a missing (NaN) row
+    missing = jnp.any(jnp.isnan(observations), axis=1)
+    obs = jnp.where(missing[:, None], 0.0, observations)
+    resid_y = obs[:, None] - jnp.einsum("joa,ta->tjo", params.emission_matrices, states)
+    log_y = jax.vmap(per_mode, in_axes=(0, None))(resid_y, chol_r)
+    log_em = log_em + jnp.where(missing[:, None], 0.0, log_y)
+    # forward algorithm: alpha_t(j) = log p(s_t = j, x_{1:t}, y_{1:t})
+    log_trans = jnp.log(params.transition_matrix)
+
+    def step(alpha, log_e):
+        alpha = logsumexp(alpha[:, None] + log_trans, axis=0) + log_e
+        return alpha, None
+
+    alpha, _ = jax.lax.scan(step, jnp.log(params.initial_probs) + log_em[0], log_em[1:])
+    return logsumexp(alpha)
+
+
+def _is_traced_tree(tree) -> bool:
+    return any(_checks.is_traced(a) for a in jax.tree_util.tree_leaves(tree))
+
+
+def _check_definite(name: str, covs: np.ndarray, jitter: float = 0.0) -> None:
+    """Raise if some (concrete) covs[j] + jitter I is numerically singular."""
+    covs = covs + jitter * np.eye(covs.shape[-1])
+    eig = np.linalg.eigvalsh(covs)
+    tol = 100 * covs.shape[-1] * np.finfo(covs.dtype).eps * np.max(np.abs(eig), axis=-1)
+    bad = np.flatnonzero(eig[:, 0] <= tol)
+    if bad.size:
+        raise ValueError(
+            f"{name}: matrices {bad.tolist()} (+ jitter I, jitter = {jitter}) are singular; a "
+            "density over the states needs positive definite covariances; pass jitter > 0 "
+            "(e.g. 1e-6 times their scale) to use Q_j + jitter I"
+        )
+
+
+def _check_series(name: str, value, width: int, what: str, *, allow_nan: bool):
+    arr = _checks.as_float_array(name, value)
+    if arr.ndim != 2 or arr.shape[1] != width or arr.shape[0] < 1:
+        raise ValueError(f"{name}: expected shape (T, {width}) ({what}), got {tuple(arr.shape)}")
+    if not _checks.is_traced(arr):
+        bad = np.isinf(arr) if allow_nan else ~np.isfinite(arr)
+        if np.any(bad):
+            extra = " (use a NaN row for a missing observation)" if allow_nan else ""
+            raise ValueError(f"{name}: contains {int(bad.sum())} non-finite value(s){extra}")
+    return arr
+
+
+def switching_log_joint(params: SwitchingParams, states, observations) -> jax.Array:
+    """log p(x_{1:T}, y_{1:T}) = log sum_{s_{1:T}} p(s, x, y), by the forward algorithm.
+
+        alpha_1(j) = log pi0_j + e_1(j),
+        alpha_t(j) = logsumexp_i(alpha_{t-1}(i) + log Pi_ij) + e_t(j),   result logsumexp alpha_T
+        e_1(j) = log N(x_1; m0_j, P0_j) + log N(y_1; H_j x_1, R_j)
+        e_t(j) = log N(x_t; F_j x_{t-1} + b_j, Q_j) + log N(y_t; H_j x_t, R_j)
+
+    A row of y holding a NaN is missing and contributes no y-term. Needs positive definite Q_j
+    and P0_j (checked when the parameters are concrete). Pure JAX: jit-, vmap- and grad-able.
+
+    Args:
+        params: ``SwitchingParams``.
+        states: (T, d) x_{1:T}.
+        observations: (T, o) y_{1:T}.
+
+    Returns:
+        () the log joint density.
+    """
+    if not _is_traced_tree(params):
+        params = check_params("params", params)
+        _check_definite("params.initial_covs", params.initial_covs)
+        _check_definite("params.dynamics_covs", params.dynamics_covs)
+    elif not isinstance(params, SwitchingParams):
+        raise ValueError(f"params: expected a SwitchingParams, got {type(params).__name__}")
+    d = params.initial_means.shape[-1]
+    o = params.emission_matrices.shape[-2]
+    states = _check_series("states", states, d, "x_{1:T}", allow_nan=False)
+    obs = _check_series("observations", observations, o, "y_{1:T}", allow_nan=True)
+    if states.shape[0] != obs.shape[0]:
+        raise ValueError(f"states: has {states.shape[0]} steps but observations has {obs.shape[0]}")
+    dtype = jnp.result_type(jnp.asarray(states).dtype, jnp.asarray(obs).dtype)
+    arrays = SwitchingParams(*(jnp.asarray(a, dtype) for a in params))
+    return _log_joint(arrays, jnp.asarray(states, dtype), jnp.asarray(obs, dtype))
+
+
+# ----------------------------------------------------------------------------- NumPyro program
+
+
+def switching_model(
+    y=None,
+    *,
+    params: SwitchingParams | str,
+    num_steps: int | None = None,
+    priors: SwitchingPriors | None = None,
+    jitter: float = 0.0,
+):
+    """NumPyro program of the switching state-space model with the modes marginalised.
+
+        Pi[i, :] ~ Dirichlet(transition_concentration[i])      (site "transition_matrix")
+        c_j ~ InverseGamma(shape, rate), Q_j = c_j Q0_j + jitter I  (site "dynamics_cov_scale")
+        r_j ~ InverseGamma(shape, rate), R_j = r_j R0_j          (site "emission_cov_scale")
+        x_{1:T} ~ improper flat                                  (site "states", (T, d))
+        factor "log_joint" = log sum_s p(s, x, y | Pi, Q, R)     (``switching_log_joint``)
+
+    The flat base measure plus the factor make the density of "states" the model's
+    p(x_{1:T}, y_{1:T}), so NUTS targets p(x_{1:T} (, Pi, c, r) | y_{1:T}). Without a prior the
+    value in ``params`` is used (Q0, R0 are ``params.dynamics_covs``, ``params.emission_covs``).
+
+    With ``y=None`` the program simulates instead (needs a PRNG key, e.g. under
+    ``numpyro.infer.Predictive``): deterministic sites "modes" (T,), "states" (T, d) and
+    "observations" (T, o) hold a draw of the model (with Q_j + jitter I), after the prior sites;
+    Q_j may then be singular with ``jitter = 0``.
+
+    Args:
+        y: (T, o) observations, NaN rows missing; ``None`` to simulate.
+        params: ``SwitchingParams`` or a scenario name.
+        num_steps: T; defaults to ``len(y)``, required when ``y`` is ``None``.
+        priors: ``SwitchingPriors`` or ``None`` (all of Pi, Q, R fixed).
+        jitter: >= 0 added to the diagonal of every Q_j. Must be > 0 when some Q_j is singular
+            (e.g. the maneuvering target's rank-2 white-noise acceleration Q).
+    """
+    if isinstance(params, str):
+        params = get_scenario(params)
+    params = check_params("params", params)
+    m, d = params.initial_means.shape
+    o = params.emission_matrices.shape[1]
+    if isinstance(jitter, bool) or not isinstance(jitter, int | float | np.floating | np.integer):
+        raise ValueError(f"jitter: expected a number >= 0, got {jitter!r}")
+    jitter = float(jitter)
+    if not np.isfinite(jitter) or jitter < 0:
+        raise ValueError(f"jitter: must be a finite number >= 0, got {jitter}")
+    priors = check_priors("priors", priors, m)
+    if y is not None:  # a density over the states needs PD covariances; simulating does not
+        _check_definite("params.initial_covs", params.initial_covs)
+        _check_definite("params.dynamics_covs", params.dynamics_covs, jitter)
+        y = _check_series("y", y, o, "observations", allow_nan=True)
+        if num_steps is not None and num_steps != y.shape[0]:
+            raise ValueError(f"num_steps: {num_steps} does not match y with {y.shape[0]} rows")
+        num_steps = y.shape[0]
+    elif num_steps is None:
+        raise ValueError("num_steps: required when y is None")
+    num_steps = _checks.check_positive_int("num_steps", num_steps)
+
+    dtype = jnp.asarray(params.initial_means).dtype if y is None else jnp.asarray(y).dtype
+    arrays = SwitchingParams(*(jnp.asarray(a, dtype) for a in params))
+    trans, dyn_covs, emi_covs = (
+        arrays.transition_matrix,
+        arrays.dynamics_covs,
+        arrays.emission_covs,
+    )
+    if priors.transition_concentration is not None:
+        conc = jnp.asarray(priors.transition_concentration, dtype)
+        trans = numpyro.sample("transition_matrix", dist.Dirichlet(conc).to_event(1))
+    if priors.dynamics_cov_scale is not None:
+        shape, rate = (
+            jnp.broadcast_to(jnp.asarray(v, dtype), (m,)) for v in priors.dynamics_cov_scale
+        )
+        scale = numpyro.sample("dynamics_cov_scale", dist.InverseGamma(shape, rate).to_event(1))
+        dyn_covs = scale[:, None, None] * dyn_covs
+    if priors.emission_cov_scale is not None:
+        shape, rate = (
+            jnp.broadcast_to(jnp.asarray(v, dtype), (m,)) for v in priors.emission_cov_scale
+        )
+        scale = numpyro.sample("emission_cov_scale", dist.InverseGamma(shape, rate).to_event(1))
+        emi_covs = scale[:, None, None] * emi_covs
+    dyn_covs = dyn_covs + jitter * jnp.eye(d, dtype=dtype)
+    model = arrays._replace(transition_matrix=trans, dynamics_covs=dyn_covs, emission_covs=emi_covs)
+
+    if y is None:
+        key = numpyro.prng_key()
+        if key is None:
+            raise ValueError(
+                "y: with y=None the program simulates and needs a PRNG key; run it under "
+                "numpyro.handlers.seed or numpyro.infer.Predictive"
+            )
+        modes, states, obs = _simulate(key, model, num_steps)
+        numpyro.deterministic("modes", modes)
+        numpyro.deterministic("states", states)
+        numpyro.deterministic("observations", obs)
+        return
+    states = numpyro.sample("states", dist.ImproperUniform(constraints.real, (), (num_steps, d)))
+    numpyro.factor("log_joint", _log_joint(model, states, jnp.asarray(y, dtype)))
+
+
+def switching_dims(
+    priors: SwitchingPriors | None = None, *, prior_predictive: bool = False
+) -> dict[str, list[str]]:
+    """ArviZ dimension names of the sites of ``switching_model(..., priors=priors)``.
+
+    "states" is ["time", "state_dim"]; the prior sites present add "transition_matrix"
+    ["mode_from", "mode_to"], "dynamics_cov_scale" ["mode"], "emission_cov_scale" ["mode"];
+    ``prior_predictive`` adds the simulated "modes" ["time"] and "observations"
+    ["time", "obs_dim"].
+    """
+    if priors is not None and not isinstance(priors, SwitchingPriors):
+        raise ValueError(f"priors: expected a SwitchingPriors or None, got {type(priors).__name__}")
+    priors = SwitchingPriors() if priors is None else priors
+    dims = {"states": ["time", "state_dim"]}
+    if priors.transition_concentration is not None:
+        dims["transition_matrix"] = ["mode_from", "mode_to"]
+    if priors.dynamics_cov_scale is not None:
+        dims["dynamics_cov_scale"] = ["mode"]
+    if priors.emission_cov_scale is not None:
+        dims["emission_cov_scale"] = ["mode"]
+    if prior_predictive:
+        dims |= {"modes": ["time"], "observations": ["time", "obs_dim"]}
+    return dims
+
+
 __all__ = [
     "SCENARIOS",
     "SwitchingParams",
+    "SwitchingPriors",
     "check_params",
+    "check_priors",
     "constant_velocity",
     "coordinated_turn",
     "get_scenario",
     "maneuvering_target",
     "simulate",
+    "switching_dims",
+    "switching_log_joint",
+    "switching_model",
     "white_noise_acceleration",
 ]
