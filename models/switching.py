@@ -166,12 +166,24 @@ def white_noise_acceleration(sigma_a: float, dt: float = 1.0) -> np.ndarray:
     return q
 
 
+def continuous_white_noise_acceleration(sigma_a: float, dt: float = 1.0) -> np.ndarray:
+    """(4, 4) Q of the continuous white-noise acceleration model (spectral density sigma_a^2):
+    per axis sigma_a^2 [[dt^3/3, dt^2/2], [dt^2/2, dt]] (Bar-Shalom et al. 2001, sec. 6.2.2);
+    full rank, so the states have a density given the modes."""
+    block = sigma_a**2 * np.array([[dt**3 / 3.0, dt**2 / 2.0], [dt**2 / 2.0, dt]])
+    q = np.zeros((4, 4))
+    q[:2, :2] = block
+    q[2:, 2:] = block
+    return q
+
+
 def maneuvering_target(
     *,
     dt: float = 1.0,
     turn_rate_deg: float = 3.0,
     sigma_a: tuple[float, float] = (0.1, 0.5),
     measurement_sigma: float = 10.0,
+    process_noise: str = "discrete",
 ) -> SwitchingParams:
     """The named scenario: a target on the plane, state [px, vx, py, vy], 2-D position measured.
 
@@ -179,12 +191,20 @@ def maneuvering_target(
     (sigma_a = 0.5); measurements have sigma = 10; Pi = [[.95, .05], [.10, .90]]. The first
     mode is drawn from Pi's stationary distribution (2/3, 1/3), and x_1 ~ N([0, 10, 0, 0],
     diag(100, 1, 100, 1)) in both modes: the target starts near the origin moving at 10 per
-    step along the first axis.
+    step along the first axis. ``process_noise="discrete"`` is the discrete white-noise
+    acceleration Q (rank 2, the issue's scenario); ``"continuous"`` the full-rank continuous
+    one (the scenario "maneuvering-target-cwna", on which NUTS over the states can mix).
     """
+    noise = {
+        "discrete": white_noise_acceleration,
+        "continuous": continuous_white_noise_acceleration,
+    }
+    if process_noise not in noise:
+        raise ValueError(f"process_noise: expected one of {list(noise)}, got {process_noise!r}")
     trans = np.array([[0.95, 0.05], [0.10, 0.90]])
     stationary = np.array([2.0 / 3.0, 1.0 / 3.0])
     dyn = np.stack([constant_velocity(dt), coordinated_turn(np.deg2rad(turn_rate_deg), dt)])
-    q = np.stack([white_noise_acceleration(s, dt) for s in sigma_a])
+    q = np.stack([noise[process_noise](s, dt) for s in sigma_a])
     h = np.array([[1.0, 0, 0, 0], [0, 0, 1.0, 0]])
     return SwitchingParams(
         initial_probs=stationary,
@@ -199,7 +219,10 @@ def maneuvering_target(
     )
 
 
-SCENARIOS = {"maneuvering-target": maneuvering_target}
+SCENARIOS = {
+    "maneuvering-target": maneuvering_target,
+    "maneuvering-target-cwna": functools.partial(maneuvering_target, process_noise="continuous"),
+}
 
 
 def get_scenario(name: str, **kwargs) -> SwitchingParams:
@@ -574,6 +597,7 @@ __all__ = [
     "check_params",
     "check_priors",
     "constant_velocity",
+    "continuous_white_noise_acceleration",
     "coordinated_turn",
     "get_scenario",
     "maneuvering_target",

@@ -365,3 +365,44 @@ def test_attention_as_imm_step_equals_attention():
         attention_as_imm_step(hidden, w_query, w_key[:, :3], w_value)
     with pytest.raises(ValueError, match="^hidden"):
         attention_as_imm_step(np.full((2, 5), np.nan), w_query, w_key, w_value)
+
+
+@pytest.mark.parametrize("singular_q", [False, True])
+def test_exact_filter_equals_enumeration(singular_q):
+    """The exact filter against the NumPy enumeration of every history (dense conditioning),
+    with a missing row; its log-likelihood also equals the enumeration's log p(y)."""
+    from switching_bruteforce import enumerate_posterior, random_switching_params
+
+    rng = np.random.default_rng(5)
+    params = random_switching_params(rng, M=2, d=3, o=2, singular_q=singular_q)
+    y = rng.normal(size=(6, 2)) * 2.0
+    y[2] = np.nan
+    ref = enumerate_posterior(params, y)
+    res = exact_filter(params, y)
+    np.testing.assert_allclose(res.mode_probs, ref.filtered_mode_probs, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(res.means, ref.filtered_means, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(res.covs, ref.filtered_covs, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(res.mean, ref.filtered_mean, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(res.cov, ref.filtered_cov, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(float(res.log_likelihood), ref.log_likelihood, rtol=1e-11)
+
+
+def test_exact_filter_log_likelihood_equals_the_model_density():
+    """log p(y) of the exact filter = log p(x, y) of the NumPyro program (modes summed by its
+    forward algorithm) - log p(x | y) (the enumeration), at any x."""
+    from numpyro.infer.util import log_density
+    from switching_bruteforce import log_posterior_density, random_switching_params
+
+    from models.switching import switching_model
+
+    rng = np.random.default_rng(8)
+    params = random_switching_params(rng, M=2, d=2, o=1)
+    y = rng.normal(size=(5, 1))
+    x = rng.normal(size=(5, 2))
+    log_joint, _ = log_density(switching_model, (y,), {"params": params}, {"states": x})
+    res = exact_filter(params, y)
+    np.testing.assert_allclose(
+        float(res.log_likelihood),
+        float(log_joint) - log_posterior_density(params, y, x),
+        rtol=1e-10,
+    )
