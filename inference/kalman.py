@@ -114,8 +114,12 @@ def check_inputs(params, observations, *, num_modes=None):
         raise ValueError(f"observations: expected shape (T, {o}), got {tuple(obs.shape)}")
     if not _checks.is_traced(obs) and np.any(np.isinf(np.asarray(obs))):
         raise ValueError("observations: contain +-inf (use a NaN row for a missing observation)")
-    dtype = jnp.asarray(obs).dtype
-    return SwitchingParams(*(jnp.asarray(a, dtype) for a in params)), jnp.asarray(obs)
+    dtype = jax.dtypes.canonicalize_dtype(obs.dtype)
+    # NumPy arrays: jit moves them to the device; nine jnp.asarray calls cost as much as the
+    # whole filter on one short series
+    return SwitchingParams(*(np.asarray(a, dtype) for a in params)), (
+        obs if _checks.is_traced(obs) else np.asarray(obs, dtype)
+    )
 
 
 def kalman_filter(params: SwitchingParams, observations) -> FilterResult:
