@@ -14,6 +14,9 @@ Gaussians): collapse({w_k, m_k, P_k}) = (sum w m, sum w (P + (m - mean)(m - mean
 - ``exact_filter``: all M^T histories, for small T.
 - ``rbpf``: particles over modes with a Kalman filter in each (``inference.rbpf``).
 
+The smoothers (``inference.smoothers``: ``kalman_smoother``, ``exact_smoother``, Kim's
+``kim_smoother``, ``fixed_modes_smoother``) are re-exported here.
+
 All take ``(params, observations (T, o))`` and return ``FilterResult``; time runs in ``lax.scan``;
 mode probabilities live in the log domain, so an observation hundreds of sigmas out leaves them
 right (a linear-domain filter sees two likelihoods that both underflow). A NaN observation row
@@ -38,19 +41,20 @@ from inference.kalman import (
     kalman_filter,
     kalman_predict,
     kalman_update,
-    symmetrise,
+    moment_match,
+    normalise_log_weights,
+)
+from inference.rbpf import rbpf
+from inference.smoothers import (
+    SmootherResult,
+    exact_smoother,
+    fixed_modes_smoother,
+    kalman_smoother,
+    kim_smoother,
 )
 from models import _checks
 
 # ----------------------------------------------------------------------------- building blocks
-
-
-def normalise_log_weights(log_weights, axis=0):
-    """w = exp(log_w - logsumexp(log_w)) along ``axis``; uniform where every entry is -inf."""
-    lse = logsumexp(log_weights, axis=axis, keepdims=True)
-    finite = jnp.isfinite(lse)
-    w = jnp.exp(log_weights - jnp.where(finite, lse, 0.0))
-    return jnp.where(finite, w, 1.0 / log_weights.shape[axis])
 
 
 def collapse(log_weights, means, covs):
@@ -63,11 +67,7 @@ def collapse(log_weights, means, covs):
     Returns:
         mean (d,), cov (d, d) of the M-projection onto one Gaussian.
     """
-    w = normalise_log_weights(log_weights)
-    mean = w @ means
-    diff = means - mean
-    cov = jnp.einsum("k,kij->ij", w, covs) + jnp.einsum("k,ki,kj->ij", w, diff, diff)
-    return mean, symmetrise(cov)
+    return moment_match(normalise_log_weights(log_weights, axis=0), means, covs)
 
 
 def imm_mixing(log_mode_probs, log_transition):
@@ -396,16 +396,21 @@ def attention_as_imm_step(hidden, w_query, w_key, w_value) -> jax.Array:
 
 __all__ = [
     "FilterResult",
+    "SmootherResult",
     "all_histories",
     "attention_as_imm_step",
     "collapse",
     "exact_filter",
+    "exact_smoother",
+    "fixed_modes_smoother",
     "gpb1_filter",
     "gpb2_filter",
     "imm_filter",
     "imm_mixing",
     "kalman_filter",
     "kalman_predict",
+    "kalman_smoother",
     "kalman_update",
-    "normalise_log_weights",
+    "kim_smoother",
+    "rbpf",
 ]

@@ -45,6 +45,37 @@ def symmetrise(a):
     return 0.5 * (a + jnp.swapaxes(a, -1, -2))
 
 
+def log_normalise(log_w, axis=-1, fallback=None):
+    """log_w - logsumexp(log_w) along ``axis`` (log of the normalised weights).
+
+    Where every entry along ``axis`` is -inf (zero mass), ``fallback`` log weights (broadcast
+    to ``log_w``) are used instead, or uniform weights when ``fallback`` is None.
+    """
+    if fallback is not None:
+        empty = jnp.all(log_w == -jnp.inf, axis=axis, keepdims=True)
+        log_w = jnp.where(empty, jnp.broadcast_to(fallback, log_w.shape), log_w)
+    top = jnp.max(log_w, axis=axis, keepdims=True)
+    finite = jnp.isfinite(top)
+    shifted = jnp.where(finite, log_w - jnp.where(finite, top, 0.0), 0.0)
+    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True))
+
+
+def normalise_log_weights(log_w, axis=-1, fallback=None):
+    """exp(log_w) normalised along ``axis`` (see ``log_normalise`` for zero-mass slices)."""
+    return jnp.exp(log_normalise(log_w, axis, fallback))
+
+
+def moment_match(weights, means, covs):
+    """Collapse a Gaussian mixture: weights (..., K), means (..., K, d), covs (..., K, d, d) ->
+    mean = sum w m (..., d), cov = sum w (P + (m - mean)(m - mean)^T) (..., d, d)."""
+    mean = jnp.einsum("...k,...kd->...d", weights, means)
+    dev = means - mean[..., None, :]
+    cov = jnp.einsum("...k,...kde->...de", weights, covs) + jnp.einsum(
+        "...k,...kd,...ke->...de", weights, dev, dev
+    )
+    return mean, symmetrise(cov)
+
+
 def kalman_predict(mean, cov, dynamics, bias, dynamics_cov):
     """x_{t+1} | y_{1:t} ~ N(F m + b, F P F^T + Q)."""
     return dynamics @ mean + bias, symmetrise(dynamics @ cov @ dynamics.T + dynamics_cov)
@@ -139,5 +170,8 @@ __all__ = [
     "kalman_filter",
     "kalman_predict",
     "kalman_update",
+    "log_normalise",
+    "moment_match",
+    "normalise_log_weights",
     "symmetrise",
 ]

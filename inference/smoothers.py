@@ -1,0 +1,414 @@
+"""Smoothers of the switching linear-Gaussian state-space model: p(x_t, s_t | y_{1:T}).
+
+- ``kalman_smoother``: Rauch-Tung-Striebel on top of ``kalman_filter`` (M = 1).
+- ``exact_smoother``: every one of the M^T mode histories, each a Kalman filter + RTS,
+  mixed with weights p(s_{1:T} | y_{1:T}) (small T only).
+- ``kim_smoother``: the approximate IMM/GPB smoother of Kim (1994), a backward pass over the
+  per-mode filtered Gaussians of any (approximate) filter.
+- ``fixed_modes_smoother``: Kalman filter + RTS along a given mode sequence (the true modes:
+  the floor for any method that has to infer them).
+
+The RTS step is written as a sum of PSD terms,
+P_t|T = (I - G F) P_t (I - G F)^T + G Q G^T + G P_{t+1|T} G^T, with the gain
+G = P_t F^T (F P_t F^T + Q)^+ from a symmetric (pseudo-)solve, so a singular Q works and the
+smoothed covariances stay symmetric PSD. Mode probabilities are handled in the log domain;
+mixtures are collapsed by moment matching: mean = sum w m,
+cov = sum w (P + (m - mean)(m - mean)^T).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inference.kalman import (
+    FilterResult,
+    _kalman_filter,
+    check_inputs,
+    kalman_predict,
+    kalman_update,
+    log_normalise,
+    moment_match,
+    normalise_log_weights,
+    symmetrise,
+)
+from models import _checks
+from models.switching import SwitchingParams
+
+
+class SmootherResult(NamedTuple):
+    """Smoothed posteriors p(x_t, s_t | y_{1:T}).
+
+    Attributes:
+        mode_probs: (T, M) P(s_t = j | y_{1:T}).
+        means: (T, M, d) E[x_t | s_t = j, y_{1:T}].
+        covs: (T, M, d, d) Cov[x_t | s_t = j, y_{1:T}].
+        mean: (T, d) E[x_t | y_{1:T}] (the moment-matched mixture).
+        cov: (T, d, d) Cov[x_t | y_{1:T}].
+        log_likelihood: () log p(y_{1:T}) from the forward pass.
+    """
+
+    mode_probs: jax.Array
+    means: jax.Array
+    covs: jax.Array
+    mean: jax.Array
+    cov: jax.Array
+    log_likelihood: jax.Array
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+def psd_solve(a, b):
+    """A^+ B for symmetric PSD A (d, d) and B (d, k), by eigendecomposition.
+
+    Eigenvalues below d * eps * max eigenvalue count as zero, so this is the exact solve when A
+    is positive definite and the pseudo-inverse solve when it is singular.
+    """
+    eig, vec = jnp.linalg.eigh(symmetrise(a))
+    cutoff = a.shape[-1] * jnp.finfo(a.dtype).eps * jnp.max(eig)
+    keep = eig > cutoff
+    inv = jnp.where(keep, 1.0 / jnp.where(keep, eig, 1.0), 0.0)
+    return vec @ (inv[:, None] * (vec.T @ b))
+
+
+def rts_step(filt_mean, filt_cov, next_mean, next_cov, dynamics, bias, dynamics_cov):
+    """One Rauch-Tung-Striebel step: p(x_t | y_{1:T}) from the filtered N(m_t, P_t) and the
+    smoothed N(m_{t+1|T}, P_{t+1|T}) under x_{t+1} = F x_t + b + N(0, Q).
+
+    G = P_t F^T P_{t+1|t}^+, m_t|T = m_t + G (m_{t+1|T} - F m_t - b),
+    P_t|T = (I - G F) P_t (I - G F)^T + G Q G^T + G P_{t+1|T} G^T
+    (= P_t + G (P_{t+1|T} - P_{t+1|t}) G^T, written as a sum of PSD terms).
+    """
+    pred_mean, pred_cov = kalman_predict(filt_mean, filt_cov, dynamics, bias, dynamics_cov)
+    gain = psd_solve(pred_cov, dynamics @ filt_cov).T
+    mean = filt_mean + gain @ (next_mean - pred_mean)
+    factor = jnp.eye(filt_mean.shape[0], dtype=filt_mean.dtype) - gain @ dynamics
+    cov = factor @ filt_cov @ factor.T + gain @ dynamics_cov @ gain.T + gain @ next_cov @ gain.T
+    return mean, symmetrise(cov)
+
+
+def _history_smoother(params: SwitchingParams, observations, modes):
+    """Kalman filter + RTS smoother of the linear-Gaussian model of one mode history.
+
+    modes: (T,) int s_{1:T}. Returns (log p(y | s), smoothed means (T, d), covs (T, d, d)).
+    """
+    nxt = jnp.concatenate([modes[1:], modes[-1:]])
+
+    def forward(carry, inp):
+        mean, cov, total = carry
+        y, s, s_next = inp
+        mean, cov, ll = kalman_update(
+            mean, cov, y, params.emission_matrices[s], params.emission_covs[s]
+        )
+        pred = kalman_predict(
+            mean,
+            cov,
+            params.dynamics_matrices[s_next],
+            params.dynamics_biases[s_next],
+            params.dynamics_covs[s_next],
+        )
+        return (*pred, total + ll), (mean, cov)
+
+    s1 = modes[0]
+    init = (params.initial_means[s1], params.initial_covs[s1], jnp.zeros((), observations.dtype))
+    (_, _, log_lik), (f_means, f_covs) = jax.lax.scan(forward, init, (observations, modes, nxt))
+    means, covs = _rts(params, f_means, f_covs, nxt[:-1])
+    return log_lik, means, covs
+
+
+def _rts(params: SwitchingParams, f_means, f_covs, next_modes):
+    """RTS backward pass; next_modes (T-1,) is the mode s_{t+1} whose dynamics lead out of t."""
+
+    def backward(carry, inp):
+        m, p, s = inp
+        out = rts_step(
+            m,
+            p,
+            *carry,
+            params.dynamics_matrices[s],
+            params.dynamics_biases[s],
+            params.dynamics_covs[s],
+        )
+        return out, out
+
+    last = (f_means[-1], f_covs[-1])
+    _, (means, covs) = jax.lax.scan(
+        backward, last, (f_means[:-1], f_covs[:-1], next_modes), reverse=True
+    )
+    return (
+        jnp.concatenate([means, last[0][None]]),
+        jnp.concatenate([covs, last[1][None]]),
+    )
+
+
+# ----------------------------------------------------------------------------- Kalman / RTS
+
+
+@jax.jit
+def _kalman_smoother(params: SwitchingParams, observations) -> SmootherResult:
+    filtered = _kalman_filter(params, observations)
+    zeros = jnp.zeros(observations.shape[0] - 1, dtype=jnp.int32)
+    means, covs = _rts(params, filtered.mean, filtered.cov, zeros)
+    return SmootherResult(
+        mode_probs=filtered.mode_probs,
+        means=means[:, None],
+        covs=covs[:, None],
+        mean=means,
+        cov=covs,
+        log_likelihood=filtered.log_likelihood,
+    )
+
+
+def kalman_smoother(params: SwitchingParams, observations) -> SmootherResult:
+    """The Rauch-Tung-Striebel smoother of a one-mode model (M = 1), mode_probs = 1.
+
+    m_t|T = m_t + G_t (m_{t+1|T} - m_{t+1|t}), P_t|T = P_t + G_t (P_{t+1|T} - P_{t+1|t}) G_t^T,
+    G_t = P_t F^T P_{t+1|t}^{-1} (a pseudo-inverse when P_{t+1|t} is singular).
+
+    Args:
+        params: ``SwitchingParams`` with M = 1 (Q may be singular PSD).
+        observations: (T, o); a row with NaN is a missing observation.
+    """
+    params, obs = check_inputs(params, observations, num_modes=1)
+    return _kalman_smoother(params, obs)
+
+
+# ----------------------------------------------------------------------------- exact
+
+
+def _histories(num_modes: int, num_steps: int):
+    """(M^T, T) int32: every s_{1:T}, row-major (the order of itertools.product)."""
+    k = jnp.arange(num_modes**num_steps, dtype=jnp.int32)[:, None]
+    powers = jnp.asarray(
+        [num_modes ** (num_steps - 1 - t) for t in range(num_steps)], dtype=jnp.int32
+    )
+    return (k // powers) % num_modes
+
+
+def _log_history_prior(params: SwitchingParams, histories):
+    """log p(s_{1:T}) = log pi0[s_1] + sum_t log Pi[s_{t-1}, s_t]; (K, T) -> (K,)."""
+    log_pi0 = jnp.log(params.initial_probs)
+    log_trans = jnp.log(params.transition_matrix)
+    return log_pi0[histories[:, 0]] + jnp.sum(
+        log_trans[histories[:, :-1], histories[:, 1:]], axis=1
+    )
+
+
+@jax.jit
+def _exact_smoother(params: SwitchingParams, observations) -> SmootherResult:
+    m = params.initial_probs.shape[0]
+    t_max = observations.shape[0]
+    hist = _histories(m, t_max)  # (K, T)
+    log_lik, means, covs = jax.vmap(_history_smoother, in_axes=(None, None, 0))(
+        params, observations, hist
+    )  # (K,), (K, T, d), (K, T, d, d)
+    log_joint = _log_history_prior(params, hist) + log_lik
+    total = jax.scipy.special.logsumexp(log_joint)
+    # log p(s_t = j, s_{1:T} | y) per history: (T, M, K)
+    onehot = hist.T[:, None, :] == jnp.arange(m)[None, :, None]
+    log_w = jnp.where(onehot, log_joint[None, None, :], -jnp.inf)
+    w_overall = normalise_log_weights(log_joint)
+    mode_probs = jnp.einsum("k,tmk->tm", w_overall, onehot.astype(w_overall.dtype))
+    w_mode = normalise_log_weights(log_w, fallback=log_joint)  # (T, M, K)
+    means_t = jnp.swapaxes(means, 0, 1)  # (T, K, d)
+    covs_t = jnp.swapaxes(covs, 0, 1)
+    mode_means, mode_covs = moment_match(w_mode, means_t[:, None], covs_t[:, None])  # (T, M, d)
+    mean, cov = moment_match(w_overall[None], means_t, covs_t)
+    return SmootherResult(mode_probs, mode_means, mode_covs, mean, cov, total)
+
+
+def exact_smoother(
+    params: SwitchingParams, observations, *, max_histories: int = 2**16
+) -> SmootherResult:
+    """Exact smoothing by enumeration of the M^T mode histories (small T only).
+
+    Each history s is a linear-Gaussian model: Kalman filter + RTS give p(y | s) and
+    N(x_t; m_t|T^s, P_t|T^s); with w_s = p(s) p(y | s) / p(y) (log domain),
+    P(s_t = j | y) = sum_{s: s_t = j} w_s and the per-mode and overall posteriors are the
+    moment-matched mixtures. A mode with zero posterior probability at t gets the overall
+    moments. log p(y) = logsumexp_s log p(s) p(y | s).
+
+    Args:
+        params: ``SwitchingParams`` (Q may be singular PSD).
+        observations: (T, o); a row with NaN is a missing observation.
+        max_histories: refuse (``ValueError``) when M^T exceeds this.
+    """
+    max_histories = _checks.check_positive_int("max_histories", max_histories)
+    params, obs = check_inputs(params, observations)
+    m, t_max = params.initial_probs.shape[0], obs.shape[0]
+    if m**t_max > max_histories:
+        raise ValueError(
+            f"observations: T = {t_max} steps with M = {m} modes make M^T = {m**t_max} "
+            f"histories > max_histories = {max_histories}; use kim_smoother"
+        )
+    return _exact_smoother(params, obs)
+
+
+# ----------------------------------------------------------------------------- known modes
+
+
+@jax.jit
+def _fixed_modes_smoother(params: SwitchingParams, observations, modes) -> SmootherResult:
+    log_lik, means, covs = _history_smoother(params, observations, modes)
+    m = params.initial_probs.shape[0]
+    onehot = (modes[:, None] == jnp.arange(m)).astype(means.dtype)
+    t_max, d = means.shape
+    return SmootherResult(
+        mode_probs=onehot,
+        means=jnp.broadcast_to(means[:, None], (t_max, m, d)),
+        covs=jnp.broadcast_to(covs[:, None], (t_max, m, d, d)),
+        mean=means,
+        cov=covs,
+        log_likelihood=log_lik,
+    )
+
+
+def fixed_modes_smoother(params: SwitchingParams, observations, modes) -> SmootherResult:
+    """Kalman filter + RTS smoother along a given mode sequence s_{1:T} (e.g. the true one).
+
+    p(x_t | s_{1:T}, y_{1:T}) is Gaussian; mode_probs is the one-hot of ``modes``, and every
+    mode's means/covs are those of that Gaussian (a mode other than s_t has probability zero
+    and gets the overall moments). log_likelihood = log p(y_{1:T} | s_{1:T}).
+
+    Args:
+        params: ``SwitchingParams`` (Q may be singular PSD).
+        observations: (T, o); a row with NaN is a missing observation.
+        modes: (T,) integers in [0, M).
+    """
+    params, obs = check_inputs(params, observations)
+    m, t_max = params.initial_probs.shape[0], obs.shape[0]
+    if not _checks.is_traced(modes):
+        arr = np.asarray(modes)
+        if arr.dtype == object or not (
+            np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.bool_)
+        ):
+            raise ValueError(f"modes: expected integers, got dtype {arr.dtype}")
+        if arr.shape != (t_max,):
+            raise ValueError(f"modes: expected shape ({t_max},) (T), got {arr.shape}")
+        if np.any(arr < 0) or np.any(arr >= m):
+            raise ValueError(f"modes: values must be in [0, {m}) (M = {m} modes)")
+    elif tuple(modes.shape) != (t_max,):
+        raise ValueError(f"modes: expected shape ({t_max},) (T), got {tuple(modes.shape)}")
+    return _fixed_modes_smoother(params, obs, jnp.asarray(modes, jnp.int32))
+
+
+# ----------------------------------------------------------------------------- Kim (1994)
+
+
+@jax.jit
+def _kim_smoother(params: SwitchingParams, filtered: FilterResult) -> SmootherResult:
+    log_trans = jnp.log(params.transition_matrix)
+    log_filt = jnp.log(filtered.mode_probs)
+
+    # pairwise RTS: filtered mode j at t, smoothed mode k at t+1 under dynamics k
+    pair_rts = jax.vmap(  # over j
+        jax.vmap(rts_step, in_axes=(None, None, 0, 0, 0, 0, 0)),  # over k
+        in_axes=(0, 0, None, None, None, None, None),
+    )
+
+    def backward(carry, inp):
+        log_next, next_means, next_covs = carry
+        log_p, f_means, f_covs = inp
+        # log P(s_t = j | s_{t+1} = k, y_{1:t}) = log p_t(j) Pi_jk - log sum_j' p_t(j') Pi_j'k
+        log_u = log_normalise(log_p[:, None] + log_trans, axis=0)
+        log_joint = log_u + log_next[None, :]  # P(s_t = j, s_{t+1} = k | y_{1:T}), (M, M)
+        log_probs = jax.scipy.special.logsumexp(log_joint, axis=1)
+        # P(s_{t+1} = k | s_t = j, y_{1:T}); for a mode of zero mass, the prior row Pi_j.
+        w = normalise_log_weights(log_joint, axis=1, fallback=log_trans)
+        means, covs = pair_rts(
+            f_means,
+            f_covs,
+            next_means,
+            next_covs,
+            params.dynamics_matrices,
+            params.dynamics_biases,
+            params.dynamics_covs,
+        )  # (M, M, d), (M, M, d, d)
+        means, covs = moment_match(w, means, covs)
+        return (log_probs, means, covs), (log_probs, means, covs)
+
+    last = (log_filt[-1], filtered.means[-1], filtered.covs[-1])
+    _, (log_probs, means, covs) = jax.lax.scan(
+        backward, last, (log_filt[:-1], filtered.means[:-1], filtered.covs[:-1]), reverse=True
+    )
+    log_probs = jnp.concatenate([log_probs, last[0][None]])
+    means = jnp.concatenate([means, last[1][None]])
+    covs = jnp.concatenate([covs, last[2][None]])
+    probs = normalise_log_weights(log_probs)
+    mean, cov = moment_match(probs, means, covs)
+    return SmootherResult(probs, means, covs, mean, cov, filtered.log_likelihood)
+
+
+def _check_filtered(filtered, num_steps: int, num_modes: int, dim: int, dtype) -> FilterResult:
+    """Validate a ``FilterResult`` against (T, M, d); return its arrays in ``dtype``."""
+    if not isinstance(filtered, FilterResult):
+        raise ValueError(f"filtered: expected a FilterResult, got {type(filtered).__name__}")
+    expected = {
+        "mode_probs": (num_steps, num_modes),
+        "means": (num_steps, num_modes, dim),
+        "covs": (num_steps, num_modes, dim, dim),
+        "mean": (num_steps, dim),
+        "cov": (num_steps, dim, dim),
+        "log_likelihood": (),
+    }
+    out = {}
+    for field, shape in expected.items():
+        arr = _checks.as_float_array(f"filtered.{field}", getattr(filtered, field))
+        if tuple(arr.shape) != shape:
+            raise ValueError(
+                f"filtered.{field}: expected shape {shape} (T, M, d from params and "
+                f"observations), got {tuple(arr.shape)}"
+            )
+        if field != "log_likelihood":
+            _checks.check_finite(f"filtered.{field}", arr)
+        if not _checks.is_traced(arr):
+            arr = np.asarray(arr)
+            if field == "mode_probs" and (
+                np.any(arr < 0) or not np.allclose(arr.sum(axis=1), 1.0, atol=1e-6)
+            ):
+                raise ValueError("filtered.mode_probs: rows must be probability vectors")
+        out[field] = jnp.asarray(arr, dtype)
+    return FilterResult(**out)
+
+
+def kim_smoother(params: SwitchingParams, observations, filtered: FilterResult) -> SmootherResult:
+    """The approximate switching smoother of Kim (1994) (the IMM/GPB2 smoother).
+
+    Backward from the filtered per-mode Gaussians N(m_t^j, P_t^j) and P(s_t = j | y_{1:t}):
+      U_t(j, k) = P(s_t = j | s_{t+1} = k, y_{1:t}) = p_t(j) Pi_jk / sum_j' p_t(j') Pi_j'k,
+      P(s_t = j, s_{t+1} = k | y_{1:T}) ~ U_t(j, k) P(s_{t+1} = k | y_{1:T}),
+      P(s_t = j | y_{1:T}) = sum_k of it, W_t(k | j) = joint / P(s_t = j | y_{1:T});
+      N(m_t|T^jk, P_t|T^jk) = RTS of N(m_t^j, P_t^j) through dynamics k towards the smoothed
+      N(m_{t+1|T}^k, P_{t+1|T}^k), collapsed over k with weights W_t(k | j) into mode j.
+    Mode probabilities are propagated in the log domain; a mode with zero smoothed mass gets
+    the prior transition row as its collapse weights. With M = 1 this is the RTS smoother.
+    The approximation: p(x_{t+1} | s_t, s_{t+1}, y_{1:T}) ~ p(x_{t+1} | s_{t+1}, y_{1:T}).
+
+    Args:
+        params: ``SwitchingParams``.
+        observations: (T, o), the series that was filtered (used for its shape only).
+        filtered: ``FilterResult`` of any filter of this model on ``observations``
+            (imm_filter, gpb2_filter, exact or particle filter).
+
+    Returns:
+        ``SmootherResult`` with log_likelihood = filtered.log_likelihood.
+    """
+    params, obs = check_inputs(params, observations)
+    m, d = params.initial_means.shape
+    filtered = _check_filtered(filtered, obs.shape[0], m, d, obs.dtype)
+    return _kim_smoother(params, filtered)
+
+
+__all__ = [
+    "SmootherResult",
+    "exact_smoother",
+    "fixed_modes_smoother",
+    "kalman_smoother",
+    "kim_smoother",
+    "psd_solve",
+    "rts_step",
+]
