@@ -57,6 +57,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/npmle.py
 	$(PY) benchmarks/koenker_mizera.py
 	$(PY) benchmarks/nuts_vs_pymc.py
+	$(PY) benchmarks/switching_filters.py
+	$(PY) benchmarks/switching_rmse.py
+	$(PY) benchmarks/switching_gibbs.py
 
 clean:
 	rm -rf $(VENV) reports

@@ -582,3 +582,13 @@ __all__ = [
     "discrete_posterior_intervals",
     "wasserstein1",
 ]
+
+
+# compare_switching lives in its own module (one concept per module); it is part of this API
+from inference.switching_comparison import (  # noqa: E402
+    SWITCHING_METHODS,
+    SwitchingComparison,
+    compare_switching,
+)
+
+__all__ += ["SWITCHING_METHODS", "SwitchingComparison", "compare_switching"]

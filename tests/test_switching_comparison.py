@@ -1,0 +1,98 @@
+"""compare_switching: every filter, smoother and sampler on one short series; NUTS and Gibbs
+against the exact smoothing posterior."""
+
+import arviz as az
+import jax
+import numpy as np
+import pytest
+from switching_bruteforce import enumerate_posterior, random_switching_params
+
+from inference.compare import compare_switching
+from inference.switching_comparison import SWITCHING_METHODS, default_switching_methods
+from models.switching import maneuvering_target, simulate
+
+NUM_STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def short_comparison():
+    """A random M = 2, d = 2, o = 1 model with PD Q, T = 6 simulated steps, every method."""
+    params = random_switching_params(np.random.default_rng(21), M=2, d=2, o=1)
+    modes, states, y = (np.asarray(a) for a in simulate(jax.random.key(5), params, NUM_STEPS))
+    comparison = compare_switching(
+        params,
+        y,
+        states_true=states,
+        modes_true=modes,
+        methods=SWITCHING_METHODS,
+        key=jax.random.key(9),
+        num_particles=500,
+        gibbs_kwargs={"num_warmup": 200, "num_samples": 1500, "num_chains": 4},
+        nuts_kwargs={"num_warmup": 500, "num_samples": 1500},
+    )
+    return params, y, modes, comparison
+
+
+def test_table_has_every_method_and_metric(short_comparison):
+    _, _, _, comparison = short_comparison
+    table = comparison.table
+    assert set(table["method"]) == set(SWITCHING_METHODS)
+    assert comparison.references == {"filter": "exact", "smoother": "exact-smoother"}
+    metrics = table.groupby("method")["metric"].apply(set)
+    for method in SWITCHING_METHODS:
+        assert {"wall_time_s", "state_rmse", "coverage_50", "coverage_90"} <= metrics[method]
+    for method in ("gpb1", "gpb2", "imm", "rbpf", "kim-imm", "kim-gpb2", "gibbs"):
+        assert {"reference_rms", "reference_mode_dev"} <= metrics[method], method
+    for method in ("gibbs", "nuts"):
+        assert {"max_rhat_states", "min_ess_bulk_states", "min_ess_tail_states"} <= metrics[method]
+    assert "divergences" in metrics["nuts"] and "log_likelihood" in metrics["imm"]
+    value = table.set_index(["method", "metric"])["value"]
+    assert value[("known-modes", "mode_accuracy")] == 1.0
+    # GPB2 at T = 6 is close to exact; the exact filter's log p(y) is the reference's
+    assert value[("gpb2", "reference_mode_dev")] < 0.05
+    assert np.isfinite(table["value"]).all()
+
+
+@pytest.mark.parametrize("sampler", ["gibbs", "nuts"])
+def test_samplers_agree_with_the_exact_smoother(short_comparison, sampler):
+    """Posterior means of every x_t coordinate within 4 MCSE of the exact smoothing means, and
+    posterior sds within 10%; NUTS and Gibbs therefore agree with each other too."""
+    params, y, _, comparison = short_comparison
+    exact = enumerate_posterior(params, y)
+    tree = comparison.fits[sampler].result
+    draws = np.asarray(tree["posterior"]["states"])
+    ess = np.asarray(az.ess(tree, var_names=["states"], method="mean")["states"])
+    mean, sd = draws.mean(axis=(0, 1)), draws.std(axis=(0, 1))
+    z = (mean - exact.smoothed_mean) / (sd / np.sqrt(ess))
+    assert np.max(np.abs(z)) < 4.0, (sampler, np.max(np.abs(z)))
+    exact_sd = np.sqrt(np.diagonal(exact.smoothed_cov, axis1=1, axis2=2))
+    np.testing.assert_allclose(sd, exact_sd, rtol=0.1)
+    if sampler == "gibbs":
+        probs = comparison.fits["gibbs"].mode_probs
+        modes = np.asarray(tree["posterior"]["modes"])
+        ess_m = np.asarray(az.ess(tree, var_names=["modes"], method="mean")["modes"])
+        se = np.sqrt(probs[:, 1] * (1 - probs[:, 1]) / ess_m) + 1e-3
+        assert np.max(np.abs(probs[:, 1] - exact.smoothed_mode_probs[:, 1]) / se) < 4.0
+        assert modes.dtype.kind == "i"
+
+
+def test_default_methods_and_bad_input():
+    params = maneuvering_target()
+    assert "exact" in default_switching_methods(2, 10) and "nuts" in default_switching_methods(
+        2, 10
+    )
+    long = default_switching_methods(2, 200)
+    assert "exact" not in long and "exact-smoother" not in long and "nuts" not in long
+    y = np.zeros((20, 2))
+    with pytest.raises(ValueError, match="^methods: unknown"):
+        compare_switching(params, y, methods=("imm", "kalman"))
+    with pytest.raises(ValueError, match="^methods: the exact methods need"):
+        compare_switching(params, np.zeros((13, 2)), methods=("exact",))
+    with pytest.raises(ValueError, match="^key: a jax.random key"):
+        compare_switching(params, y, methods=("rbpf",))
+    with pytest.raises(ValueError, match="^modes_true: required"):
+        compare_switching(params, y, methods=("known-modes",))
+    with pytest.raises(ValueError, match="^states_true: expected shape"):
+        compare_switching(params, y, states_true=np.zeros((20, 3)), methods=("imm",))
+    with pytest.raises(ValueError, match="^modes_true: expected integer"):
+        compare_switching(params, y, modes_true=np.zeros(20), methods=("imm",))
