@@ -1,0 +1,1053 @@
+"""Gibbs sampling for the switching linear-Gaussian state-space model (seed 3, section 4).
+
+Model (``models.switching``), M modes, t = 1..T:
+
+    s_1 ~ Cat(pi0),                    s_t | s_{t-1} = i ~ Cat(Pi[i, :]),
+    x_1 | s_1 = j ~ N(m0_j, P0_j),     x_t | x_{t-1}, s_t = j ~ N(F_j x_{t-1} + b_j, c_j Q_j),
+    y_t | x_t, s_t = j ~ N(H_j x_t, r_j R_j)
+
+with Q_j PSD (possibly singular) and R_j PD from ``params``; the scales c_j, r_j are 1 and Pi
+is ``params.transition_matrix`` unless ``priors`` put conjugate priors on them. One sweep:
+
+1. modes. ``"collapsed"`` (default; Gerlach, Carter & Kohn 2000, JASA 95, 819-828): each s_t in
+   turn from p(s_t | s_{-t}, theta, y), the states integrated out, in O(T M) per sweep. A
+   backward pass over the current modes computes the information-form messages
+   B_t(x) = p(y_{t+1:T} | x_t = x, s_{t+1:T}) ~ exp(-x' Omega_t x / 2 + nu_t' x); with
+   Q = L L^T and A = I + L' Omega~ L (PD, no inverse of Q),
+
+       Omega~ = Omega_{t+1} + H' R^-1 H,  nu~ = nu_{t+1} + H' R^-1 y_{t+1}     (absorb y_{t+1})
+       Omega_mu = Omega~ - Omega~ L A^-1 L' Omega~,  nu_mu = nu~ - Omega~ L A^-1 L' nu~
+       Omega_t = F' Omega_mu F,  nu_t = F' (nu_mu - Omega_mu b)     (x_{t+1} = F x + b + L e)
+
+   Then a forward pass runs, for each t, the M candidate Kalman updates of the current
+   forward filter and scores s_t = j by
+
+       log Pi[s_{t-1}, j] + log Pi[j, s_{t+1}] + log p(y_t | y_{1:t-1}, s_{1:t-1}, s_t = j)
+       + log int N(x; m_j, P_j) B_t(x) dx,
+
+   the last in closed form with C C' = P_j, G = I + C' Omega_t C, c = C' (nu_t - Omega_t m_j):
+   -log det(G) / 2 + c' G^-1 c / 2 - m_j' Omega_t m_j / 2 + nu_t' m_j. It draws s_t in the log
+   domain and advances the filter with it.
+   ``"conditional"``: the textbook blocked step, s | x, theta, y by HMM forward-filtering
+   backward-sampling with "emissions" N(x_t; F_j x_{t-1} + b_j, c_j Q_j) N(y_t; H_j x_t, r_j R_j).
+   It needs PD Q_j. It is not the default because it cannot mix when Q_j is singular: given
+   the states, x_t - F_j x_{t-1} - b_j lies in range(Q_j) for only one j, so the modes are
+   fixed by the states (the maneuvering scenario's white-noise-acceleration Q has rank 2 in
+   4-D), and even with full-rank Q the states pin the modes so tightly that it moves slowly.
+2. states x | s, theta, y by Kalman forward filtering, backward sampling: x_T ~ N(m_T, P_T),
+   x_t | x_{t+1} ~ the Kalman update (Joseph form) of N(m_t, P_t) by x_{t+1} - b ~ N(F x_t, Q),
+   whose innovation covariance F P_t F' + Q is PD even for singular Q once P_t is (and a
+   generalised inverse handles P0 = 0 with singular Q). The collapsed step's forward pass
+   already is the filter under the new modes, so it is reused. Covariances are factored by a
+   pivoted Cholesky that allows singular ones (draws lie on the support).
+3. with ``priors``, theta | x, s, y (independent given x and s; n_ij = #{t: s_{t-1} = i, s_t = j}):
+   Pi[i, :] ~ Dirichlet(alpha_i + n_i.) (s_1 keeps its fixed pi0);
+   c_j ~ InvGamma(a + rank(Q_j) n_j / 2, b + sum_{t >= 2: s_t = j} w_t' Q_j^+ w_t / 2),
+   w_t = x_t - F_j x_{t-1} - b_j, n_j = #{t >= 2: s_t = j}. This is the exact conditional: w_t
+   lies in range(Q_j) (almost surely), where its law is the Gaussian with covariance c_j Q_j,
+   so the density with respect to Lebesgue measure on range(Q_j) is
+   (2 pi c_j)^(-rank/2) pdet(Q_j)^(-1/2) exp(-w' Q_j^+ w / (2 c_j)); likewise
+   r_j ~ InvGamma(a + o m_j / 2, b + sum_{t: s_t = j, y_t observed} v_t' R_j^-1 v_t / 2),
+   v_t = y_t - H_j x_t, m_j the observed steps in mode j.
+
+A NaN row of y is a missing observation (predict only). ``lp`` = log p(x, s, y, theta), each
+Gaussian of x taken as that degenerate density on its support when Q_j or P0_j is singular.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import NamedTuple
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from jax.scipy.special import gammaln, logsumexp
+
+from inference.gibbs import _log_gamma
+from inference.kalman import check_inputs, symmetrise
+from models import _checks
+from models.switching import SwitchingParams, SwitchingPriors, check_priors, switching_dims
+
+MODE_SAMPLERS = ("collapsed", "conditional")
+INITS = ("prior",)
+
+
+class SwitchingGibbsState(NamedTuple):
+    """State of one chain of the switching Gibbs sampler.
+
+    Attributes:
+        modes: (T,) int32 s_t in 0..M-1.
+        states: (T, d) x_t.
+        transition_matrix: (M, M) Pi.
+        dynamics_cov_scale: (M,) c_j (Q_j = c_j params.dynamics_covs[j]); ones when fixed.
+        emission_cov_scale: (M,) r_j (R_j = r_j params.emission_covs[j]); ones when fixed.
+        lp: () log p(x, s, y, theta).
+    """
+
+    modes: jax.Array
+    states: jax.Array
+    transition_matrix: jax.Array
+    dynamics_cov_scale: jax.Array
+    emission_cov_scale: jax.Array
+    lp: jax.Array
+
+
+class _Priors(NamedTuple):
+    """Checked priors as arrays in the data dtype, with flags for which parameters they cover
+    (traced, so runs with and without priors share one compiled sampler).
+
+    Attributes:
+        transition_concentration: (M, M) (ones when Pi is fixed).
+        dynamics_cov_scale, emission_cov_scale: (2, M), rows (shape, rate) of the inverse-gamma
+            priors (ones when fixed).
+        sampled: (3,) bool, whether (Pi, c, r) have a prior and are drawn.
+    """
+
+    transition_concentration: jax.Array
+    dynamics_cov_scale: jax.Array
+    emission_cov_scale: jax.Array
+    sampled: jax.Array
+
+
+class _Model(NamedTuple):
+    """Chain-independent inputs of a sweep (Q, P0, R = the base covariances of ``params``).
+
+    Attributes:
+        params: ``SwitchingParams`` arrays.
+        observations: (T, o), NaN rows missing.
+        observed: (T,) bool.
+        q_factor, q_pinv: (M, d, d) L with L L' = Q_j, and Q_j^+.
+        q_rank, q_logpdet: (M,) rank and log pseudo-determinant of Q_j.
+        p0_pinv, p0_rank, p0_logpdet: the same for P0_j.
+        r_inv, r_logdet: (M, o, o) R_j^-1 and (M,) log det R_j.
+    """
+
+    params: SwitchingParams
+    observations: jax.Array
+    observed: jax.Array
+    q_factor: jax.Array
+    q_pinv: jax.Array
+    q_rank: jax.Array
+    q_logpdet: jax.Array
+    p0_pinv: jax.Array
+    p0_rank: jax.Array
+    p0_logpdet: jax.Array
+    r_inv: jax.Array
+    r_logdet: jax.Array
+
+
+# ----------------------------------------------------------------------------- Gaussian helpers
+
+
+# Small dense linear algebra written out in fused jnp operations (no LAPACK calls): inside the
+# scans over time the matrices are d x d and o x o, and one custom call per factorisation or
+# triangular solve would cost more than the arithmetic.
+
+
+def _mm(a, b):
+    """a @ b for small matrices, as a broadcast product and a sum: XLA fuses it into the scan's
+    loop body, while a dot of tiny matrices on the CPU is a library call costing far more."""
+    return jnp.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+
+
+def _mv(a, v):
+    """a @ v for a small matrix a and vector v (see ``_mm``)."""
+    return jnp.sum(a * v[..., None, :], axis=-1)
+
+
+def _t(a):
+    return jnp.swapaxes(a, -1, -2)
+
+
+def _take(arrays, index):
+    """arrays[index] for arrays (M, ...) and an integer index of any shape, as a chain of
+    where(index == j, arrays[j], .) over the M modes: under vmap (per-chain modes) indexing
+    is a gather, which XLA runs on the CPU far slower than these elementwise selects."""
+    index = jnp.asarray(index)
+    idx = index.reshape(*index.shape, *(1,) * (arrays.ndim - 1))
+    out = jnp.broadcast_to(arrays[0], (*index.shape, *arrays.shape[1:]))
+    for j in range(1, arrays.shape[0]):
+        out = jnp.where(idx == j, arrays[j], out)
+    return out
+
+
+def _pick(values, index):
+    """values[..., index] along a last axis of size M, for index of shape values.shape[:-1]
+    (selects, as in ``_take``)."""
+    picked = [jnp.where(index == j, values[..., j], 0.0) for j in range(values.shape[-1])]
+    return functools.reduce(jnp.add, picked)
+
+
+def _chol(a):
+    """Lower Cholesky factor of a PD matrix (n, n), column by column."""
+    n = a.shape[-1]
+    below = jnp.arange(n)
+    cols = []
+    for j in range(n):
+        v = a[:, j]
+        for k in range(j):
+            v = v - cols[k] * cols[k][j]
+        cols.append(jnp.where(below >= j, v / jnp.sqrt(v[j]), 0.0))
+    return jnp.stack(cols, axis=1)
+
+
+def _solve_lower(l, b):
+    """L^-1 b for lower-triangular L (n, n) and b (n,) or (n, k), by forward substitution."""
+    rows = []
+    for i in range(l.shape[-1]):
+        v = b[i]
+        for k in range(i):
+            v = v - l[i, k] * rows[k]
+        rows.append(v / l[i, i])
+    return jnp.stack(rows, axis=0)
+
+
+def _solve_lower_t(l, b):
+    """L^-T b for lower-triangular L, by back substitution."""
+    n = l.shape[-1]
+    rows = [None] * n
+    for i in reversed(range(n)):
+        v = b[i]
+        for k in range(i + 1, n):
+            v = v - l[k, i] * rows[k]
+        rows[i] = v / l[i, i]
+    return jnp.stack(rows, axis=0)
+
+
+def _update(mean, cov, y, emission, emission_cov):
+    """``inference.kalman.kalman_update`` (Joseph form; a NaN row leaves (m, P) unchanged and
+    adds 0) with the factorisation and solves written out: (m+, P+, log N(y; H m, H P H' + R))."""
+    missing = jnp.any(jnp.isnan(y))
+    y = jnp.where(missing, 0.0, y)
+    h_cov = _mm(emission, cov)
+    chol = _chol(symmetrise(_mm(h_cov, _t(emission)) + emission_cov))
+    resid = y - _mv(emission, mean)
+    gain = _t(_solve_lower_t(chol, _solve_lower(chol, h_cov)))  # P H' S^-1
+    new_mean = mean + _mv(gain, resid)
+    factor = jnp.eye(mean.shape[0], dtype=mean.dtype) - _mm(gain, emission)
+    new_cov = symmetrise(_mm(_mm(factor, cov), _t(factor)) + _mm(_mm(gain, emission_cov), _t(gain)))
+    white = _solve_lower(chol, resid)
+    log_lik = (
+        -0.5 * jnp.sum(white**2)
+        - jnp.sum(jnp.log(jnp.diag(chol)))
+        - 0.5 * y.shape[0] * jnp.log(2.0 * jnp.pi)
+    )
+    return (
+        jnp.where(missing, mean, new_mean),
+        jnp.where(missing, cov, new_cov),
+        jnp.where(missing, 0.0, log_lik),
+    )
+
+
+def _eig_psd(cov):
+    """Eigen-decomposition (eig, vec) of symmetric PSD matrices (..., d, d), eigenvalues below
+    10 d eps max(eig) set to zero (round-off of a singular matrix)."""
+    d = cov.shape[-1]
+    eig, vec = jnp.linalg.eigh(symmetrise(cov))
+    tol = 10.0 * d * jnp.finfo(cov.dtype).eps * jnp.max(eig, axis=-1, keepdims=True)
+    return jnp.where(eig > tol, eig, 0.0), vec
+
+
+def _psd_factor(cov, scale=None):
+    """Lower-triangular C (d, d) with C C' = cov for a symmetric PSD cov, singular allowed.
+
+    Cholesky, column by column, with each pivot at or below 10 d eps ``scale`` taken as zero
+    and its column zeroed (default scale max(diag(cov)); pass the scale of the matrix cov was
+    computed from when cov itself may be all round-off, e.g. a conditional covariance that is
+    zero). Exact zeros of a structurally singular matrix (rank-deficient Q, P0 = 0, the
+    information matrices of partly observed states) stay zero, so the factor reproduces cov
+    to round-off and draws C z lie on its support. No pivoting: a numerically rank-deficient
+    but otherwise ill-conditioned matrix can lose accuracy in the deficient direction (a
+    pivoted variant costs several times more inside the scans). Unlike ``eigh`` (a LAPACK
+    call per matrix) it is a few fused vector operations for small d.
+    """
+    d = cov.shape[-1]
+    a = symmetrise(cov)
+    if scale is None:
+        scale = functools.reduce(jnp.maximum, [a[i, i] for i in range(d)])
+    tol = 10.0 * d * jnp.finfo(cov.dtype).eps * scale
+    below = jnp.arange(d)
+    cols = []
+    for j in range(d):
+        v = a[:, j]
+        for k in range(j):
+            v = v - cols[k] * cols[k][j]
+        ok = v[j] > tol
+        col = v * jax.lax.rsqrt(jnp.where(ok, v[j], 1.0))
+        cols.append(jnp.where(ok & (below >= j), col, 0.0))
+    return jnp.stack(cols, axis=1)
+
+
+def _psd_solve(cov, b):
+    """cov^- b for PSD cov (d, d) and b (d, k), with cov^- = [(L11 L11')^-1, 0; 0, 0] in the
+    pivots that ``_psd_factor`` keeps (L11 their block), a generalised inverse
+    (cov cov^- cov = cov). Conditioning a Gaussian on a singular block needs no more: the
+    residual and the cross-covariance lie in its range."""
+    chol = _psd_factor(cov)
+    ok = jnp.diagonal(chol) > 0
+    chol = chol + jnp.diag(jnp.where(ok, 0.0, 1.0))  # unit pivots for the dropped ones ...
+    keep = ok.astype(cov.dtype)[:, None]  # ... whose unknowns are set to zero
+    return keep * _solve_lower_t(chol, keep * _solve_lower(chol, b))
+
+
+def _pseudo(cov):
+    """(factor, pseudo-inverse, rank, log pseudo-determinant) of PSD matrices (..., d, d)."""
+    eig, vec = _eig_psd(cov)
+    pos = eig > 0
+    inv_eig = jnp.where(pos, 1.0 / jnp.where(pos, eig, 1.0), 0.0)
+    pinv = symmetrise((vec * inv_eig[..., None, :]) @ jnp.swapaxes(vec, -1, -2))
+    rank = jnp.sum(pos, axis=-1).astype(cov.dtype)
+    logpdet = jnp.sum(jnp.where(pos, jnp.log(jnp.where(pos, eig, 1.0)), 0.0), axis=-1)
+    return vec * jnp.sqrt(eig)[..., None, :], pinv, rank, logpdet
+
+
+def _prepare(params: SwitchingParams, observations) -> _Model:
+    """The factorisations every sweep shares (pure; traceable)."""
+    params = SwitchingParams(*(jnp.asarray(a) for a in params))
+    observations = jnp.asarray(observations)
+    q_factor, q_pinv, q_rank, q_logpdet = _pseudo(params.dynamics_covs)
+    _, p0_pinv, p0_rank, p0_logpdet = _pseudo(params.initial_covs)
+    _, r_inv, _, r_logdet = _pseudo(params.emission_covs)
+    observed = ~jnp.any(jnp.isnan(observations), axis=-1)
+    return _Model(
+        params=params,
+        observations=observations,
+        observed=observed,
+        q_factor=q_factor,
+        q_pinv=q_pinv,
+        q_rank=q_rank,
+        q_logpdet=q_logpdet,
+        p0_pinv=p0_pinv,
+        p0_rank=p0_rank,
+        p0_logpdet=p0_logpdet,
+        r_inv=r_inv,
+        r_logdet=r_logdet,
+    )
+
+
+def _log_message_integral(mean, cov, omega, nu, omega_factor):
+    """log int N(x; m, P) exp(-x' Omega x / 2 + nu' x) dx with U U' = Omega (``omega_factor``):
+
+        -log det(G) / 2 + (g' P g - |chol(G)^-1 U' P g|^2) / 2 - m' Omega m / 2 + nu' m,
+        G = I + U' P U,  g = nu - Omega m
+
+    (det(I + P Omega) = det(G), and g' (P^-1 + Omega)^-1 g by Woodbury, valid for singular P
+    too). Only the PD matrix G is factored, so P (a candidate's filtered covariance) may be
+    singular, and Omega's factor is shared by the M candidates of a step.
+    """
+    omega_m = _mv(omega, mean)
+    g = nu - omega_m
+    pg = _mv(cov, g)
+    u_t = _t(omega_factor)
+    eye = jnp.eye(mean.shape[0], dtype=mean.dtype)
+    chol = _chol(symmetrise(eye + _mm(_mm(u_t, cov), omega_factor)))
+    white = _solve_lower(chol, _mv(u_t, pg))
+    return (
+        -jnp.sum(jnp.log(jnp.diag(chol)))
+        + 0.5 * (jnp.sum(g * pg) - jnp.sum(white**2))
+        - 0.5 * jnp.sum(mean * omega_m)
+        + jnp.sum(nu * mean)
+    )
+
+
+def _scaled(model: _Model, theta):
+    """Effective (Q (M, d, d), its factor L, R (M, o, o)) at the scales c, r."""
+    c, r = theta.dynamics_cov_scale, theta.emission_cov_scale
+    p = model.params
+    return (
+        c[:, None, None] * p.dynamics_covs,
+        jnp.sqrt(c)[:, None, None] * model.q_factor,
+        r[:, None, None] * p.emission_covs,
+    )
+
+
+# ----------------------------------------------------------------------------- states | modes
+
+
+def _mode_arrays(model: _Model, q, r, index=None):
+    """(m0, P0, F, b, Q, H, R) of the modes, stacked over M, or taken at ``index``."""
+    p = model.params
+    arrays = (
+        p.initial_means,
+        p.initial_covs,
+        p.dynamics_matrices,
+        p.dynamics_biases,
+        q,
+        p.emission_matrices,
+        r,
+    )
+    return arrays if index is None else tuple(_take(a, index) for a in arrays)
+
+
+def _predicted(t, mean, cov, m0, p0, f, b, q):
+    """Prior of x_t in a mode: N(m0, P0) at t = 0, else the prediction N(F m + b, F P F' + Q)
+    from (m, P) (``kalman.kalman_predict``)."""
+    pred_mean = _mv(f, mean) + b
+    pred_cov = symmetrise(_mm(_mm(f, cov), _t(f)) + q)
+    first = t == 0
+    return jnp.where(first, m0, pred_mean), jnp.where(first, p0, pred_cov)
+
+
+def _kalman_filter(modes, model: _Model, q, r):
+    """Filtered means (T, d) and covariances (T, d, d) of x_t | y_{1:t}, s_{1:t}."""
+    p = model.params
+    d = p.initial_means.shape[1]
+    t_max = modes.shape[0]
+
+    def step(carry, inp):
+        t, y, (m0, p0, f, b, q_k, h, r_k) = inp
+        mean, cov = _predicted(t, *carry, m0, p0, f, b, q_k)
+        mean, cov, _ = _update(mean, cov, y, h, r_k)
+        return (mean, cov), (mean, cov)
+
+    init = (jnp.zeros(d, p.initial_means.dtype), jnp.zeros((d, d), p.initial_means.dtype))
+    inputs = (jnp.arange(t_max), model.observations, _mode_arrays(model, q, r, modes))
+    _, out = jax.lax.scan(step, init, inputs)
+    return out
+
+
+def _backward_sample(key, modes, means, covs, model: _Model, q):
+    """x_{1:T} | s, y from the filtered moments (m_t, P_t): x_T ~ N(m_T, P_T), then
+    x_t | x_{t+1}, y_{1:t} is the Joseph-form Kalman update of N(m_t, P_t) by the
+    "observation" x_{t+1} - b ~ N(F x_t, Q) (F, b, Q of s_{t+1}), with gain K = P F' S^- for a
+    generalised inverse of S = F P F' + Q (``_psd_solve``): S is PD unless P_t and Q are both
+    singular (P0 = 0 with singular Q), and a generalised inverse gives the same conditional.
+    Draws use ``_psd_factor``, so they lie on the support of singular conditionals."""
+    p = model.params
+    eps = jax.random.normal(key, means.shape, means.dtype)
+    last = means[-1] + _mv(_psd_factor(covs[-1]), eps[-1])
+    eye = jnp.eye(means.shape[1], dtype=means.dtype)
+    nxt = modes[1:]
+    per_step = (_take(p.dynamics_matrices, nxt), _take(p.dynamics_biases, nxt), _take(q, nxt))
+
+    def step(x_next, inp):
+        mean, cov, e, (f, b, q_k) = inp
+        cov_ft = _mm(cov, _t(f))  # P F'
+        gain = _t(_psd_solve(symmetrise(_mm(f, cov_ft) + q_k), _t(cov_ft)))
+        mean = mean + _mv(gain, x_next - b - _mv(f, mean))
+        factor = eye - _mm(gain, f)
+        scale = jnp.max(jnp.diagonal(cov))  # round-off of the conditional is relative to P_t
+        cov = symmetrise(_mm(_mm(factor, cov), _t(factor)) + _mm(_mm(gain, q_k), _t(gain)))
+        x = mean + _mv(_psd_factor(cov, scale), e)
+        return x, x
+
+    inputs = (means[:-1], covs[:-1], eps[:-1], per_step)
+    _, xs = jax.lax.scan(step, last, inputs, reverse=True)
+    return jnp.concatenate([xs, last[None]])
+
+
+def _sample_states(key, modes, model: _Model, theta):
+    """x | s, theta, y by Kalman FFBS."""
+    q, _, r = _scaled(model, theta)
+    means, covs = _kalman_filter(modes, model, q, r)
+    return _backward_sample(key, modes, means, covs, model, q)
+
+
+# ----------------------------------------------------------------------------- modes, collapsed
+
+
+def _backward_messages(modes, model: _Model, theta):
+    """Information-form messages B_t(x) = p(y_{t+1:T} | x_t = x, s_{t+1:T}) up to constants:
+    Omega (T, d, d), nu (T, d); Omega_T = 0, nu_T = 0 (module docstring)."""
+    p = model.params
+    d = p.initial_means.shape[1]
+    dtype = p.initial_means.dtype
+    eye = jnp.eye(d, dtype=dtype)
+    y_all = jnp.where(model.observed[:, None], model.observations, 0.0)
+    _, q_factor, _ = _scaled(model, theta)
+    r_inv = model.r_inv / theta.emission_cov_scale[:, None, None]
+    r_inv_h = jnp.einsum("mij,mjd->mid", r_inv, p.emission_matrices)  # R_j^-1 H_j
+    info = jnp.einsum("mia,mib->mab", p.emission_matrices, r_inv_h)  # H_j' R_j^-1 H_j
+
+    def step(carry, inp):
+        omega, nu = carry
+        y, seen, info_k, r_inv_h_k, l_fac, f, b = inp  # at s_{t+1}, y_{t+1}
+        omega = omega + jnp.where(seen, info_k, 0.0)
+        nu = nu + jnp.where(seen, _mv(_t(r_inv_h_k), y), 0.0)
+        l_omega = _mm(_t(l_fac), omega)
+        a_chol = _chol(symmetrise(eye + _mm(l_omega, l_fac)))
+        w = _solve_lower(a_chol, l_omega)  # chol(A)^-1 L' Omega~
+        omega_mu = symmetrise(omega - _mm(_t(w), w))
+        nu_mu = nu - _mv(_t(w), _solve_lower(a_chol, _mv(_t(l_fac), nu)))
+        out = (
+            symmetrise(_mm(_mm(_t(f), omega_mu), f)),
+            _mv(_t(f), nu_mu - _mv(omega_mu, b)),
+        )
+        return out, out
+
+    init = (jnp.zeros((d, d), dtype), jnp.zeros(d, dtype))
+    nxt = modes[1:]
+    per_mode = (info, r_inv_h, q_factor, p.dynamics_matrices, p.dynamics_biases)
+    inputs = (y_all[1:], model.observed[1:], *(_take(a, nxt) for a in per_mode))
+    _, (omegas, nus) = jax.lax.scan(step, init, inputs, reverse=True)
+    return jnp.concatenate([omegas, init[0][None]]), jnp.concatenate([nus, init[1][None]])
+
+
+def _collapsed_pass(key, modes, model: _Model, theta, sample=True):
+    """One collapsed single-site sweep over s_1..s_T (Gerlach, Carter & Kohn 2000).
+
+    Returns (new modes (T,), filtered means (T, d) and covariances (T, d, d) under the new
+    modes, log p(s_t = j | s_{-t}, theta, y) (T, M) with s_{1:t-1} the new and s_{t+1:T} the
+    old modes). With ``sample=False`` every s_t is kept, so row t is the conditional given all
+    the other current modes (``sample`` may be traced).
+    """
+    p = model.params
+    m = p.initial_probs.shape[0]
+    d = p.initial_means.shape[1]
+    t_max = modes.shape[0]
+    dtype = p.initial_means.dtype
+    modes = modes.astype(jnp.int32)
+    q, _, r = _scaled(model, theta)
+    omegas, nus = _backward_messages(modes, model, theta)
+    log_pi = jnp.log(theta.transition_matrix)
+    log_pi0 = jnp.log(p.initial_probs)
+    # log Pi[j, s_{t+1}] (T, M), 0 at t = T
+    log_pi_next = jnp.concatenate([_take(log_pi.T, modes[1:]), jnp.zeros((1, m), dtype)])
+    gumbel = jax.random.gumbel(key, (t_max, m), dtype)  # drawn up front: argmax = categorical
+    per_mode = _mode_arrays(model, q, r)
+
+    def candidate(t, y, mean, cov, m0, p0, f, b, q_k, h, r_k):
+        pred_mean, pred_cov = _predicted(t, mean, cov, m0, p0, f, b, q_k)
+        return _update(pred_mean, pred_cov, y, h, r_k)
+
+    def step(carry, inp):
+        mean, cov, prev = carry
+        t, y, omega, nu, current, log_next, g = inp
+        u = _psd_factor(omega)  # shared by the M candidates
+        means, covs, log_lik = jax.vmap(candidate, (None, None, None, None, 0, 0, 0, 0, 0, 0, 0))(
+            t, y, mean, cov, *per_mode
+        )
+        log_msg = jax.vmap(_log_message_integral, (0, 0, None, None, None))(
+            means, covs, omega, nu, u
+        )
+        logits = jnp.where(t == 0, log_pi0, _take(log_pi, prev)) + log_next + log_lik + log_msg
+        log_probs = logits - logsumexp(logits)
+        new = jnp.where(sample, jnp.argmax(logits + g).astype(jnp.int32), current)
+        mean, cov = _take(means, new), _take(covs, new)
+        return (mean, cov, new), (new, mean, cov, log_probs)
+
+    init = (jnp.zeros(d, dtype), jnp.zeros((d, d), dtype), jnp.asarray(0, jnp.int32))
+    inputs = (
+        jnp.arange(t_max),
+        model.observations,
+        omegas,
+        nus,
+        modes,
+        log_pi_next,
+        gumbel,
+    )
+    _, (new_modes, means, covs, log_probs) = jax.lax.scan(step, init, inputs)
+    return new_modes, means, covs, log_probs
+
+
+# ----------------------------------------------------------------------------- log densities
+
+
+def _log_terms(states, model: _Model, theta):
+    """Per-mode log densities and quadratic forms of the current states.
+
+    Returns (log_x (T, M): log N(x_1; m0_j, P0_j) at t = 1 and log N(x_t; F_j x_{t-1} + b_j,
+    c_j Q_j) after (degenerate densities on the support for singular covariances), log_y (T, M):
+    log N(y_t; H_j x_t, r_j R_j) (0 on missing rows), dyn_quad (T - 1, M): w_t' Q_j^+ w_t,
+    emis_quad (T, M): v_t' R_j^-1 v_t (0 on missing rows)).
+    """
+    p = model.params
+    c, r = theta.dynamics_cov_scale, theta.emission_cov_scale
+    log_2pi = jnp.log(2.0 * jnp.pi)
+    w0 = states[0][None, :] - p.initial_means  # (M, d)
+    quad0 = jnp.einsum("mi,mij,mj->m", w0, model.p0_pinv, w0)
+    log_x0 = -0.5 * (quad0 + model.p0_rank * log_2pi + model.p0_logpdet)
+    pred = jnp.einsum("mij,tj->tmi", p.dynamics_matrices, states[:-1]) + p.dynamics_biases
+    w = states[1:, None, :] - pred  # (T - 1, M, d)
+    dyn_quad = jnp.einsum("tmi,mij,tmj->tm", w, model.q_pinv, w)
+    log_dyn = -0.5 * (dyn_quad / c + model.q_rank * (log_2pi + jnp.log(c)) + model.q_logpdet)
+    y = jnp.where(model.observed[:, None], model.observations, 0.0)
+    v = y[:, None, :] - jnp.einsum("moi,ti->tmo", p.emission_matrices, states)
+    seen = model.observed[:, None]
+    emis_quad = jnp.where(seen, jnp.einsum("tmi,mij,tmj->tm", v, model.r_inv, v), 0.0)
+    o = y.shape[1]
+    log_y = -0.5 * (emis_quad / r + o * (log_2pi + jnp.log(r)) + model.r_logdet)
+    log_y = jnp.where(seen, log_y, 0.0)
+    log_x = jnp.concatenate([log_x0[None], log_dyn])
+    return log_x, log_y, dyn_quad, emis_quad
+
+
+def _log_inv_gamma(x, shape, rate):
+    return shape * jnp.log(rate) - gammaln(shape) - (shape + 1.0) * jnp.log(x) - rate / x
+
+
+def _log_prior(theta, priors: _Priors):
+    """log of the priors' densities at theta (0 for fixed parameters)."""
+    alpha = priors.transition_concentration
+    log_pi = jnp.log(theta.transition_matrix)
+    log_dirichlet = jnp.sum(
+        gammaln(jnp.sum(alpha, -1))
+        - jnp.sum(gammaln(alpha), -1)
+        + jnp.sum(jnp.where(alpha == 1.0, 0.0, (alpha - 1.0) * log_pi), -1)
+    )
+    dyn, emis = priors.dynamics_cov_scale, priors.emission_cov_scale
+    terms = jnp.stack(
+        [
+            log_dirichlet,
+            jnp.sum(_log_inv_gamma(theta.dynamics_cov_scale, dyn[0], dyn[1])),
+            jnp.sum(_log_inv_gamma(theta.emission_cov_scale, emis[0], emis[1])),
+        ]
+    )
+    return jnp.sum(jnp.where(priors.sampled, terms, 0.0))
+
+
+def _log_joint(modes, states, model: _Model, theta, priors: _Priors):
+    """log p(x, s, y, theta)."""
+    log_x, log_y, _, _ = _log_terms(states, model, theta)
+    log_pi = jnp.log(theta.transition_matrix)
+    log_s = _pick(jnp.log(model.params.initial_probs), modes[0]) + jnp.sum(
+        _pick(_take(log_pi, modes[:-1]), modes[1:])
+    )
+    return log_s + jnp.sum(_pick(log_x + log_y, modes)) + _log_prior(theta, priors)
+
+
+# ----------------------------------------------------------------------------- modes, conditional
+
+
+def _conditional_modes(key, states, model: _Model, theta):
+    """s | x, theta, y by HMM forward filtering, backward sampling (needs PD Q_j and P0_j)."""
+    log_x, log_y, _, _ = _log_terms(states, model, theta)
+    log_e = log_x + log_y  # (T, M)
+    log_pi = jnp.log(theta.transition_matrix)
+
+    def forward(alpha, le):
+        alpha = le + logsumexp(alpha[:, None] + log_pi, axis=0)
+        return alpha, alpha
+
+    alpha0 = jnp.log(model.params.initial_probs) + log_e[0]
+    _, alphas = jax.lax.scan(forward, alpha0, log_e[1:])
+    alphas = jnp.concatenate([alpha0[None], alphas])
+    gumbel = jax.random.gumbel(key, alphas.shape, alphas.dtype)  # argmax = categorical draw
+    last = jnp.argmax(alphas[-1] + gumbel[-1]).astype(jnp.int32)
+
+    def backward(nxt, inp):
+        alpha, g = inp
+        s = jnp.argmax(alpha + _take(log_pi.T, nxt) + g).astype(jnp.int32)
+        return s, s
+
+    _, modes = jax.lax.scan(backward, last, (alphas[:-1], gumbel[:-1]), reverse=True)
+    return jnp.concatenate([modes, last[None]])
+
+
+# ----------------------------------------------------------------------------- parameters
+
+
+def _sample_parameters(key, modes, states, model: _Model, theta, priors: _Priors, update=True):
+    """theta | x, s, y: Dirichlet rows of Pi and inverse-gamma scales c_j, r_j (module
+    docstring); fixed parameters (and all of them unless ``update``, traced) are returned
+    unchanged."""
+    m = model.params.initial_probs.shape[0]
+    dtype = states.dtype
+    one_hot = jax.nn.one_hot(modes, m, dtype=dtype)  # (T, M)
+    _, _, dyn_quad, emis_quad = _log_terms(states, model, theta)
+    seen = one_hot * model.observed[:, None]
+    o = model.observations.shape[1]
+    counts = one_hot[:-1].T @ one_hot[1:]
+    shapes = jnp.concatenate(
+        [
+            (priors.transition_concentration + counts).ravel(),
+            priors.dynamics_cov_scale[0] + 0.5 * model.q_rank * jnp.sum(one_hot[1:], axis=0),
+            priors.emission_cov_scale[0] + 0.5 * o * jnp.sum(seen, axis=0),
+        ]
+    )
+    log_g = _log_gamma(key, shapes)  # one rejection loop for all of them
+    log_g_pi = log_g[: m * m].reshape(m, m)
+    trans = jnp.exp(log_g_pi - logsumexp(log_g_pi, axis=-1, keepdims=True))
+    rate_c = priors.dynamics_cov_scale[1] + 0.5 * jnp.sum(one_hot[1:] * dyn_quad, axis=0)
+    rate_r = priors.emission_cov_scale[1] + 0.5 * jnp.sum(seen * emis_quad, axis=0)
+    c = jnp.exp(jnp.log(rate_c) - log_g[m * m : m * m + m])
+    r = jnp.exp(jnp.log(rate_r) - log_g[m * m + m :])
+    sampled = priors.sampled & update
+    return theta._replace(
+        transition_matrix=jnp.where(sampled[0], trans, theta.transition_matrix),
+        dynamics_cov_scale=jnp.where(sampled[1], c, theta.dynamics_cov_scale),
+        emission_cov_scale=jnp.where(sampled[2], r, theta.emission_cov_scale),
+    )
+
+
+# ----------------------------------------------------------------------------- kernel
+
+
+MODE_INDEX = {"collapsed": 0, "conditional": 1}
+_KEEP_MODES = 2  # the initial sweep: modes kept, x | s, y drawn, theta kept
+
+
+def _initial_state(modes, p: SwitchingParams) -> SwitchingGibbsState:
+    """modes (T,), states 0 (to be drawn by a sweep that keeps the modes), theta at
+    ``params`` (scales 1), lp 0."""
+    m = p.initial_probs.shape[0]
+    dtype = p.initial_means.dtype
+    return SwitchingGibbsState(
+        modes=modes.astype(jnp.int32),
+        states=jnp.zeros((modes.shape[0], p.initial_means.shape[1]), dtype),
+        transition_matrix=p.transition_matrix,
+        dynamics_cov_scale=jnp.ones(m, dtype),
+        emission_cov_scale=jnp.ones(m, dtype),
+        lp=jnp.zeros((), dtype),
+    )
+
+
+def _mode_step(key, state: SwitchingGibbsState, model: _Model, mode_index):
+    """New modes and the Kalman filter (means (T, d), covs (T, d, d)) under them.
+
+    ``mode_index`` (traced, so both samplers and the initial sweep share one compiled sweep):
+    0 collapsed (its forward pass is the filter), 1 conditional (HMM FFBS of s | x, then the
+    filter), 2 keep the modes (then the filter).
+    """
+    q, _, r = _scaled(model, state)
+
+    def collapsed(_):
+        modes, means, covs, _ = _collapsed_pass(key, state.modes, model, state)
+        return modes, means, covs
+
+    def filtered(_):
+        modes = jax.lax.cond(
+            mode_index == 1,
+            lambda: _conditional_modes(key, state.states, model, state),
+            lambda: state.modes.astype(jnp.int32),
+        )
+        return modes, *_kalman_filter(modes, model, q, r)
+
+    return jax.lax.cond(mode_index == 0, collapsed, filtered, None)
+
+
+def _sweep(
+    key, state: SwitchingGibbsState, model: _Model, priors: _Priors, mode_index, update_theta
+):
+    """One sweep: s | theta, y (collapsed) or s | x, theta, y (or s kept); x | s, theta, y by
+    FFBS; theta | x, s (with priors, when ``update_theta``); lp of the new state."""
+    key_s, key_x, key_theta = jax.random.split(key, 3)
+    modes, means, covs = _mode_step(key_s, state, model, mode_index)
+    q, _, _ = _scaled(model, state)
+    states = _backward_sample(key_x, modes, means, covs, model, q)
+    theta = _sample_parameters(key_theta, modes, states, model, state, priors, update_theta)
+    lp = _log_joint(modes, states, model, theta, priors)
+    return theta._replace(modes=modes, states=states, lp=lp)
+
+
+@jax.jit
+def _step_jit(key, state, params, observations, priors, mode_index, update_theta):
+    return _sweep(key, state, _prepare(params, observations), priors, mode_index, update_theta)
+
+
+@functools.partial(jax.jit, static_argnames=("num_steps",))
+def _prior_modes(key, initial_probs, transition_matrix, num_steps):
+    """(num_steps,) a draw of s_{1:T} from the Markov prior."""
+    key0, key_rest = jax.random.split(key)
+    s0 = jax.random.categorical(key0, jnp.log(initial_probs)).astype(jnp.int32)
+
+    def step(s, k):
+        s = jax.random.categorical(k, jnp.log(transition_matrix[s])).astype(jnp.int32)
+        return s, s
+
+    _, rest = jax.lax.scan(step, s0, jax.random.split(key_rest, num_steps - 1))
+    return jnp.concatenate([s0[None], rest])
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_mode_sampler(mode_sampler) -> str:
+    if not isinstance(mode_sampler, str) or mode_sampler not in MODE_SAMPLERS:
+        raise ValueError(f"mode_sampler: unknown {mode_sampler!r}; known: {list(MODE_SAMPLERS)}")
+    return mode_sampler
+
+
+def _check_definite(params: SwitchingParams) -> None:
+    """The conditional mode sampler needs densities of x: PD Q_j and P0_j."""
+    for field in ("dynamics_covs", "initial_covs"):
+        covs = np.asarray(getattr(params, field), dtype=np.float64)
+        eig = np.linalg.eigvalsh(covs)
+        if np.any(eig <= 1e-12 * np.maximum(eig[..., -1:], 1e-300)):
+            raise ValueError(
+                f"params.{field}: mode_sampler='conditional' needs positive definite "
+                "covariances (given the states, a singular Q_j fixes the modes, so s | x "
+                "cannot mix); use mode_sampler='collapsed'"
+            )
+
+
+def _check_priors(priors, m: int, dtype) -> _Priors:
+    """``SwitchingPriors`` (or None), checked by ``models.switching.check_priors``, as
+    ``_Priors`` of arrays in ``dtype`` (shape and rate broadcast to (M,))."""
+    checked = check_priors("priors", priors, m)
+
+    def pair(value):
+        if value is None:
+            return jnp.ones((2, m), dtype)
+        return jnp.stack([jnp.broadcast_to(jnp.asarray(v, dtype), (m,)) for v in value])
+
+    alpha = checked.transition_concentration
+    return _Priors(
+        jnp.ones((m, m), dtype) if alpha is None else jnp.asarray(alpha, dtype),
+        pair(checked.dynamics_cov_scale),
+        pair(checked.emission_cov_scale),
+        jnp.asarray([f is not None for f in checked]),
+    )
+
+
+def _check_modes(name: str, modes, shape: tuple[int, ...], m: int) -> np.ndarray:
+    arr = np.asarray(modes)
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise ValueError(f"{name}: expected integer mode labels, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating) and not np.all(
+        np.isfinite(arr) & (arr == np.round(arr))
+    ):
+        raise ValueError(f"{name}: expected integer mode labels")
+    if arr.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {arr.shape}")
+    if np.any(arr < 0) or np.any(arr >= m):
+        raise ValueError(f"{name}: labels must be in 0..{m - 1}")
+    return arr.astype(np.int32)
+
+
+def _is_concrete(*trees) -> bool:
+    return not any(_checks.is_traced(leaf) for tree in trees for leaf in jax.tree.leaves(tree))
+
+
+# ----------------------------------------------------------------------------- public kernel
+
+
+def switching_gibbs_init(
+    key: jax.Array,
+    params: SwitchingParams,
+    observations,
+    *,
+    modes=None,
+    priors: SwitchingPriors | None = None,
+) -> SwitchingGibbsState:
+    """Initial state of one chain: x ~ p(x | s, y) at ``modes`` (default: s drawn from the
+    Markov prior (pi0, Pi)), Pi = ``params.transition_matrix``, scales c = r = 1.
+
+    Args:
+        key: a ``jax.random`` key.
+        params: ``SwitchingParams``.
+        observations: (T, o); a row with NaN is missing.
+        modes: optional (T,) integer labels in 0..M-1.
+        priors: optional ``models.switching.SwitchingPriors`` (for ``lp``).
+    """
+    _checks.check_key("key", key)
+    params, obs = check_inputs(params, observations)
+    m = params.initial_probs.shape[0]
+    prior = _check_priors(priors, m, obs.dtype)
+    key_s, key_x = jax.random.split(key)
+    if modes is None:
+        s = _prior_modes(key_s, params.initial_probs, params.transition_matrix, obs.shape[0])
+    else:
+        s = jnp.asarray(_check_modes("modes", modes, (obs.shape[0],), m))
+    state = _initial_state(s, SwitchingParams(*(jnp.asarray(a) for a in params)))
+    # the sweep that keeps the modes and theta: the same compiled function as the steps
+    return _step_jit(key_x, state, params, obs, prior, _KEEP_MODES, False)
+
+
+def switching_gibbs_step(
+    key: jax.Array,
+    state: SwitchingGibbsState,
+    params: SwitchingParams,
+    observations,
+    *,
+    priors: SwitchingPriors | None = None,
+    mode_sampler: str = "collapsed",
+) -> SwitchingGibbsState:
+    """One Gibbs sweep (module docstring): modes, then states x | s, theta, y, then (with
+    ``priors``) theta | x, s, y. Pure and jit-able; ``mode_sampler`` is static.
+
+    With concrete arguments, ``params`` and ``observations`` are validated on every call (as
+    in ``run_switching_gibbs``); under ``jax.jit`` those value checks are skipped.
+
+    Args:
+        key: a ``jax.random`` key.
+        state: ``SwitchingGibbsState`` (from ``switching_gibbs_init`` or a previous step).
+        params, observations: as for ``run_switching_gibbs``.
+        priors: optional ``models.switching.SwitchingPriors``; without it theta stays fixed.
+        mode_sampler: "collapsed" (default) or "conditional" (needs PD Q_j).
+    """
+    mode_sampler = _check_mode_sampler(mode_sampler)
+    if not isinstance(state, SwitchingGibbsState):
+        raise ValueError(f"state: expected a SwitchingGibbsState, got {type(state).__name__}")
+    if _is_concrete(params, observations):
+        _checks.check_key("key", key)
+        params, observations = check_inputs(params, observations)
+        if mode_sampler == "conditional":
+            _check_definite(params)
+    m = np.shape(params.initial_probs)[0]
+    t_max, d = np.shape(observations)[0], np.shape(params.initial_means)[1]
+    if np.shape(state.modes) != (t_max,) or np.shape(state.states) != (t_max, d):
+        raise ValueError(
+            f"state: expected modes ({t_max},) and states ({t_max}, {d}), got "
+            f"{np.shape(state.modes)} and {np.shape(state.states)}"
+        )
+    prior = _check_priors(priors, m, jnp.asarray(observations).dtype)
+    return _step_jit(key, state, params, observations, prior, MODE_INDEX[mode_sampler], True)
+
+
+# ----------------------------------------------------------------------------- public run
+
+
+@functools.partial(jax.jit, static_argnames=("num_samples",))
+def _run_chains(
+    key, init_modes, from_prior, params, observations, priors, num_warmup, num_samples, mode_index
+):
+    """All chains (vmapped) in one fori_loop: sweep 0 keeps the initial modes and draws
+    x | s, y; sweeps 1..num_warmup + num_samples are Gibbs sweeps, the state after sweep i
+    recorded into slot i - 1 - num_warmup once that is >= 0. The chains start at
+    ``init_modes`` (C, T), or at draws from the Markov prior when ``from_prior``. Everything
+    but the sizes is traced (the mode sampler too), so one compiled sampler serves every run
+    of the same shapes. Returns the recorded ``SwitchingGibbsState`` with leading axes
+    (chain, draw)."""
+    model = _prepare(params, observations)
+    num_chains, num_steps = init_modes.shape
+    key_loop, key_prior = jax.random.split(key)
+    prior_modes = jax.vmap(_prior_modes, (0, None, None, None))(
+        jax.random.split(key_prior, num_chains),
+        model.params.initial_probs,
+        model.params.transition_matrix,
+        num_steps,
+    )
+    init_modes = jnp.where(from_prior, prior_modes, init_modes)
+    state = jax.vmap(_initial_state, (0, None))(init_modes, model.params)
+    buffers = jax.tree.map(lambda a: jnp.zeros((num_samples, *a.shape), a.dtype), state)
+    sweep = jax.vmap(_sweep, (0, 0, None, None, None, None))
+
+    def body(i, carry):
+        state, buffers = carry
+        keys = jax.random.split(jax.random.fold_in(key_loop, i), num_chains)
+        index = jnp.where(i == 0, _KEEP_MODES, mode_index)
+        state = sweep(keys, state, model, priors, index, i > 0)
+        slot = i - 1 - num_warmup
+        keep = slot >= 0
+        slot = jnp.maximum(slot, 0)
+        buffers = jax.tree.map(
+            lambda b, s: b.at[slot].set(jnp.where(keep, s, b[slot])), buffers, state
+        )
+        return state, buffers
+
+    total = 1 + num_warmup + num_samples
+    _, buffers = jax.lax.fori_loop(0, total, body, (state, buffers))
+    return jax.tree.map(lambda b: jnp.moveaxis(b, 0, 1), buffers)
+
+
+def run_switching_gibbs(
+    key: jax.Array,
+    params: SwitchingParams,
+    observations,
+    *,
+    priors: SwitchingPriors | None = None,
+    num_warmup: int = 500,
+    num_samples: int = 1000,
+    num_chains: int = 4,
+    mode_sampler: str = "collapsed",
+    init_modes=None,
+) -> xr.DataTree:
+    """Gibbs sampling of p(s, x, theta | y) for the switching state-space model, as a DataTree.
+
+    Each sweep draws the modes (collapsed single-site by default, see the module docstring
+    for why), then x | s, theta, y by Kalman FFBS, then theta | x, s, y when ``priors`` are
+    given. The chains are independent and start from different modes; they run vmapped in one
+    ``fori_loop``, compiled once per (shapes, num_chains, num_samples) and reused: the mode
+    sampler, the priors and ``num_warmup`` are traced.
+
+    Args:
+        key: a ``jax.random`` key.
+        params: ``SwitchingParams`` (Q_j may be singular PSD for the collapsed sampler).
+        observations: (T, o); a row with NaN is a missing observation.
+        priors: optional ``models.switching.SwitchingPriors``: Dirichlet rows of Pi and
+            inverse-gamma scales c_j, r_j of Q_j = c_j params.dynamics_covs[j] and
+            R_j = r_j params.emission_covs[j]; a field that is None stays fixed.
+        num_warmup: sweeps discarded per chain; draw k is the state after num_warmup + k + 1
+            sweeps (after the initial draw of the states at the initial modes).
+        num_samples: draws kept per chain.
+        num_chains: independent chains.
+        mode_sampler: "collapsed" (default) or "conditional" (HMM FFBS of s | x; needs PD
+            ``params.dynamics_covs`` and ``params.initial_covs``).
+        init_modes: None or "prior" (each chain's modes drawn from the Markov prior), or
+            integer labels of shape (T,) for every chain or (num_chains, T). The states start
+            at a draw of x | s, y, theta at ``params``.
+
+    Returns:
+        A DataTree with posterior ``states`` (chain, draw, time, state_dim) and ``modes``
+        (chain, draw, time) int32, and for the parameters with a prior ``transition_matrix``
+        (chain, draw, mode_from, mode_to), ``dynamics_cov_scale`` and ``emission_cov_scale``
+        (chain, draw, mode); sample_stats ``lp`` = log p(x, s, y, theta) (on the constrained
+        space; degenerate Gaussian densities on their support for singular Q_j, P0_j);
+        observed_data ``observations`` (time, obs_dim). ``posterior.attrs``: sampling_time
+        (wall seconds, compilation included on a shape's first call), sampler, mode_sampler,
+        chain_method, num_warmup.
+    """
+    _checks.check_key("key", key)
+    params, obs = check_inputs(params, observations)
+    m = params.initial_probs.shape[0]
+    t_max = obs.shape[0]
+    num_warmup = _checks.check_positive_int("num_warmup", num_warmup, minimum=0)
+    num_samples = _checks.check_positive_int("num_samples", num_samples)
+    num_chains = _checks.check_positive_int("num_chains", num_chains)
+    mode_sampler = _check_mode_sampler(mode_sampler)
+    if mode_sampler == "conditional":
+        _check_definite(params)
+    prior = _check_priors(priors, m, obs.dtype)
+    start = time.perf_counter()
+    from_prior = init_modes is None or (isinstance(init_modes, str) and init_modes == "prior")
+    if from_prior:
+        modes0 = np.zeros((num_chains, t_max), np.int32)
+    elif isinstance(init_modes, str):
+        raise ValueError(f"init_modes: unknown {init_modes!r}; known: {list(INITS)} or labels")
+    else:
+        arr = np.asarray(init_modes)
+        shape = (t_max,) if arr.ndim == 1 else (num_chains, t_max)
+        arr = _check_modes("init_modes", arr, shape, m)
+        modes0 = np.broadcast_to(arr, (num_chains, t_max))
+    draws = _run_chains(
+        key,
+        modes0,
+        np.asarray(from_prior),
+        params,
+        obs,
+        prior,
+        jnp.asarray(num_warmup, jnp.int32),
+        num_samples,
+        jnp.asarray(MODE_INDEX[mode_sampler], jnp.int32),
+    )
+    jax.block_until_ready(draws)
+    elapsed = time.perf_counter() - start
+
+    posterior = {"states": np.asarray(draws.states), "modes": np.asarray(draws.modes)}
+    names = ("transition_matrix", "dynamics_cov_scale", "emission_cov_scale")
+    for name, sampled in zip(names, np.asarray(prior.sampled), strict=True):
+        if sampled:
+            posterior[name] = np.asarray(getattr(draws, name))
+    return az.from_dict(
+        {
+            "posterior": posterior,
+            "sample_stats": {"lp": np.asarray(draws.lp)},
+            "observed_data": {"observations": np.asarray(obs)},
+        },
+        dims=switching_dims(priors) | {"modes": ["time"], "observations": ["time", "obs_dim"]},
+        attrs={
+            "posterior": {
+                "sampling_time": elapsed,
+                "sampler": "switching-gibbs",
+                "mode_sampler": mode_sampler,
+                "chain_method": "vectorized",
+                "num_warmup": num_warmup,
+            }
+        },
+    )
+
+
+__all__ = [
+    "MODE_SAMPLERS",
+    "SwitchingGibbsState",
+    "run_switching_gibbs",
+    "switching_gibbs_init",
+    "switching_gibbs_step",
+]

@@ -1,0 +1,660 @@
+"""Gibbs sampling of the switching state-space model (``inference.switching_gibbs``).
+
+Checked against dense Gaussian computations written out here in NumPy/SciPy: the collapsed
+single-site conditionals p(s_t | s_{-t}, y) against normalising p(s, y) over s_t (log p(y | s)
+from the dense joint of (x, y) given s), the Kalman FFBS draws against the dense conditional of
+x | s, y, the conditional mode sampler against p(s | x, y) enumerated over histories, the
+conjugate parameter draws against SciPy's Beta and inverse-gamma laws, ``lp`` against SciPy
+log-densities (and, summed over histories, against ``models.switching.switching_log_joint``),
+and short chains against the exact smoothing posterior of ``switching_bruteforce``. Slow: the
+maneuvering-target scenario, R-hat of every state coordinate.
+"""
+
+import functools
+import itertools
+import time
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import logsumexp
+from switching_bruteforce import enumerate_posterior, random_switching_params
+
+from inference import switching_gibbs as sg
+from inference.kalman import check_inputs, kalman_update
+from inference.mcmc import diagnostics, run_nuts
+from models.switching import (
+    SwitchingParams,
+    SwitchingPriors,
+    maneuvering_target,
+    simulate,
+    switching_dims,
+    switching_log_joint,
+    switching_model,
+)
+
+T = 6
+MISSING_ROW = 3
+NUM_CHAINS = 4
+NUM_SAMPLES = 2000  # one compiled configuration for every fast run
+NO_PRIORS = sg._check_priors(None, 2, jnp.float64)
+
+
+# ----------------------------------------------------------------------------- problems
+
+
+def _problem(seed: int, singular_q: bool, num_steps: int = T, missing=(MISSING_ROW,)):
+    """A random M = 2, d = 2, o = 1 model, a simulated series with NaN rows, and the truth."""
+    params = random_switching_params(np.random.default_rng(seed), singular_q=singular_q)
+    modes, states, y = (np.asarray(a) for a in simulate(jax.random.key(seed), params, num_steps))
+    y = y.copy()
+    y[list(missing)] = np.nan
+    return params, y, modes, states
+
+
+@functools.cache
+def singular_problem():
+    return _problem(3, singular_q=True)
+
+
+@functools.cache
+def definite_problem():
+    return _problem(4, singular_q=False)
+
+
+@functools.cache
+def known_start_problem():
+    """Singular Q and P0 = 0 (x_1 = m0 known): F P F' + Q is singular in the backward pass."""
+    params, y, modes, _ = singular_problem()
+    params = params._replace(initial_covs=np.zeros_like(params.initial_covs))
+    _, states, _ = simulate(jax.random.key(3), params, T)
+    return params, y, modes, np.asarray(states)
+
+
+PROBLEMS = {
+    "singular-q": singular_problem,
+    "definite": definite_problem,
+    "known-start": known_start_problem,
+}
+
+
+def _model(params, y):
+    return sg._prepare(*check_inputs(params, y))
+
+
+def _theta(params, trans=None, c=(1.0, 1.0), r=(1.0, 1.0)):
+    """A state carrying theta = (Pi, c, r) (modes and states unused)."""
+    return sg.SwitchingGibbsState(
+        modes=jnp.zeros(T, jnp.int32),
+        states=jnp.zeros((T, 2)),
+        transition_matrix=jnp.asarray(params.transition_matrix if trans is None else trans),
+        dynamics_cov_scale=jnp.asarray(c, float),
+        emission_cov_scale=jnp.asarray(r, float),
+        lp=jnp.zeros(()),
+    )
+
+
+def _effective(params, theta) -> SwitchingParams:
+    """params with Pi, Q_j = c_j Q_j, R_j = r_j R_j of theta."""
+    c, r = np.asarray(theta.dynamics_cov_scale), np.asarray(theta.emission_cov_scale)
+    return params._replace(
+        transition_matrix=np.asarray(theta.transition_matrix),
+        dynamics_covs=c[:, None, None] * np.asarray(params.dynamics_covs),
+        emission_covs=r[:, None, None] * np.asarray(params.emission_covs),
+    )
+
+
+# ----------------------------------------------------------------------------- dense references
+
+
+def dense_joint(p: SwitchingParams, hist):
+    """Mean (T, d), (T, o) and covariance blocks of (x_{1:T}, y_{1:T}) given the history s, by
+    the covariance recursion V[t, u] = F_t V[t-1, u] (u < t), V[t, t] = F_t V[t-1, t-1] F_t' + Q_t.
+
+    Returns (mx (T d,), vxx (T d, T d), my (T o,), vyy (T o, T o), vxy (T d, T o)).
+    """
+    p = SwitchingParams(*(np.asarray(a, float) for a in p))
+    n, d = len(hist), p.initial_means.shape[1]
+    o = p.emission_matrices.shape[1]
+    mx = np.zeros((n, d))
+    v = np.zeros((n, n, d, d))
+    mx[0], v[0, 0] = p.initial_means[hist[0]], p.initial_covs[hist[0]]
+    for t in range(1, n):
+        f = p.dynamics_matrices[hist[t]]
+        mx[t] = f @ mx[t - 1] + p.dynamics_biases[hist[t]]
+        for u in range(t):
+            v[t, u] = f @ v[t - 1, u]
+            v[u, t] = v[t, u].T
+        v[t, t] = f @ v[t - 1, t - 1] @ f.T + p.dynamics_covs[hist[t]]
+    h = [p.emission_matrices[j] for j in hist]
+    vxx = v.transpose(0, 2, 1, 3).reshape(n * d, n * d)
+    my = np.concatenate([h[t] @ mx[t] for t in range(n)])
+    vxy = np.block([[v[t, u] @ h[u].T for u in range(n)] for t in range(n)])
+    vyy = np.block(
+        [
+            [
+                h[t] @ v[t, u] @ h[u].T + (p.emission_covs[hist[t]] if t == u else 0)
+                for u in range(n)
+            ]
+            for t in range(n)
+        ]
+    )
+    del o
+    return mx.ravel(), vxx, my, vyy, vxy
+
+
+def _observed(y):
+    return np.flatnonzero(~np.isnan(y.ravel()))
+
+
+def log_joint_modes_y(p: SwitchingParams, y, hist) -> float:
+    """log p(s, y) = log p(s) + log N(y_obs; dense mean, dense covariance)."""
+    _, _, my, vyy, _ = dense_joint(p, hist)
+    rows = _observed(y)
+    log_s = np.log(p.initial_probs[hist[0]]) + sum(
+        np.log(p.transition_matrix[a, b]) for a, b in itertools.pairwise(hist)
+    )
+    return log_s + stats.multivariate_normal(my[rows], vyy[np.ix_(rows, rows)]).logpdf(
+        y.ravel()[rows]
+    )
+
+
+def states_given_modes(p: SwitchingParams, y, hist):
+    """Mean (T d,) and covariance (T d, T d) of x | s, y by dense Gaussian conditioning."""
+    mx, vxx, my, vyy, vxy = dense_joint(p, hist)
+    rows = _observed(y)
+    gain = np.linalg.solve(vyy[np.ix_(rows, rows)], vxy[:, rows].T).T
+    mean = mx + gain @ (y.ravel()[rows] - my[rows])
+    cov = vxx - gain @ vxy[:, rows].T
+    return mean, 0.5 * (cov + cov.T)
+
+
+def log_joint_scipy(p: SwitchingParams, y, hist, x, theta=None, priors=None) -> float:
+    """log p(x, s, y, theta) with SciPy log-densities (degenerate ones for singular Q_j)."""
+    p = SwitchingParams(*(np.asarray(a, float) for a in p))
+    out = np.log(p.initial_probs[hist[0]])
+    out += sum(np.log(p.transition_matrix[a, b]) for a, b in itertools.pairwise(hist))
+    mvn = functools.partial(stats.multivariate_normal.logpdf, allow_singular=True)
+    out += mvn(x[0], p.initial_means[hist[0]], p.initial_covs[hist[0]])
+    for t in range(1, len(hist)):
+        j = hist[t]
+        mean = p.dynamics_matrices[j] @ x[t - 1] + p.dynamics_biases[j]
+        out += mvn(x[t], mean, p.dynamics_covs[j])
+    for t, j in enumerate(hist):
+        if not np.isnan(y[t]).any():
+            out += mvn(y[t], p.emission_matrices[j] @ x[t], p.emission_covs[j])
+    if priors is not None:
+        for row, alpha in zip(p.transition_matrix, priors.transition_concentration, strict=True):
+            out += stats.dirichlet(alpha).logpdf(row)
+        for prior, value in (
+            (priors.dynamics_cov_scale, theta.dynamics_cov_scale),
+            (priors.emission_cov_scale, theta.emission_cov_scale),
+        ):
+            shape, rate = (np.broadcast_to(v, (2,)) for v in prior)
+            out += np.sum(stats.invgamma(shape, scale=rate).logpdf(np.asarray(value)))
+    return float(out)
+
+
+# ----------------------------------------------------------------------------- jitted internals
+
+
+@functools.cache
+def _collapsed_fn():
+    """The collapsed pass (sample: traced flag; False keeps every s_t)."""
+    return jax.jit(sg._collapsed_pass)
+
+
+@functools.cache
+def _ffbs_fn():
+    return jax.jit(jax.vmap(sg._sample_states, (0, None, None, None)))
+
+
+@functools.cache
+def _log_joint_fn():
+    return jax.jit(sg._log_joint)
+
+
+@functools.cache
+def _parameters_fn():
+    return jax.jit(jax.vmap(sg._sample_parameters, (0, None, None, None, None, None)))
+
+
+@functools.cache
+def _run(mode_sampler: str, singular: bool):
+    """Short chains (4 x 2000 draws) on the random T = 6 problem, shared by the tests."""
+    params, y, _, _ = singular_problem() if singular else definite_problem()
+    return sg.run_switching_gibbs(
+        jax.random.key(11),
+        params,
+        y,
+        num_warmup=100,
+        num_samples=NUM_SAMPLES,
+        num_chains=NUM_CHAINS,
+        mode_sampler=mode_sampler,
+    )
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+def test_fused_kalman_update_and_psd_factor_match_references():
+    """The written-out update equals ``kalman.kalman_update`` (also on a NaN row), and the
+    pivoted factor reproduces singular PSD matrices to round-off."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(3, 3))
+    cov, h = a @ a.T + 0.1 * np.eye(3), rng.normal(size=(2, 3))
+    r, mean, y = np.diag([0.5, 2.0]), rng.normal(size=3), rng.normal(size=2)
+    for obs in (y, np.array([np.nan, 1.0])):
+        got = jax.jit(sg._update)(mean, cov, obs, h, r)
+        want = jax.jit(kalman_update)(mean, cov, obs, h, r)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    g = rng.normal(size=(4, 2))
+    for mat in (g @ g.T, np.zeros((4, 4)), cov, maneuvering_target().dynamics_covs[1]):
+        c = np.asarray(jax.jit(sg._psd_factor)(jnp.asarray(mat)))
+        np.testing.assert_allclose(c @ c.T, mat, rtol=0, atol=1e-14 * max(1.0, np.abs(mat).max()))
+
+
+@pytest.mark.parametrize("problem", list(PROBLEMS))
+def test_collapsed_conditionals_equal_brute_force(problem):
+    """p(s_t | s_{-t}, theta, y) from the backward information pass and the forward candidate
+    updates equals p(s, y) normalised over s_t (dense Gaussians), for every t, a NaN row, at
+    theta != the defaults."""
+    params, y, _, _ = PROBLEMS[problem]()
+    model = _model(params, y)
+    theta = _theta(params, trans=[[0.7, 0.3], [0.45, 0.55]], c=(0.6, 1.7), r=(1.3, 0.8))
+    eff = _effective(params, theta)
+    rng = np.random.default_rng(1)
+    for hist in (np.zeros(T, int), rng.integers(0, 2, T), rng.integers(0, 2, T)):
+        kept, _, _, log_probs = _collapsed_fn()(
+            jax.random.key(0), jnp.asarray(hist), model, theta, False
+        )
+        np.testing.assert_array_equal(kept, hist)
+        for t in range(T):
+            logs = []
+            for j in range(2):
+                h = hist.copy()
+                h[t] = j
+                logs.append(log_joint_modes_y(eff, y, h))
+            want = np.exp(np.array(logs) - logsumexp(logs))
+            np.testing.assert_allclose(np.exp(log_probs[t]), want, rtol=0, atol=1e-8)
+
+
+def test_collapsed_sweep_uses_new_past_and_old_future():
+    """In a sampling sweep, the conditional of s_t is taken given the new s_{1:t-1} and the old
+    s_{t+1:T} (a valid systematic-scan Gibbs sweep), and the filter it returns is the Kalman
+    filter under the new modes."""
+    params, y, _, _ = singular_problem()
+    model = _model(params, y)
+    theta = _theta(params)
+    old = np.array([1, 0, 0, 1, 1, 0])
+    for seed in range(3):
+        new, means, covs, log_probs = _collapsed_fn()(
+            jax.random.key(seed), jnp.asarray(old), model, theta, True
+        )
+        new = np.asarray(new)
+        for t in range(T):
+            logs = [log_joint_modes_y(params, y, np.r_[new[:t], j, old[t + 1 :]]) for j in (0, 1)]
+            want = np.exp(np.array(logs) - logsumexp(logs))
+            np.testing.assert_allclose(np.exp(log_probs[t]), want, rtol=0, atol=1e-8)
+        # the last filtered moments are those of x_T | s_new, y
+        mean, cov = states_given_modes(params, y, new)
+        np.testing.assert_allclose(means[-1], mean[-2:], atol=1e-9)
+        np.testing.assert_allclose(covs[-1], cov[-2:, -2:], atol=1e-9)
+
+
+@pytest.mark.parametrize("problem", list(PROBLEMS))
+def test_ffbs_draws_match_dense_conditional(problem):
+    """20000 Kalman FFBS draws of x | s, y: mean and covariance within Monte Carlo error of the
+    dense conditional; with singular Q every draw has x_t - F x_{t-1} - b in range(Q), and with
+    P0 = 0 every draw starts at m0."""
+    params, y, _, _ = PROBLEMS[problem]()
+    singular = problem != "definite"
+    model = _model(params, y)
+    theta = _theta(params, c=(0.8, 1.4), r=(1.0, 0.5))
+    eff = _effective(params, theta)
+    hist = np.array([0, 1, 1, 0, 1, 0])
+    n = 20_000
+    draws = np.asarray(
+        _ffbs_fn()(jax.random.split(jax.random.key(5), n), jnp.asarray(hist), model, theta)
+    )
+    mean, cov = states_given_modes(eff, y, hist)
+    flat = draws.reshape(n, -1)
+    se = np.sqrt(np.diag(cov) / n)
+    assert np.all(np.abs(flat.mean(0) - mean) <= 5 * se + 1e-10)
+    var = np.diag(cov)
+    se_cov = np.sqrt((np.outer(var, var) + cov**2) / n)
+    assert np.all(np.abs(np.cov(flat.T) - cov) <= 5 * se_cov + 1e-10)
+    assert np.all(np.isfinite(draws))
+    if problem == "known-start":
+        assert np.max(np.abs(draws[:, 0] - params.initial_means[hist[0]])) < 1e-12
+    if singular:
+        p = SwitchingParams(*(np.asarray(a) for a in eff))
+        for t in range(1, T):
+            j = hist[t]
+            w = draws[:, t] - draws[:, t - 1] @ p.dynamics_matrices[j].T - p.dynamics_biases[j]
+            eig, vec = np.linalg.eigh(p.dynamics_covs[j])
+            null = vec[:, eig < 1e-12 * eig.max()]
+            assert null.shape[1] == 1
+            assert np.max(np.abs(w @ null)) < 1e-9
+
+
+def test_conditional_mode_draws_match_enumeration():
+    """HMM FFBS of s | x, y: the law of 20000 draws matches p(s | x, y) enumerated over the 2^T
+    histories with SciPy densities (marginals, and the joint of two steps), on a model whose
+    two modes are close enough for the states not to pin them down."""
+    params, y, _, _ = definite_problem()
+    p = SwitchingParams(*(np.asarray(a) for a in params))
+    close = p._replace(
+        initial_means=p.initial_means[[0, 0]] + [[0, 0], [0.3, 0]],
+        dynamics_matrices=p.dynamics_matrices[[0, 0]] * [[[1.0]], [[0.9]]],
+        dynamics_biases=p.dynamics_biases[[0, 0]] + [[0, 0], [0.2, -0.1]],
+        dynamics_covs=p.dynamics_covs[[0, 0]] * [[[1.0]], [[1.5]]],
+        emission_matrices=p.emission_matrices[[0, 0]],
+        emission_covs=p.emission_covs[[0, 0]] * [[[1.0]], [[0.7]]],
+    )
+    _, states, _ = (np.asarray(a) for a in simulate(jax.random.key(9), close, T))
+    model = _model(close, y)
+    hists = np.array(list(itertools.product(range(2), repeat=T)))
+    logs = np.array([log_joint_scipy(close, y, h, states) for h in hists])
+    probs = np.exp(logs - logsumexp(logs))
+    marg = probs @ hists
+    assert np.sum((marg > 0.1) & (marg < 0.9)) >= 3  # the test has something to test
+    n = 20_000
+    fn = jax.jit(jax.vmap(sg._conditional_modes, (0, None, None, None)))
+    keys = jax.random.split(jax.random.key(2), n)
+    draws = np.asarray(fn(keys, jnp.asarray(states), model, _theta(close)))
+    assert np.all(np.abs(draws.mean(0) - marg) <= 5 * np.sqrt(marg * (1 - marg) / n))
+    both = probs @ (hists[:, 1] * hists[:, 2])
+    freq = np.mean(draws[:, 1] * draws[:, 2])
+    assert abs(freq - both) <= 5 * np.sqrt(both * (1 - both) / n)
+
+
+# ----------------------------------------------------------------------------- densities, priors
+
+
+PRIORS = SwitchingPriors(
+    transition_concentration=np.array([[2.0, 1.0], [1.5, 3.0]]),
+    dynamics_cov_scale=(2.0, 1.0),
+    emission_cov_scale=(3.0, np.array([0.5, 2.0])),
+)
+
+
+@pytest.mark.parametrize("singular", [True, False])
+def test_lp_matches_scipy(singular):
+    """lp = log p(x, s, y, theta) against SciPy (degenerate Gaussians for singular Q, with the
+    Dirichlet and inverse-gamma priors); without priors and summed over all histories it is
+    ``switching_log_joint``'s log p(x, y) (PD Q)."""
+    params, y, modes, states = singular_problem() if singular else definite_problem()
+    model = _model(params, y)
+    theta = _theta(params, trans=[[0.6, 0.4], [0.2, 0.8]], c=(0.7, 1.2), r=(1.5, 0.9))
+    priors = sg._check_priors(PRIORS, 2, jnp.float64)
+    log_joint = _log_joint_fn()
+    got = float(log_joint(jnp.asarray(modes), jnp.asarray(states), model, theta, priors))
+    eff = _effective(params, theta)
+    want = log_joint_scipy(eff, y, modes, states, theta, PRIORS)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    if not singular:
+        hists = jnp.asarray(list(itertools.product(range(2), repeat=T)))
+        each = jax.vmap(log_joint, (0, None, None, None, None))(
+            hists, jnp.asarray(states), model, _theta(params), NO_PRIORS
+        )
+        np.testing.assert_allclose(
+            logsumexp(np.asarray(each)), switching_log_joint(params, states, y), rtol=1e-10
+        )
+
+
+@pytest.mark.parametrize("singular", [True, False])
+def test_conjugate_draws_match_closed_forms(singular):
+    """theta | x, s, y over 4000 draws at a fixed (x, s) of T = 40: Pi[i, 0] ~ Beta(alpha_i +
+    counts), c_j and r_j ~ the inverse-gamma of the module docstring (rank(Q_j) n_j / 2, Q_j^+),
+    by Kolmogorov-Smirnov against SciPy; NaN rows do not count for r_j."""
+    n_steps = 40
+    params, y, modes, states = _problem(7 if singular else 8, singular, n_steps, (5, 17))
+    model = _model(params, y)
+    priors = sg._check_priors(PRIORS, 2, jnp.float64)
+    theta = _theta(params)
+    n = 4000
+    draws = _parameters_fn()(
+        jax.random.split(jax.random.key(3), n),
+        jnp.asarray(modes),
+        jnp.asarray(states),
+        model,
+        theta,
+        priors,
+    )
+    p = SwitchingParams(*(np.asarray(a) for a in params))
+    counts = np.zeros((2, 2))
+    for a, b in itertools.pairwise(modes):
+        counts[a, b] += 1
+    alpha = PRIORS.transition_concentration + counts
+    for i in range(2):
+        law = stats.beta(alpha[i, 0], alpha[i, 1])
+        assert stats.kstest(np.asarray(draws.transition_matrix[:, i, 0]), law.cdf).pvalue > 1e-3
+    np.testing.assert_allclose(draws.transition_matrix.sum(-1), 1.0, rtol=1e-12)
+    seen = ~np.isnan(y).any(axis=1)
+    for j in range(2):
+        # c_j: w_t = x_t - F_j x_{t-1} - b_j over t >= 2 with s_t = j, Q_j^+ by NumPy
+        ts = [t for t in range(1, n_steps) if modes[t] == j]
+        w = states[ts] - states[np.array(ts) - 1] @ p.dynamics_matrices[j].T - p.dynamics_biases[j]
+        q_pinv = np.linalg.pinv(p.dynamics_covs[j], rcond=1e-10, hermitian=True)
+        rank = np.linalg.matrix_rank(p.dynamics_covs[j], tol=1e-10)
+        assert rank == (1 if singular else 2)
+        shape = 2.0 + rank * len(ts) / 2
+        rate = 1.0 + 0.5 * np.einsum("ti,ij,tj->", w, q_pinv, w)
+        law = stats.invgamma(shape, scale=rate)
+        assert stats.kstest(np.asarray(draws.dynamics_cov_scale[:, j]), law.cdf).pvalue > 1e-3
+        # r_j: v_t = y_t - H_j x_t over observed t with s_t = j
+        ts = [t for t in range(n_steps) if modes[t] == j and seen[t]]
+        v = y[ts] - states[ts] @ p.emission_matrices[j].T
+        shape = 3.0 + 1 * len(ts) / 2
+        rate = [0.5, 2.0][j] + 0.5 * np.einsum(
+            "ti,ij,tj->", v, np.linalg.inv(p.emission_covs[j]), v
+        )
+        law = stats.invgamma(shape, scale=rate)
+        assert stats.kstest(np.asarray(draws.emission_cov_scale[:, j]), law.cdf).pvalue > 1e-3
+
+
+# ----------------------------------------------------------------------------- chains
+
+
+def _within_mcse(draws, exact, k=4.0):
+    """|mean of the draws (chain, draw, ...) - exact| <= k MCSE (+ 1e-3 for near-constant ones)."""
+    draws = np.asarray(draws, float)
+    mcse = np.asarray(az.mcse(draws, chain_axis=0, draw_axis=1))
+    err = np.abs(draws.mean(axis=(0, 1)) - exact)
+    ok = err <= k * np.nan_to_num(mcse) + 1e-3
+    assert np.all(ok), (err[~ok], mcse[~ok])
+
+
+@pytest.mark.parametrize(
+    ("mode_sampler", "singular"),
+    [("collapsed", True), ("collapsed", False), ("conditional", False)],
+)
+def test_chains_match_exact_smoothing_posterior(mode_sampler, singular):
+    """4 chains x 2000 draws on T = 6: P(s_t = 1 | y) and E[x_t | y] within 4 MCSE of the
+    posterior enumerated over all mode histories (``switching_bruteforce``)."""
+    params, y, _, _ = singular_problem() if singular else definite_problem()
+    exact = enumerate_posterior(params, y)
+    dt = _run(mode_sampler, singular)
+    post = dt["posterior"]
+    _within_mcse(post["modes"].values == 1, exact.smoothed_mode_probs[:, 1])
+    _within_mcse(post["states"].values, exact.smoothed_mean)
+    # the chains started from different modes
+    assert dt["posterior"].attrs["mode_sampler"] == mode_sampler
+
+
+def test_datatree_layout():
+    """Groups, names, dims and dtypes shared with the NUTS run of ``switching_model``."""
+    dt = _run("collapsed", True)
+    post = dt["posterior"]
+    assert set(dt.children) == {"posterior", "sample_stats", "observed_data"}
+    assert set(post.data_vars) == {"states", "modes"}
+    assert post["states"].dims == ("chain", "draw", "time", "state_dim")
+    assert post["states"].shape == (NUM_CHAINS, NUM_SAMPLES, T, 2)
+    assert post["modes"].dims == ("chain", "draw", "time")
+    assert np.issubdtype(post["modes"].dtype, np.integer)
+    assert set(np.unique(post["modes"].values)) <= {0, 1}
+    assert dt["sample_stats"]["lp"].dims == ("chain", "draw")
+    assert np.all(np.isfinite(dt["sample_stats"]["lp"].values))
+    assert dt["observed_data"]["observations"].dims == ("time", "obs_dim")
+    assert np.isnan(dt["observed_data"]["observations"].values[MISSING_ROW]).all()
+    for key in ("sampling_time", "sampler", "mode_sampler", "chain_method", "num_warmup"):
+        assert key in post.attrs
+
+
+def test_kernel_init_step_and_priors():
+    """``switching_gibbs_init`` + ``switching_gibbs_step`` (BlackJAX style): jit-able, the same
+    under ``jax.jit`` as called directly, theta moves with priors and stays fixed without."""
+    params, y, _, _ = definite_problem()
+    state = sg.switching_gibbs_init(jax.random.key(0), params, y, priors=PRIORS)
+    assert state.modes.shape == (T,) and state.modes.dtype == jnp.int32
+    assert state.states.shape == (T, 2) and np.isfinite(state.lp)
+    step = functools.partial(sg.switching_gibbs_step, priors=PRIORS)
+    # traceable under jit (the value checks are skipped for tracers)
+    shapes = jax.eval_shape(jax.jit(step), jax.random.key(0), state, params, y)
+    assert jax.tree.map(lambda a: (a.shape, a.dtype), shapes) == jax.tree.map(
+        lambda a: (a.shape, a.dtype), state
+    )
+    for i in range(3):
+        state = step(jax.random.key(100 + i), state, params, y)
+    assert np.isfinite(state.lp)
+    assert not np.allclose(state.dynamics_cov_scale, 1.0)
+    assert not np.allclose(state.transition_matrix, params.transition_matrix)
+    fixed = sg.switching_gibbs_step(jax.random.key(1), state, params, y)
+    np.testing.assert_array_equal(fixed.dynamics_cov_scale, state.dynamics_cov_scale)
+    np.testing.assert_array_equal(fixed.transition_matrix, state.transition_matrix)
+
+
+def test_run_with_priors_has_parameter_draws():
+    """With priors (and given initial modes) the posterior holds transition_matrix (mode_from,
+    mode_to) and the two scales (mode); rows of Pi sum to one and the scales are positive."""
+    params, y, _, _ = definite_problem()
+    dt = sg.run_switching_gibbs(  # the sizes of ``_run``: the same compiled sampler
+        jax.random.key(1),
+        params,
+        y,
+        priors=PRIORS,
+        num_warmup=10,
+        num_samples=NUM_SAMPLES,
+        num_chains=NUM_CHAINS,
+        init_modes=np.zeros(T, int),
+    )
+    post = dt["posterior"]
+    assert post["transition_matrix"].dims == ("chain", "draw", "mode_from", "mode_to")
+    assert post["dynamics_cov_scale"].dims == ("chain", "draw", "mode")
+    assert post["emission_cov_scale"].dims == ("chain", "draw", "mode")
+    np.testing.assert_allclose(post["transition_matrix"].values.sum(-1), 1.0, rtol=1e-12)
+    assert np.all(post["dynamics_cov_scale"].values > 0)
+    assert np.all(post["emission_cov_scale"].values > 0)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_errors():
+    params, y, _, _ = singular_problem()
+    key = jax.random.key(0)
+    run = sg.run_switching_gibbs
+    with pytest.raises(ValueError, match="^observations:"):
+        run(key, params, y[:, None])
+    with pytest.raises(ValueError, match="^observations:"):
+        run(key, params, np.where(np.isnan(y), np.inf, y))
+    with pytest.raises(ValueError, match="^mode_sampler:"):
+        run(key, params, y, mode_sampler="gibbs")
+    with pytest.raises(ValueError, match=r"^params\.dynamics_covs:.*positive definite"):
+        run(key, params, y, mode_sampler="conditional")
+    with pytest.raises(ValueError, match="^num_chains:"):
+        run(key, params, y, num_chains=0)
+    with pytest.raises(ValueError, match="^num_warmup:"):
+        run(key, params, y, num_warmup=-1)
+    with pytest.raises(ValueError, match="^init_modes:"):
+        run(key, params, y, init_modes=np.full(T, 2))
+    with pytest.raises(ValueError, match="^init_modes:"):
+        run(key, params, y, init_modes=np.zeros((3, T), int), num_chains=4)
+    with pytest.raises(ValueError, match="^init_modes:"):
+        run(key, params, y, init_modes="filter")
+    with pytest.raises(ValueError, match="^key:"):
+        run(0, params, y)
+    with pytest.raises(ValueError, match=r"^params\.transition_matrix:"):
+        run(key, params._replace(transition_matrix=np.ones((2, 2))), y)
+    with pytest.raises(ValueError, match="^priors:"):
+        run(key, params, y, priors={"transition_concentration": np.ones((2, 2))})
+    with pytest.raises(ValueError, match=r"^priors\.transition_concentration:"):
+        run(key, params, y, priors=SwitchingPriors(transition_concentration=np.ones(2)))
+    with pytest.raises(ValueError, match=r"^priors\.dynamics_cov_scale"):
+        run(key, params, y, priors=SwitchingPriors(dynamics_cov_scale=(1.0, -1.0)))
+    state = sg.switching_gibbs_init(key, params, y)
+    with pytest.raises(ValueError, match="^state:"):
+        sg.switching_gibbs_step(key, state._replace(states=state.states[:-1]), params, y)
+    with pytest.raises(ValueError, match="^modes:"):
+        sg.switching_gibbs_init(key, params, y, modes=np.zeros(T + 1, int))
+
+
+# ----------------------------------------------------------------------------- slow
+
+
+@pytest.mark.slow
+def test_maneuvering_target_converges():
+    """The maneuvering-target scenario (T = 200, rank-2 Q): 4 chains of the collapsed sampler,
+    R-hat < 1.01 on every state coordinate. Measured (2 shared cores): see the printout."""
+    _, _, obs = simulate(jax.random.key(0), "maneuvering-target", 200)
+    start = time.perf_counter()
+    dt = sg.run_switching_gibbs(
+        jax.random.key(1),
+        maneuvering_target(),
+        obs,
+        num_warmup=1000,
+        num_samples=6000,
+        num_chains=4,
+    )
+    elapsed = time.perf_counter() - start
+    diag = diagnostics(dt, ["states"])
+    print(
+        f"maneuvering T=200: {elapsed:.1f} s, max R-hat {diag.max_r_hat:.4f}, "
+        f"min ESS bulk {diag.min_ess_bulk:.0f}"
+    )
+    assert diag.max_r_hat < 1.01
+
+
+@pytest.mark.slow
+def test_priors_agree_with_nuts():
+    """With priors on Pi, c and r (PD Q, T = 20, a missing row): the posterior means of the
+    states and the parameters from Gibbs and from NUTS on ``switching_model`` (modes
+    marginalised) agree within 5 combined MCSE, under the same names and dims."""
+    params, y, _, _ = _problem(12, singular_q=False, num_steps=20, missing=(7,))
+    priors = SwitchingPriors(
+        transition_concentration=np.array([[8.0, 2.0], [2.0, 8.0]]),
+        dynamics_cov_scale=(5.0, 5.0),
+        emission_cov_scale=(5.0, np.array([4.0, 6.0])),
+    )
+    start = time.perf_counter()
+    gibbs = sg.run_switching_gibbs(
+        jax.random.key(21), params, y, priors=priors, num_warmup=500, num_samples=4000
+    )
+    gibbs_time = time.perf_counter() - start
+    nuts = run_nuts(
+        switching_model,
+        jax.random.key(22),
+        y,
+        params=params,
+        priors=priors,
+        num_warmup=1000,
+        num_samples=2000,
+        num_chains=4,
+        dims=switching_dims(priors),
+        posterior_predictive=False,
+    )
+    print(f"gibbs {gibbs_time:.1f} s, nuts {nuts['posterior'].attrs['sampling_time']:.1f} s")
+    for name in ("states", "transition_matrix", "dynamics_cov_scale", "emission_cov_scale"):
+        g, n = gibbs["posterior"][name], nuts["posterior"][name]
+        assert g.dims == n.dims
+        se = np.hypot(
+            np.asarray(az.mcse(g.values, chain_axis=0, draw_axis=1)),
+            np.asarray(az.mcse(n.values, chain_axis=0, draw_axis=1)),
+        )
+        err = np.abs(g.values.mean(axis=(0, 1)) - n.values.mean(axis=(0, 1)))
+        assert np.all(err <= 5 * se), (name, err / se)
