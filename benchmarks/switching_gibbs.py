@@ -7,9 +7,9 @@ On the maneuvering-target scenario (T = 200 steps simulated with seed 0), runs
   white-noise-acceleration Q has rank 2 in 4-D), and on the scenario with Q_j + jitter I;
 - ``mode_sampler="conditional"`` (HMM FFBS of s | x, which needs PD Q) on Q_j + jitter I,
 
-each twice: "1st s" is the first call's wall time (with compilation, unless an earlier row
-compiled the same sampler for the same shapes), "warm s" a second run with another key
-(sampling only). From the warm run it prints the bulk ESS of the states (min and median over
+each twice: "1st s" is the first call's wall time (with compilation in the first row only:
+both mode samplers share one compiled program per shape), "warm s" a second run with another
+key (sampling only). From the warm run it prints the bulk ESS of the states (min and median over
 the 4 T state coordinates), min ESS per warm second, the max R-hat over the state coordinates
 and over the mode indicators 1[s_t = 1] (NaN-free: indicators constant in every chain are left
 out), and the range of P(s_t = 1 | y) over t. float64, chains vectorised in one process.

@@ -25,9 +25,11 @@ is ``params.transition_matrix`` unless ``priors`` put conjugate priors on them. 
        log Pi[s_{t-1}, j] + log Pi[j, s_{t+1}] + log p(y_t | y_{1:t-1}, s_{1:t-1}, s_t = j)
        + log int N(x; m_j, P_j) B_t(x) dx,
 
-   the last in closed form with C C' = P_j, G = I + C' Omega_t C, c = C' (nu_t - Omega_t m_j):
-   -log det(G) / 2 + c' G^-1 c / 2 - m_j' Omega_t m_j / 2 + nu_t' m_j. It draws s_t in the log
-   domain and advances the filter with it.
+   the last in closed form: with U U' = Omega_t, G = I + U' P_j U (PD) and g = nu_t - Omega_t m_j,
+   -log det(G) / 2 + (g' P_j g - |chol(G)^-1 U' P_j g|^2) / 2 - m_j' Omega_t m_j / 2 + nu_t' m_j
+   (by Woodbury the form -log det(I + C' Omega C) / 2 + c' (I + C' Omega C)^-1 c / 2 + ... with
+   C C' = P_j and c = C' g, but with one factor per step, of Omega_t, and P_j may be singular).
+   It draws s_t in the log domain (Gumbel-max) and advances the filter with it.
    ``"conditional"``: the textbook blocked step, s | x, theta, y by HMM forward-filtering
    backward-sampling with "emissions" N(x_t; F_j x_{t-1} + b_j, c_j Q_j) N(y_t; H_j x_t, r_j R_j).
    It needs PD Q_j. It is not the default because it cannot mix when Q_j is singular: given
@@ -39,7 +41,7 @@ is ``params.transition_matrix`` unless ``priors`` put conjugate priors on them. 
    whose innovation covariance F P_t F' + Q is PD even for singular Q once P_t is (and a
    generalised inverse handles P0 = 0 with singular Q). The collapsed step's forward pass
    already is the filter under the new modes, so it is reused. Covariances are factored by a
-   pivoted Cholesky that allows singular ones (draws lie on the support).
+   Cholesky that allows (structurally) singular ones, so draws lie on the support.
 3. with ``priors``, theta | x, s, y (independent given x and s; n_ij = #{t: s_{t-1} = i, s_t = j}):
    Pi[i, :] ~ Dirichlet(alpha_i + n_i.) (s_1 keeps its fixed pi0);
    c_j ~ InvGamma(a + rank(Q_j) n_j / 2, b + sum_{t >= 2: s_t = j} w_t' Q_j^+ w_t / 2),
@@ -677,7 +679,7 @@ def _sample_parameters(key, modes, states, model: _Model, theta, priors: _Priors
 # ----------------------------------------------------------------------------- kernel
 
 
-MODE_INDEX = {"collapsed": 0, "conditional": 1}
+_MODE_INDEX = {"collapsed": 0, "conditional": 1}
 _KEEP_MODES = 2  # the initial sweep: modes kept, x | s, y drawn, theta kept
 
 
@@ -888,7 +890,7 @@ def switching_gibbs_step(
             f"{np.shape(state.modes)} and {np.shape(state.states)}"
         )
     prior = _check_priors(priors, m, jnp.asarray(observations).dtype)
-    return _step_jit(key, state, params, observations, prior, MODE_INDEX[mode_sampler], True)
+    return _step_jit(key, state, params, observations, prior, _MODE_INDEX[mode_sampler], True)
 
 
 # ----------------------------------------------------------------------------- public run
@@ -1015,7 +1017,7 @@ def run_switching_gibbs(
         prior,
         jnp.asarray(num_warmup, jnp.int32),
         num_samples,
-        jnp.asarray(MODE_INDEX[mode_sampler], jnp.int32),
+        jnp.asarray(_MODE_INDEX[mode_sampler], jnp.int32),
     )
     jax.block_until_ready(draws)
     elapsed = time.perf_counter() - start

@@ -7,7 +7,8 @@ x | s, y, the conditional mode sampler against p(s | x, y) enumerated over histo
 conjugate parameter draws against SciPy's Beta and inverse-gamma laws, ``lp`` against SciPy
 log-densities (and, summed over histories, against ``models.switching.switching_log_joint``),
 and short chains against the exact smoothing posterior of ``switching_bruteforce``. Slow: the
-maneuvering-target scenario, R-hat of every state coordinate.
+maneuvering-target scenario (R-hat of every state coordinate), and with priors on Pi, c, r the
+posterior means against NUTS on ``switching_model``.
 """
 
 import functools
@@ -111,14 +112,13 @@ def _effective(params, theta) -> SwitchingParams:
 
 
 def dense_joint(p: SwitchingParams, hist):
-    """Mean (T, d), (T, o) and covariance blocks of (x_{1:T}, y_{1:T}) given the history s, by
-    the covariance recursion V[t, u] = F_t V[t-1, u] (u < t), V[t, t] = F_t V[t-1, t-1] F_t' + Q_t.
+    """Means and covariances of (x_{1:T}, y_{1:T}) given the history s, by the covariance
+    recursion V[t, u] = F_t V[t-1, u] (u < t), V[t, t] = F_t V[t-1, t-1] F_t' + Q_t.
 
     Returns (mx (T d,), vxx (T d, T d), my (T o,), vyy (T o, T o), vxy (T d, T o)).
     """
     p = SwitchingParams(*(np.asarray(a, float) for a in p))
     n, d = len(hist), p.initial_means.shape[1]
-    o = p.emission_matrices.shape[1]
     mx = np.zeros((n, d))
     v = np.zeros((n, n, d, d))
     mx[0], v[0, 0] = p.initial_means[hist[0]], p.initial_covs[hist[0]]
@@ -142,7 +142,6 @@ def dense_joint(p: SwitchingParams, hist):
             for t in range(n)
         ]
     )
-    del o
     return mx.ravel(), vxx, my, vyy, vxy
 
 
@@ -242,7 +241,8 @@ def _run(mode_sampler: str, singular: bool):
 
 def test_fused_kalman_update_and_psd_factor_match_references():
     """The written-out update equals ``kalman.kalman_update`` (also on a NaN row), and the
-    pivoted factor reproduces singular PSD matrices to round-off."""
+    semidefinite factor reproduces singular PSD matrices to round-off (and ``_psd_solve`` is a
+    generalised inverse of them)."""
     rng = np.random.default_rng(0)
     a = rng.normal(size=(3, 3))
     cov, h = a @ a.T + 0.1 * np.eye(3), rng.normal(size=(2, 3))
@@ -256,6 +256,9 @@ def test_fused_kalman_update_and_psd_factor_match_references():
     for mat in (g @ g.T, np.zeros((4, 4)), cov, maneuvering_target().dynamics_covs[1]):
         c = np.asarray(jax.jit(sg._psd_factor)(jnp.asarray(mat)))
         np.testing.assert_allclose(c @ c.T, mat, rtol=0, atol=1e-14 * max(1.0, np.abs(mat).max()))
+        b = mat @ rng.normal(size=(len(mat), 2))  # in the range of mat
+        gb = np.asarray(jax.jit(sg._psd_solve)(jnp.asarray(mat), jnp.asarray(b)))
+        np.testing.assert_allclose(mat @ gb, b, rtol=0, atol=1e-12 * max(1.0, np.abs(mat).max()))
 
 
 @pytest.mark.parametrize("problem", list(PROBLEMS))
@@ -483,8 +486,7 @@ def test_chains_match_exact_smoothing_posterior(mode_sampler, singular):
     post = dt["posterior"]
     _within_mcse(post["modes"].values == 1, exact.smoothed_mode_probs[:, 1])
     _within_mcse(post["states"].values, exact.smoothed_mean)
-    # the chains started from different modes
-    assert dt["posterior"].attrs["mode_sampler"] == mode_sampler
+    assert post.attrs["mode_sampler"] == mode_sampler
 
 
 def test_datatree_layout():
@@ -507,12 +509,19 @@ def test_datatree_layout():
 
 
 def test_kernel_init_step_and_priors():
-    """``switching_gibbs_init`` + ``switching_gibbs_step`` (BlackJAX style): jit-able, the same
-    under ``jax.jit`` as called directly, theta moves with priors and stays fixed without."""
+    """``switching_gibbs_init`` + ``switching_gibbs_step`` (BlackJAX style): init keeps the
+    given modes, draws x | s, y and puts theta at ``params`` with lp = log p(x, s, y, theta);
+    the step traces under ``jax.jit``, moves theta with priors and keeps it without; both mode
+    samplers run through it."""
     params, y, _, _ = definite_problem()
-    state = sg.switching_gibbs_init(jax.random.key(0), params, y, priors=PRIORS)
-    assert state.modes.shape == (T,) and state.modes.dtype == jnp.int32
-    assert state.states.shape == (T, 2) and np.isfinite(state.lp)
+    modes = np.array([0, 0, 1, 1, 1, 0])
+    state = sg.switching_gibbs_init(jax.random.key(0), params, y, modes=modes, priors=PRIORS)
+    np.testing.assert_array_equal(state.modes, modes)
+    assert state.modes.dtype == jnp.int32 and state.states.shape == (T, 2)
+    np.testing.assert_array_equal(state.transition_matrix, params.transition_matrix)
+    np.testing.assert_array_equal(state.dynamics_cov_scale, 1.0)
+    want = log_joint_scipy(params, y, modes, np.asarray(state.states), state, PRIORS)
+    np.testing.assert_allclose(state.lp, want, rtol=1e-10)
     step = functools.partial(sg.switching_gibbs_step, priors=PRIORS)
     # traceable under jit (the value checks are skipped for tracers)
     shapes = jax.eval_shape(jax.jit(step), jax.random.key(0), state, params, y)
@@ -521,6 +530,7 @@ def test_kernel_init_step_and_priors():
     )
     for i in range(3):
         state = step(jax.random.key(100 + i), state, params, y)
+    state = step(jax.random.key(7), state, params, y, mode_sampler="conditional")
     assert np.isfinite(state.lp)
     assert not np.allclose(state.dynamics_cov_scale, 1.0)
     assert not np.allclose(state.transition_matrix, params.transition_matrix)
