@@ -36,7 +36,7 @@ def short_comparison():
         methods=FAST_METHODS,
         key=jax.random.key(9),
         num_particles=500,
-        gibbs_kwargs={"num_warmup": 200, "num_samples": 1500, "num_chains": 4},
+        gibbs_kwargs={"num_warmup": 200, "num_samples": 2000, "num_chains": 4},
     )
     return params, y, modes, comparison
 
