@@ -6,8 +6,6 @@ moments: equal to RTS when M = 1, exact mode probabilities in the HMM limit, and
 exact smoother on the maneuvering target.
 """
 
-import importlib
-
 import jax
 import numpy as np
 import pytest
@@ -253,12 +251,11 @@ def test_kim_smoother_mode_probs_exact_in_the_hmm_limit(maneuver):
 
 
 def test_kim_smoother_from_the_imm_filter(maneuver):
-    """Kim's smoother fed the IMM filter (when ``inference.filters`` provides it)."""
-    filters = importlib.import_module("inference.filters")
-    if not hasattr(filters, "imm_filter"):
-        pytest.skip("inference.filters.imm_filter not available yet")
+    """Kim's smoother fed the IMM filter."""
+    from inference.filters import imm_filter
+
     params, _, y, _, exact = maneuver
-    imm = filters.imm_filter(params, y)
+    imm = imm_filter(params, y)
     kim = kim_smoother(params, y, imm)
     kim_dev, imm_dev = rms(kim.mean - exact.mean), rms(imm.mean - exact.mean)
     print("\nRMS deviation from the exact smoothed mean: Kim(IMM)", np.round(kim_dev, 4))
