@@ -1,0 +1,116 @@
+"""Building blocks for the HTML pages the ``attnbayes`` commands write.
+
+Figures are PNG bytes inlined as base64, so a page is one self-contained file. Outputs are
+written under a temporary name and renamed into place (``publish_folder``, ``write_atomic``),
+so a failed run never leaves a half-written file or folder behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1150px; margin: 2em auto; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f3f3f3; }
+img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
+.note { color: #555; font-size: 0.92em; }
+nav ul { columns: 2; }
+"""
+
+
+def png_bytes(fig) -> bytes:
+    """Render a matplotlib figure to PNG bytes (110 dpi) and close it."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def img_tag(png: bytes, alt: str) -> str:
+    """An ``<img>`` element with the PNG inlined as a base64 data URI."""
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def table_html(frame: pd.DataFrame, *, float_format: str = "{:.4g}", index: bool = True) -> str:
+    """A plain ``<table>`` of a DataFrame; NaN cells are left empty."""
+    head = ([html.escape(str(frame.index.name or ""))] if index else []) + [
+        html.escape(str(c)) for c in frame.columns
+    ]
+    rows = ["<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for label, values in frame.iterrows():
+        cells = [f"<th>{html.escape(str(label))}</th>"] if index else []
+        for v in values.to_numpy():
+            if isinstance(v, str):
+                cells.append(f"<td>{html.escape(v)}</td>")
+            elif v is None or pd.isna(v):
+                cells.append("<td></td>")
+            else:
+                cells.append(f"<td>{float_format.format(v)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def page(title: str, body: str) -> str:
+    """A complete HTML document with the shared style."""
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>\n"
+        f"{body}\n</body></html>\n"
+    )
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private (0600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def publish_folder(tmp: Path, target: Path) -> None:
+    """Move the finished folder ``tmp`` to ``target``, replacing an older one.
+
+    If the final rename fails, the older folder is put back before the error propagates.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes the folder private (0700)
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        target.rename(old)
+    try:
+        tmp.rename(target)
+    except BaseException:
+        if old is not None:
+            old.rename(target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+__all__ = ["STYLE", "img_tag", "page", "png_bytes", "publish_folder", "table_html", "write_atomic"]
