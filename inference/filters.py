@@ -28,6 +28,7 @@ attention kernel in the place of the transition matrix, is the attention sublaye
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import jax
@@ -247,6 +248,43 @@ for _f in (imm_filter, gpb1_filter, gpb2_filter):
     _f.__doc__ += _FILTER_ARGS
 
 
+def _increments(step, params, observations):
+    """log p(y_t | y_{1:t-1}) for t = 1..T, as ``_run`` sums them."""
+    carry, first = _first_step(params, observations[0])
+    _, rest = jax.lax.scan(lambda c, y: step(params, c, y), carry, observations[1:])
+    return jnp.concatenate([first[None], rest])
+
+
+_STEPS = {"imm": _imm_step, "gpb1": _gpb1_step, "gpb2": _gpb2_step}
+
+
+@functools.partial(jax.jit, static_argnames=("method",))
+def _one_step_log_predictive(params, observations, method):
+    return _increments(_STEPS[method], params, observations)
+
+
+def one_step_log_predictive(params, observations, *, method: str = "imm") -> jax.Array:
+    """One-step-ahead log predictive densities log p(y_t | y_{1:t-1}, theta), t = 1..T.
+
+    p(y_t | y_{1:t-1}) = sum_j c_j N(y_t; H_j m_j^-, S_j) with the filter's predicted mode
+    probabilities c_j and moments (m_j^-, P_j^-) (for t = 1: pi0_j and N(m0_j, P0_j)). They sum
+    to the filter's ``log_likelihood``; with M = 1 they are the exact Kalman terms, otherwise
+    the named filter's approximation. A NaN row contributes 0. This is the pointwise
+    log-likelihood of a time series that leave-future-out cross-validation scores.
+
+    Args:
+        params: ``SwitchingParams``.
+        observations: (T, o); NaN rows are missing.
+        method: "imm" (default), "gpb1" or "gpb2".
+
+    Returns:
+        (T,) log predictive densities.
+    """
+    if method not in _STEPS:
+        raise ValueError(f"method: expected one of {list(_STEPS)}, got {method!r}")
+    return _one_step_log_predictive(*check_inputs(params, observations), method)
+
+
 # ----------------------------------------------------------------------------- exact
 
 
@@ -412,5 +450,6 @@ __all__ = [
     "kalman_smoother",
     "kalman_update",
     "kim_smoother",
+    "one_step_log_predictive",
     "rbpf",
 ]

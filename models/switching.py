@@ -184,6 +184,7 @@ def maneuvering_target(
     sigma_a: tuple[float, float] = (0.1, 0.5),
     measurement_sigma: float = 10.0,
     process_noise: str = "discrete",
+    turn_rates_deg: tuple[float, ...] | None = None,
 ) -> SwitchingParams:
     """The named scenario: a target on the plane, state [px, vx, py, vy], 2-D position measured.
 
@@ -194,6 +195,12 @@ def maneuvering_target(
     step along the first axis. ``process_noise="discrete"`` is the discrete white-noise
     acceleration Q (rank 2, the issue's scenario); ``"continuous"`` the full-rank continuous
     one (the scenario "maneuvering-target-cwna", on which NUTS over the states can mix).
+
+    ``turn_rates_deg`` (overrides ``turn_rate_deg``) builds the same target with one
+    coordinated-turn mode per rate, for comparing numbers of modes: ``()`` is the one-mode
+    constant-velocity model, ``(3.0, -3.0)`` adds a right turn. Constant velocity stays with
+    probability 0.95 and leaves to each turn equally; a turn stays with 0.90 and returns to
+    constant velocity with 0.10; s_1 follows the stationary distribution.
     """
     noise = {
         "discrete": white_noise_acceleration,
@@ -201,21 +208,28 @@ def maneuvering_target(
     }
     if process_noise not in noise:
         raise ValueError(f"process_noise: expected one of {list(noise)}, got {process_noise!r}")
-    trans = np.array([[0.95, 0.05], [0.10, 0.90]])
-    stationary = np.array([2.0 / 3.0, 1.0 / 3.0])
-    dyn = np.stack([constant_velocity(dt), coordinated_turn(np.deg2rad(turn_rate_deg), dt)])
-    q = np.stack([noise[process_noise](s, dt) for s in sigma_a])
+    rates = (turn_rate_deg,) if turn_rates_deg is None else tuple(turn_rates_deg)
+    m = 1 + len(rates)
+    trans = np.zeros((m, m))
+    trans[0, 0] = 0.95 if m > 1 else 1.0
+    trans[0, 1:] = 0.05 / max(m - 1, 1)
+    trans[1:, 0] = 0.10
+    trans[np.arange(1, m), np.arange(1, m)] = 0.90
+    # stationary distribution: pi_0 (0.05) = (1 - pi_0) (0.10), split evenly over the turns
+    stationary = np.array([2.0 / 3.0] + [1.0 / 3.0 / (m - 1)] * (m - 1)) if m > 1 else np.ones(1)
+    dyn = np.stack([constant_velocity(dt)] + [coordinated_turn(np.deg2rad(r), dt) for r in rates])
+    q = np.stack([noise[process_noise](sigma_a[min(j, 1)], dt) for j in range(m)])
     h = np.array([[1.0, 0, 0, 0], [0, 0, 1.0, 0]])
     return SwitchingParams(
         initial_probs=stationary,
         transition_matrix=trans,
-        initial_means=np.tile([0.0, 10.0, 0.0, 0.0], (2, 1)),
-        initial_covs=np.tile(np.diag([100.0, 1.0, 100.0, 1.0]), (2, 1, 1)),
+        initial_means=np.tile([0.0, 10.0, 0.0, 0.0], (m, 1)),
+        initial_covs=np.tile(np.diag([100.0, 1.0, 100.0, 1.0]), (m, 1, 1)),
         dynamics_matrices=dyn,
-        dynamics_biases=np.zeros((2, 4)),
+        dynamics_biases=np.zeros((m, 4)),
         dynamics_covs=q,
-        emission_matrices=np.stack([h, h]),
-        emission_covs=np.tile(measurement_sigma**2 * np.eye(2), (2, 1, 1)),
+        emission_matrices=np.stack([h] * m),
+        emission_covs=np.tile(measurement_sigma**2 * np.eye(2), (m, 1, 1)),
     )
 
 
