@@ -1,6 +1,15 @@
 """The ``attnbayes`` command.
 
     attnbayes report [--quick] [--out DIR] [--name NAME] [--seed N]
+    attnbayes deconvolve FILE.csv --sigma S [--method em|npmle|nuts|gibbs] [options]
+    attnbayes filter FILE.csv (--scenario NAME | --params FILE.json)
+                     [--method imm|gpb2|gpb1|rbpf|gibbs] [options]
+
+``report`` runs the built-in simulations (``inference.report``); ``deconvolve`` and ``filter``
+run one method on a user's own CSV (``inference.user_data`` reads and checks it,
+``inference.user_runs`` runs the method and writes the outputs). Exit status 0 on success, 2
+for bad usage or bad input (reported before any JAX work; nothing is written), 1 when a run
+or writing its output fails (nothing is written either).
 
 JAX is configured here, before it is first imported: float64, and as many host devices as
 there are chains to run in parallel (two), unless ``XLA_FLAGS`` already sets a count.
@@ -9,11 +18,144 @@ there are chains to run in parallel (two), unless ``XLA_FLAGS`` already sets a c
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+import textwrap
 import time
 
+from inference.user_data import PARAMS_FIELDS, PARAMS_LABELS
+
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
+# the names of models.switching.SCENARIOS (tests/test_cli.py checks they agree); listed here
+# so that building the parser and printing --help need not import JAX
+FILTER_SCENARIOS = ("maneuvering-target", "maneuvering-target-cwna")
+# the default folder of inference.report.write_report (checked by tests/test_cli.py)
+REPORT_NAME = "attnbayes"
+DECONVOLVE_METHODS = ("em", "npmle", "nuts", "gibbs")
+FILTER_METHODS = ("imm", "gpb2", "gpb1", "rbpf", "gibbs")
+
+EXIT_STATUSES = """exit status:
+  0  success: the path of the written index.html is printed on stdout
+  1  the run or writing its output failed (nothing is written)
+  2  bad usage or bad input, reported before any computation (nothing is written)"""
+
+INPUT_FORMAT = """input CSV:
+  {rows}
+  Cells are separated by ',' (see --delimiter); quoted cells as in RFC 4180.
+  The header row is optional: the first row is a header when none of its cells
+  is a number, else it is data and the columns are called
+  {names}. Numbers use a decimal point (1.5, -2e-3); blank lines
+  and lines starting with # are skipped.
+  {missing}
+  A malformed file is refused with the line and column of the first problem, e.g.
+    attnbayes: error: data.csv line 7, column "x2": cannot parse 'abc' as a number"""
+
+OUTPUT_FOLDER = """output folder OUT/NAME (default reports/<FILE stem>-{cmd}-<method>):
+  assembled in a temporary folder and renamed into place, so a failed run leaves
+  nothing behind. An existing OUT/NAME is replaced only if an earlier attnbayes
+  deconvolve or filter run wrote it (it holds run.json); otherwise the command stops."""
+
+PARAMS_HELP = (
+    "--params FILE.json: a JSON object with these fields, nested lists of numbers\n"
+    "(M modes, state dimension d, observation dimension o):\n"
+    + "\n".join(f"  {k:<18} {shape:<10} {what}" for k, (shape, what) in PARAMS_FIELDS.items())
+    + "\n"
+    + "\n".join(f"  {k:<18} {what}" for k, what in PARAMS_LABELS.items())
+    + "\nThe params.json that a run writes (e.g. with --scenario) is a template."
+)
+DECONVOLVE_INPUT = INPUT_FORMAT.format(
+    rows="One row per observation x_i; one column for scalar data, p columns for points\n"
+    "  in R^p (choose them with --columns).",
+    names="x (one column) or x1..xp",
+    missing="Every cell of the chosen columns must be a finite number.",
+)
+FILTER_INPUT = INPUT_FORMAT.format(
+    rows="One row per time step t = 1..T, one column per observed coordinate: exactly o\n"
+    "  columns (2 for the maneuvering-target scenarios; choose them with --columns).",
+    names="y (one column) or y1..yo",
+    missing="An empty cell, NA or NaN is missing: a row with every cell missing is a\n"
+    "  step with no observation (predict only); partly missing rows are refused.\n"
+    "  With a single column, write NA for a missing step (blank lines are skipped).",
+)
+
+DECONVOLVE_EPILOG = f"""model:
+  z_i ~ nu,  x_i | z_i ~ N(z_i, sigma^2 I_p) with sigma known: estimate the mixing
+  measure nu and every z_i (empirical Bayes for em/npmle, full posterior for nuts/gibbs).
+
+methods:
+  em     attention-EM: K = N atoms started at the data, weights 1/N; z_hat is one
+         more attention step; plug-in intervals from the discrete posterior
+  npmle  Kiefer-Wolfowitz NPMLE of nu on a 300-point grid, then its posterior (GMLEB)
+  nuts   NUTS on a finite Dirichlet mixture of --num-atoms atoms (sorted in 1-D)
+  gibbs  blocked conjugate Gibbs on the same finite mixture
+
+{DECONVOLVE_INPUT}
+
+output files in OUT/NAME:
+  z_hat.csv        row, line, then per column c: c, z_hat_c, lower_50_c, upper_50_c,
+                   lower_90_c, upper_90_c (equal-tailed intervals for z_i)
+  measure.csv      (em, npmle) the fitted nu: weight, atom_c per atom
+  metrics.csv      metric, value: log-likelihood, wall time; for nuts/gibbs also
+                   elpd_loo, pareto_k_max, worst R-hat, smallest bulk/tail ESS,
+                   divergences (on permutation-invariant quantities)
+  diagnostics.csv  (nuts, gibbs) R-hat, ESS bulk and tail per invariant element
+  posterior.nc     (nuts, gibbs) the posterior as an ArviZ DataTree, netCDF
+  index.html       self-contained report: data with the fitted measure, z_hat with
+                   intervals, sampler diagnostics
+  run.json         input file and its SHA-256, settings, versions, wall time
+
+{OUTPUT_FOLDER.format(cmd="deconvolve")}
+
+{EXIT_STATUSES}
+
+example:
+  attnbayes deconvolve scores.csv --sigma 1 --method nuts --num-atoms 4"""
+
+FILTER_EPILOG = f"""model (M modes, state x_t in R^d, observation y_t in R^o, t = 1..T):
+  s_1 ~ pi0, s_t | s_(t-1) = i ~ Pi[i, :];  x_1 | s_1 = j ~ N(m0_j, P0_j);
+  x_t = F_j x_(t-1) + b_j + N(0, Q_j);  y_t = H_j x_t + N(0, R_j), all parameters known.
+
+methods (each filter is followed by Kim's smoother over its per-mode Gaussians):
+  imm    interacting multiple model filter (Blom and Bar-Shalom)
+  gpb2   generalised pseudo-Bayes, order 2 (M^2 Kalman steps per step)
+  gpb1   generalised pseudo-Bayes, order 1
+  rbpf   Rao-Blackwellised particle filter (--particles, --seed)
+  gibbs  Gibbs sampler of the smoothing posterior (no filtered columns;
+         --draws, --warmup, --chains, --seed)
+
+scenarios (--scenario):
+  maneuvering-target       state [px, vx, py, vy], o = 2 observed positions (px, py);
+                           modes constant-velocity and coordinated-turn (3 deg/step)
+  maneuvering-target-cwna  the same with full-rank (continuous) process noise
+
+{PARAMS_HELP}
+
+{FILTER_INPUT}
+
+output files in OUT/NAME:
+  states.csv       one row per step: t, line, the observations, then
+                   filtered_mean_<state>, filtered_sd_<state>, filtered_prob_<mode>
+                   (not for gibbs) and smoothed_mean_<state>, smoothed_sd_<state>,
+                   smoothed_prob_<mode>
+  metrics.csv      metric, value: wall time, the filter's log p(y_1:T); gibbs:
+                   worst R-hat and smallest bulk/tail ESS of the states
+  params.json      the parameters used, in the --params format
+  diagnostics.csv  (gibbs) R-hat, ESS bulk and tail per state element
+  posterior.nc     (gibbs) the draws of states and modes as an ArviZ DataTree, netCDF
+  index.html       self-contained report: states with bands, mode probabilities, track
+  run.json         input file and its SHA-256, settings, versions, wall time
+
+{OUTPUT_FOLDER.format(cmd="filter")}
+
+{EXIT_STATUSES}
+
+example:
+  attnbayes filter track.csv --scenario maneuvering-target --method imm"""
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=78)
 
 
 def _configure_jax(num_devices: int = 2) -> None:
@@ -35,50 +177,301 @@ def _seed(text: str) -> int:
     return value
 
 
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _sigma(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _delimiter(text: str) -> str:
+    if text.lower() in ("tab", "\\t"):
+        return "\t"
+    if len(text) != 1 or text in '\r\n"#':
+        raise argparse.ArgumentTypeError(
+            f"expected one character (or 'tab'), not a quote, # or newline; got {text!r}"
+        )
+    return text
+
+
+def _columns(text: str) -> list[str]:
+    items = [c.strip() for c in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names or numbers, got {text!r}")
+    return items
+
+
+def _add_data_options(sub: argparse.ArgumentParser, command: str) -> None:
+    sub.add_argument(
+        "--columns",
+        type=_columns,
+        metavar="COLS",
+        help="comma-separated header names or 1-based numbers of the columns to use, in "
+        "that order; the other columns are not read [all columns]",
+    )
+    sub.add_argument(
+        "--delimiter",
+        type=_delimiter,
+        default=",",
+        metavar="C",
+        help="the character separating cells; 'tab' for a tab [',']",
+    )
+    sub.add_argument("--out", default="reports", metavar="DIR", help="output folder [reports]")
+    sub.add_argument(
+        "--name",
+        metavar="NAME",
+        help=f"folder name inside DIR [<FILE stem>-{command}-<method>]",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnbayes",
-        description="Attention as statistical inference: run EM/attention and full-posterior "
-        "MCMC side by side and report how they differ.",
+        description=_wrap(
+            "Attention as statistical inference: run EM/attention and full-posterior MCMC "
+            "side by side and report how they differ, on built-in simulations (report) or on "
+            "your own data (deconvolve, filter)."
+        ),
+        epilog=EXIT_STATUSES + "\n\nRun 'attnbayes COMMAND --help' for a command's options, "
+        "input format and output files.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     report = sub.add_parser(
         "report",
         help="simulate the built-in data, run every method, write an HTML report",
-        description="Simulate the built-in deconvolution scenarios (three-atoms, sparse-means, "
-        "ring), run attention-EM, NUTS and the oracle Bayes rule on each, and write "
-        "OUT/NAME/index.html with results.csv, PNG figures and the NUTS DataTrees (netCDF).",
+        description=_wrap(
+            "Simulate the built-in data (the deconvolution scenarios and the maneuvering "
+            "target), run every method side by side, and write OUT/NAME/index.html: data, "
+            "methods compared, posterior diagnostics, model comparison, attention maps and "
+            "Nadaraya-Watson, with results.csv, the PNG figures and the samplers' DataTrees "
+            "(netCDF)."
+        ),
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument(
-        "--quick", action="store_true", help="small sizes (about 75 s on 2 cores instead of 110 s)"
+        "--quick",
+        action="store_true",
+        help="small sizes and fewer scenarios (about 2 minutes on 2 cores instead of 10)",
     )
     report.add_argument("--out", default="reports", metavar="DIR", help="output folder [reports]")
     report.add_argument(
-        "--name", default="deconvolution", help="report folder name inside DIR [deconvolution]"
+        "--name",
+        metavar="NAME",
+        help=f"report folder name inside DIR [{REPORT_NAME}]",
     )
-    report.add_argument("--seed", type=_seed, default=0, help="random seed [0]")
+    report.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed [0]")
+
+    dec = sub.add_parser(
+        "deconvolve",
+        help="estimate the mixing measure and each z_i from your CSV of noisy observations",
+        description=_wrap(
+            "Read a CSV of observations x_i (one column, or p columns for points in R^p), fit "
+            "the mixing measure nu of the z_i with one method, and write z_hat with intervals "
+            "(CSV) and a small HTML report to OUT/NAME."
+        ),
+        epilog=DECONVOLVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dec.add_argument("file", metavar="FILE.csv", help="the observations (format below)")
+    dec.add_argument(
+        "--sigma",
+        type=_sigma,
+        required=True,
+        metavar="S",
+        help="the known noise sd of every coordinate of every observation, > 0 (required)",
+    )
+    dec.add_argument("--method", choices=DECONVOLVE_METHODS, default="em", help="[em]")
+    dec.add_argument(
+        "--num-atoms",
+        type=_count(1),
+        metavar="K",
+        help="atoms of the finite mixture (nuts, gibbs) [5]",
+    )
+    dec.add_argument(
+        "--draws",
+        type=_count(1),
+        metavar="N",
+        help="draws kept per chain (nuts, gibbs) [nuts 500, gibbs 2000]",
+    )
+    dec.add_argument(
+        "--warmup",
+        type=_count(0),
+        metavar="N",
+        help="warmup iterations per chain (nuts, gibbs) [nuts 500, gibbs 1000]",
+    )
+    dec.add_argument(
+        "--chains",
+        type=_count(1),
+        metavar="N",
+        help="chains (nuts, gibbs; two run in parallel) [nuts 2, gibbs 4]",
+    )
+    dec.add_argument(
+        "--seed", type=_seed, default=0, metavar="N", help="random seed (nuts, gibbs) [0]"
+    )
+    _add_data_options(dec, "deconvolve")
+
+    filt = sub.add_parser(
+        "filter",
+        help="filter and smooth your CSV time series under a switching state-space model",
+        description=_wrap(
+            "Read a CSV of observations y_t (one row per time step; empty cells for a step "
+            "with no observation), run a filter of the switching linear-Gaussian state-space "
+            "model and Kim's smoother (or the Gibbs sampler), and write the state estimates "
+            "and mode probabilities (CSV) and a short HTML report to OUT/NAME."
+        ),
+        epilog=FILTER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    filt.add_argument("file", metavar="FILE.csv", help="the observations (format below)")
+    model = filt.add_mutually_exclusive_group(required=True)
+    model.add_argument(
+        "--scenario",
+        choices=FILTER_SCENARIOS,
+        metavar="NAME",
+        help="a built-in model (scenarios below)",
+    )
+    model.add_argument(
+        "--params",
+        metavar="FILE.json",
+        help="the model's parameters as JSON (format below)",
+    )
+    filt.add_argument("--method", choices=FILTER_METHODS, default="imm", help="[imm]")
+    filt.add_argument("--particles", type=_count(1), metavar="N", help="particles (rbpf) [1000]")
+    filt.add_argument(
+        "--draws", type=_count(1), metavar="N", help="draws kept per chain (gibbs) [1000]"
+    )
+    filt.add_argument(
+        "--warmup", type=_count(0), metavar="N", help="warmup sweeps per chain (gibbs) [300]"
+    )
+    filt.add_argument("--chains", type=_count(1), metavar="N", help="chains (gibbs) [4]")
+    filt.add_argument(
+        "--seed", type=_seed, default=0, metavar="N", help="random seed (rbpf, gibbs) [0]"
+    )
+    _add_data_options(filt, "filter")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _configure_jax()
+def _report(args, progress) -> int:
     from inference.report import write_report
 
-    start = time.perf_counter()
-
-    def progress(message: str) -> None:
-        print(f"[{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
-
     try:
-        path = write_report(
-            args.out, name=args.name, quick=args.quick, seed=args.seed, progress=progress
-        )
+        named = {} if args.name is None else {"name": args.name}
+        path = write_report(args.out, quick=args.quick, seed=args.seed, progress=progress, **named)
     except ValueError as err:
         print(f"attnbayes: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:
         print(f"attnbayes: error: cannot write the report: {err}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+def _deconvolve(args, progress, argv):
+    from inference.user_data import read_table
+    from inference.user_runs import run_deconvolve
+
+    table = read_table(args.file, delimiter=args.delimiter, columns=args.columns, prefix="x")
+    return run_deconvolve(
+        table,
+        args.sigma,
+        method=args.method,
+        out_dir=args.out,
+        name=args.name,
+        seed=args.seed,
+        num_atoms=args.num_atoms,
+        num_warmup=args.warmup,
+        num_samples=args.draws,
+        num_chains=args.chains,
+        progress=progress,
+        argv=argv,
+    )
+
+
+def _filter(args, progress, argv):
+    from inference.user_data import read_params, read_table
+
+    if args.scenario is not None:
+        from models.switching import check_params, get_scenario
+
+        params, labels = check_params("params", get_scenario(args.scenario)), {}
+        o = params.emission_matrices.shape[1]
+        reason = f'the scenario "{args.scenario}" observes {o} values per step'
+    else:
+        params, labels = read_params(args.params)
+        o = params.emission_matrices.shape[1]
+        reason = f"{args.params} has o = {o} (emission_matrices is (M, o, d))"
+    table = read_table(
+        args.file,
+        delimiter=args.delimiter,
+        columns=args.columns,
+        width=o,
+        width_reason=reason,
+        allow_missing=True,
+        prefix="y",
+    )
+    from inference.user_runs import run_filter
+
+    return run_filter(
+        table,
+        params,
+        method=args.method,
+        scenario=args.scenario,
+        params_path=args.params,
+        labels=labels,
+        out_dir=args.out,
+        name=args.name,
+        seed=args.seed,
+        num_particles=args.particles,
+        num_warmup=args.warmup,
+        num_samples=args.draws,
+        num_chains=args.chains,
+        progress=progress,
+        argv=argv,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_jax()
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    if args.command == "report":
+        return _report(args, progress)
+    run = _deconvolve if args.command == "deconvolve" else _filter
+    command_line = ["attnbayes", *(sys.argv[1:] if argv is None else argv)]
+    try:
+        path = run(args, progress, command_line)
+    except ValueError as err:  # bad input (InputError) or arguments the library refused
+        print(f"attnbayes: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"attnbayes: error: cannot write the output: {err}", file=sys.stderr)
+        return 1
+    except (RuntimeError, FloatingPointError) as err:
+        print(f"attnbayes: error: the {args.command} run failed: {err}", file=sys.stderr)
         return 1
     print(path)
     return 0

@@ -45,3 +45,13 @@ def three_atom_comparison(three_atom_data):
         nuts_kwargs={"num_warmup": 1000, "num_samples": 1000},
         method_kwargs={"nuts-dp": {"num_warmup": 300, "num_samples": 300}},
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Groups for ``pytest -n 2 --dist loadgroup`` (what ``make test`` runs): each file's tests
+    stay on one worker, so module fixtures are built once, and every test that uses the
+    session's ``three_atom_comparison`` shares one worker, so that comparison is run once."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        group = "three_atom_comparison" if "three_atom_comparison" in fixtures else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))

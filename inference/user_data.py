@@ -1,0 +1,525 @@
+"""Reading and checking a user's input files for ``attnbayes deconvolve`` and ``attnbayes filter``.
+
+CSV tables (``read_table``):
+
+- one row per observation (deconvolve) or per time step (filter), one column per coordinate;
+  cells are separated by ``delimiter`` (default ","; quoted cells as in RFC 4180);
+- the header row is optional: the first row is taken as a header when none of its cells is a
+  number (and at least one is a name), else it is data and the columns are called x1..xp
+  (or y1..yo, by ``prefix``; a single column is just x or y);
+- blank lines and lines starting with "#" are skipped; a UTF-8 byte-order mark is ignored;
+- numbers are decimal with a point (1.5, -2e-3, .5); an empty cell, NA, N/A or NaN is a
+  missing value, which only the filter accepts (a whole row of them is a step with no
+  observation; a partly missing row is refused); inf is always refused.
+
+A problem raises ``InputError`` (a ``ValueError``) whose message names the file, the line and
+the column, e.g. ``data.csv line 7, column "x2": cannot parse 'abc' as a number``; a file that
+looks separated by another character than ``delimiter`` is reported as such.
+
+Switching-model parameters (``read_params``): a JSON object with the nine fields of
+``models.switching.SwitchingParams`` as nested lists of numbers (``PARAMS_FORMAT``), plus the
+optional labels "state_names" (d strings) and "mode_names" (M strings).
+
+This module reads with the standard library and NumPy only; ``read_params`` imports
+``models.switching`` (and so JAX) for ``check_params``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+MISSING_TOKENS = frozenset({"", "na", "n/a", "nan"})
+OTHER_DELIMITERS = (";", "\t", "|", ",")
+_NUMBER = re.compile(
+    r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity)", re.IGNORECASE | re.ASCII
+)
+_DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+(?:[eE][+-]?\d+)?")
+
+PARAMS_FIELDS = {
+    "initial_probs": ("(M,)", "P(s_1 = j)"),
+    "transition_matrix": ("(M, M)", "[i][j] = P(s_t = j | s_{t-1} = i), rows sum to 1"),
+    "initial_means": ("(M, d)", "mean of x_1 given s_1 = j"),
+    "initial_covs": ("(M, d, d)", "covariance of x_1 given s_1 = j, symmetric PSD"),
+    "dynamics_matrices": ("(M, d, d)", "F_j"),
+    "dynamics_biases": ("(M, d)", "b_j"),
+    "dynamics_covs": ("(M, d, d)", "Q_j, symmetric PSD (may be singular)"),
+    "emission_matrices": ("(M, o, d)", "H_j"),
+    "emission_covs": ("(M, o, o)", "R_j, symmetric positive definite"),
+}
+PARAMS_LABELS = {
+    "state_names": "optional, d strings naming the state coordinates",
+    "mode_names": "optional, M strings naming the modes",
+}
+PARAMS_FORMAT = (
+    "a JSON object whose fields are nested lists of numbers (M modes, state dimension d, "
+    "observation dimension o): "
+    + "; ".join(f"{k} {shape} {what}" for k, (shape, what) in PARAMS_FIELDS.items())
+    + "; "
+    + "; ".join(f"{k} ({v})" for k, v in PARAMS_LABELS.items())
+)
+_SEE_HELP = "(the format: attnbayes filter --help)"
+
+
+def _field_format(field: str) -> str:
+    shape, what = PARAMS_FIELDS[field]
+    return f"{field} is {shape}: {what}"
+
+
+class InputError(ValueError):
+    """A problem with a user's input file; the message names the file, line and column."""
+
+
+class Table(NamedTuple):
+    """Numbers read from a CSV file.
+
+    Attributes:
+        path: the file name as given (used in messages).
+        columns: the names of the selected columns (header names, else x1..xp / y1..yo).
+        values: (N, p) float64; NaN marks a missing value (only with ``allow_missing``).
+        lines: (N,) the line of the file each row came from (1-based).
+        header: whether the file had a header row.
+        sha256: hex digest of the file's bytes as read.
+    """
+
+    path: str
+    columns: tuple[str, ...]
+    values: np.ndarray
+    lines: np.ndarray
+    header: bool
+    sha256: str = ""
+
+
+def _delimiter_name(delimiter: str) -> str:
+    return "tab" if delimiter == "\t" else repr(delimiter)
+
+
+def _delimiter_option(delimiter: str) -> str:
+    return "--delimiter tab" if delimiter == "\t" else f"--delimiter '{delimiter}'"
+
+
+def _is_missing(cell: str) -> bool:
+    return cell.strip().lower() in MISSING_TOKENS
+
+
+def _is_number(cell: str) -> bool:
+    return _NUMBER.fullmatch(cell.strip()) is not None
+
+
+def _where(path: str, line: int, column: str | None = None) -> str:
+    return f"{path} line {line}" + (f", column {column}" if column is not None else "")
+
+
+def _column_label(names: tuple[str, ...] | None, index: int) -> str:
+    """'"x2"' for a named column, else its 1-based number."""
+    if names is not None and index < len(names):
+        return f'"{names[index]}"'
+    return str(index + 1)
+
+
+def _cell_hints(cell: str, delimiter: str) -> str:
+    """Likely causes of an unreadable cell, as a parenthesised suffix (or "")."""
+    text = cell.strip()
+    if delimiter != "," and _DECIMAL_COMMA.fullmatch(text):
+        return " (a decimal comma? write numbers with a point: 1.5, not 1,5)"
+    for other in OTHER_DELIMITERS:
+        if other != delimiter and other in text:
+            pieces = [p for p in text.split(other) if p.strip()]
+            if len(pieces) > 1:
+                return (
+                    f" (the file looks {_delimiter_name(other)}-separated, not "
+                    f"{_delimiter_name(delimiter)}-separated: pass {_delimiter_option(other)})"
+                )
+    if len(text.split()) > 1:
+        return (
+            f" (several values in one cell? cells must be separated by "
+            f"{_delimiter_name(delimiter)}; see --delimiter)"
+        )
+    return ""
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder, not a file") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror or err})") from None
+    return raw
+
+
+def _decode(path: str, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise InputError(
+            f"{_where(path, line)}: not UTF-8 text (byte 0x{raw[err.start]:02x}); save the "
+            "file as UTF-8 CSV"
+        ) from None
+
+
+def _rows(path: str, text: str, delimiter: str) -> list[tuple[int, list[str]]]:
+    """(line, cells) for every row that is neither blank nor a comment."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    rows = []
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as err:
+            raise InputError(f"{_where(path, reader.line_num)}: not valid CSV ({err})") from None
+        if not cells or (len(cells) == 1 and not cells[0].strip()):
+            continue
+        if cells[0].lstrip().startswith("#"):
+            continue
+        rows.append((reader.line_num, cells))
+    return rows
+
+
+def _check_delimiter(path: str, line: int, cells: list[str], delimiter: str) -> None:
+    """A first row that is one cell under ``delimiter`` but several under another one."""
+    if len(cells) != 1:
+        return
+    for other in OTHER_DELIMITERS:
+        if other == delimiter:
+            continue
+        pieces = cells[0].split(other)
+        if len(pieces) > 1 and sum(bool(p.strip()) for p in pieces) > 1:
+            raise InputError(
+                f"{_where(path, line)}: no {_delimiter_name(delimiter)} in the first row but "
+                f"{len(pieces)} {_delimiter_name(other)}-separated cells: the file looks "
+                f"{_delimiter_name(other)}-separated; pass {_delimiter_option(other)}"
+            )
+
+
+def _looks_numeric(cell: str) -> bool:
+    """A number, or several numbers run together by spaces or another delimiter."""
+    pieces = [p for p in re.split(r"[\s;|,]+", cell.strip()) if p]
+    return bool(pieces) and all(_is_number(p) for p in pieces)
+
+
+def _is_header(cells: list[str]) -> bool:
+    names = [c for c in cells if not _is_missing(c)]
+    return bool(names) and not any(_looks_numeric(c) for c in names)
+
+
+def _header_names(path: str, line: int, cells: list[str]) -> tuple[str, ...]:
+    names = tuple(c.strip() for c in cells)
+    for j, name in enumerate(names):
+        if not name:
+            extra = " (a trailing delimiter at the end of the line?)" if j == len(names) - 1 else ""
+            raise InputError(f"{_where(path, line, str(j + 1))}: empty column name{extra}")
+        if name in names[:j]:
+            raise InputError(f'{_where(path, line, str(j + 1))}: column name "{name}" repeats')
+    return names
+
+
+def _select(path: str, names: tuple[str, ...], columns) -> list[int]:
+    if columns is None:
+        return list(range(len(names)))
+    chosen = []
+    listing = ", ".join(names)
+    for item in columns:
+        item = str(item).strip()
+        if item in names:
+            index = names.index(item)
+        elif item.isdigit() and 1 <= int(item) <= len(names):
+            index = int(item) - 1
+        else:
+            raise InputError(
+                f"{path}: --columns: no column {item!r}; the file's columns are {listing} "
+                f"(names from the header, or numbers 1..{len(names)})"
+            )
+        if index in chosen:
+            raise InputError(f"{path}: --columns: column {item!r} is chosen twice")
+        chosen.append(index)
+    if not chosen:
+        raise InputError(f"{path}: --columns: no column chosen")
+    return chosen
+
+
+def _parse_cell(path, line, label, cell, delimiter, *, first_row: bool) -> float:
+    text = cell.strip()
+    if _is_missing(text):
+        return math.nan
+    if _NUMBER.fullmatch(text):
+        value = float(text)
+        if math.isinf(value):
+            raise InputError(
+                f"{_where(path, line, label)}: {text!r} is not a finite number (write an empty "
+                "cell or NA for a missing value where missing values are allowed)"
+            )
+        return value
+    hint = _cell_hints(text, delimiter)
+    if not hint and first_row:
+        hint = f" (if line {line} is meant as a header, none of its names may be a number)"
+    raise InputError(f"{_where(path, line, label)}: cannot parse {text!r} as a number{hint}")
+
+
+def read_table(
+    path,
+    *,
+    delimiter: str = ",",
+    columns=None,
+    width: int | None = None,
+    width_reason: str = "",
+    allow_missing: bool = False,
+    prefix: str = "x",
+) -> Table:
+    """Read a CSV of numbers, checking every cell; see the module docstring for the format.
+
+    Args:
+        path: the file.
+        delimiter: one character separating cells.
+        columns: names or 1-based numbers (strings or ints) of the columns to use, in that
+            order; default all of them. Cells of the other columns are not read.
+        width: the number of columns required after the selection (e.g. the observation
+            dimension of a switching model), or None for any.
+        width_reason: what requires ``width``, for the message (e.g. 'the scenario
+            "maneuvering-target" observes 2 values per step').
+        allow_missing: accept missing values (NaN in ``values``); a row must then be missing
+            entirely or not at all.
+        prefix: default column names prefix when there is no header.
+
+    Returns:
+        ``Table``.
+
+    Raises:
+        InputError: naming the file and, where there is one, the line and column.
+    """
+    path = str(path)
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '\r\n"#':
+        raise InputError(
+            f"--delimiter: expected one character (not a quote, # or newline), got {delimiter!r}"
+        )
+    raw = _read_bytes(path)
+    text = _decode(path, raw)
+    rows = _rows(path, text, delimiter)
+    if not rows:
+        raise InputError(
+            f"{path}: the file is empty (no data rows); expected one row of numbers per "
+            f"observation, separated by {_delimiter_name(delimiter)}"
+        )
+    first_line, first = rows[0]
+    _check_delimiter(path, first_line, first, delimiter)
+    header = _is_header(first)
+    if header:
+        names = _header_names(path, first_line, first)
+        data = rows[1:]
+        if not data:
+            raise InputError(f"{_where(path, first_line)}: only a header, no data rows after it")
+    else:
+        p = len(first)
+        names = (prefix,) if p == 1 else tuple(f"{prefix}{j + 1}" for j in range(p))
+        data = rows
+    p = len(names)
+    chosen = _select(path, names, columns)
+    if width is not None and len(chosen) != width:
+        listing = ", ".join(names[j] for j in chosen)
+        reason = f": {width_reason}" if width_reason else ""
+        if columns is not None:
+            raise InputError(
+                f"{path}: --columns chose {len(chosen)} column(s) ({listing}) where {width} "
+                f"are needed{reason}"
+            )
+        if len(chosen) < width:
+            raise InputError(
+                f"{_where(path, first_line, str(p + 1))}: missing column: the file has {p} "
+                f"column(s) ({listing}) where {width} are needed{reason}"
+            )
+        raise InputError(
+            f"{_where(path, first_line)}: {p} columns ({listing}) where {width} are "
+            f"needed{reason}; choose {width} of them with --columns"
+        )
+    labels = [_column_label(names if header else None, j) for j in range(p)]
+
+    values = np.empty((len(data), len(chosen)), dtype=np.float64)
+    lines = np.empty(len(data), dtype=np.int64)
+    for i, (line, cells) in enumerate(data):
+        if len(cells) != p:
+            if len(cells) < p:
+                where = _where(path, line, labels[len(cells)])
+                what = f"missing: the row has {len(cells)} of {p} fields"
+                extra = _cell_hints(cells[-1], delimiter) if cells else ""
+            else:
+                where = _where(path, line, str(p + 1))
+                what = f"extra field {cells[p].strip()!r}: the row has {len(cells)} fields, "
+                what += f"the {'header' if header else 'first row'} {p}"
+                extra = ""
+            raise InputError(f"{where}: {what}{extra}")
+        row = [
+            _parse_cell(
+                path, line, labels[j], cells[j], delimiter, first_row=(i == 0 and not header)
+            )
+            for j in chosen
+        ]
+        gaps = [math.isnan(v) for v in row]
+        if any(gaps):
+            j = chosen[gaps.index(True)]
+            if not allow_missing:
+                token = cells[j].strip()
+                raise InputError(
+                    f"{_where(path, line, labels[j])}: missing value "
+                    f"({repr(token) if token else 'empty cell'}); every observation needs a "
+                    "number"
+                )
+            if not all(gaps):
+                raise InputError(
+                    f"{_where(path, line, labels[j])}: missing value in a row that has other "
+                    "values; partial observations are not supported: leave every observation "
+                    "cell of the row empty (or NA) for a step with no observation"
+                )
+        values[i] = row
+        lines[i] = line
+    return Table(
+        path=path,
+        columns=tuple(names[j] for j in chosen),
+        values=values,
+        lines=lines,
+        header=header,
+        sha256=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+# ----------------------------------------------------------------------------- JSON params
+
+
+def _nested_array(path: str, field: str, value) -> np.ndarray:
+    """A rectangular nested list of numbers (no bools, no strings) as float64."""
+
+    def bad(what):
+        return InputError(
+            f'{path}: field "{field}": {what}; expected nested lists of numbers '
+            f"({_field_format(field)})"
+        )
+
+    def walk(item):
+        if isinstance(item, bool) or item is None or isinstance(item, str | dict):
+            raise bad(f"{item!r} is not a number")
+        if isinstance(item, list):
+            shapes = {walk(x) for x in item}
+            if len(shapes) > 1:
+                raise bad("rows of different lengths (not a rectangular array)")
+            return (len(item), *next(iter(shapes), ()))
+        if not isinstance(item, int | float):
+            raise bad(f"{item!r} is not a number")
+        return ()
+
+    walk(value)
+    arr = np.asarray(value, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise bad("contains a non-finite number")
+    return arr
+
+
+def parse_params(path: str, document) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
+    """The nine SwitchingParams fields as float arrays and the optional labels, from a decoded
+    JSON document; shapes are not checked here (``read_params`` does, with ``check_params``)."""
+    if not isinstance(document, dict):
+        raise InputError(
+            f"{path}: expected a JSON object {{...}} with the fields "
+            f"{', '.join(PARAMS_FIELDS)}, got a {type(document).__name__} {_SEE_HELP}"
+        )
+    known = (*PARAMS_FIELDS, *PARAMS_LABELS)
+    unknown = [k for k in document if k not in known]
+    if unknown:
+        raise InputError(
+            f"{path}: unknown field(s) {', '.join(map(repr, unknown))}; the fields are "
+            f"{', '.join(PARAMS_FIELDS)} and optionally {', '.join(PARAMS_LABELS)}"
+        )
+    missing = [k for k in PARAMS_FIELDS if k not in document]
+    if missing:
+        raise InputError(
+            f"{path}: missing field(s) {', '.join(map(repr, missing))}; "
+            + "; ".join(_field_format(k) for k in missing)
+            + f" {_SEE_HELP}"
+        )
+    fields = {k: _nested_array(path, k, document[k]) for k in PARAMS_FIELDS}
+    labels = {}
+    for key in PARAMS_LABELS:
+        if key in document:
+            names = document[key]
+            if (
+                not isinstance(names, list)
+                or not all(isinstance(n, str) and n.strip() for n in names)
+                or len(set(names)) != len(names)
+            ):
+                raise InputError(
+                    f'{path}: field "{key}": expected a list of distinct non-empty strings, '
+                    f"got {names!r}"
+                )
+            labels[key] = tuple(n.strip() for n in names)
+    return fields, labels
+
+
+def read_params(path):
+    """Read and validate switching-model parameters from a JSON file (``PARAMS_FORMAT``).
+
+    Returns:
+        (``SwitchingParams`` of float64 arrays, {"state_names": (...), "mode_names": (...)}
+        for the labels present).
+
+    Raises:
+        InputError: naming the file and the field (JSON syntax errors: line and column).
+    """
+    from models.switching import SwitchingParams, check_params
+
+    path = str(path)
+    text = _decode(path, _read_bytes(path))
+    if not text.strip():
+        raise InputError(f"{path}: the file is empty; --params expects {PARAMS_FORMAT}")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(
+            f"{_where(path, err.lineno, str(err.colno))}: not valid JSON ({err.msg})"
+        ) from None
+    fields, labels = parse_params(path, document)
+    try:
+        params = check_params("params", SwitchingParams(**fields))
+    except ValueError as err:
+        message = str(err).removeprefix("params.")
+        field, _, rest = message.partition(": ")
+        if field in PARAMS_FIELDS:
+            message = f'field "{field}": {rest} ({_field_format(field)})'
+        raise InputError(f"{path}: {message} {_SEE_HELP}") from None
+    m, d = params.initial_means.shape
+    for key, size, what in (("state_names", d, "d"), ("mode_names", m, "M")):
+        if key in labels and len(labels[key]) != size:
+            raise InputError(f'{path}: field "{key}": {len(labels[key])} names for {what} = {size}')
+    return params, labels
+
+
+def params_document(params, labels: dict | None = None) -> dict:
+    """The JSON document ``read_params`` reads, for ``params`` (and optional labels)."""
+    doc = {k: np.asarray(getattr(params, k), dtype=np.float64).tolist() for k in PARAMS_FIELDS}
+    for key, names in (labels or {}).items():
+        doc[key] = list(names)
+    return doc
+
+
+__all__ = [
+    "MISSING_TOKENS",
+    "PARAMS_FIELDS",
+    "PARAMS_FORMAT",
+    "InputError",
+    "Table",
+    "params_document",
+    "parse_params",
+    "read_params",
+    "read_table",
+]

@@ -1,0 +1,1022 @@
+"""Run one method on a user's data and write its outputs: ``attnbayes deconvolve`` / ``filter``.
+
+``run_deconvolve(table, sigma, ...)`` fits the Gaussian deconvolution model
+z_i ~ nu, x_i | z_i ~ N(z_i, sigma^2 I_p) with one method of ``inference.compare`` and writes
+OUT/NAME/ with
+
+- ``z_hat.csv``: row, line, then per data column c: c, z_hat_c, lower_50_c, upper_50_c,
+  lower_90_c, upper_90_c (equal-tailed posterior intervals of z_i);
+- ``measure.csv`` (em, npmle): the fitted mixing measure, weight and atom_c per atom;
+- ``metrics.csv``: metric, value (log-likelihood, wall time; samplers: LOO, R-hat, ESS,
+  divergences);
+- for nuts and gibbs ``posterior.nc`` (the DataTree with the permutation-invariant quantities,
+  netCDF) and ``diagnostics.csv`` (R-hat, bulk and tail ESS per invariant element);
+- ``index.html`` (self-contained: data with the fitted measure, z_hat with intervals,
+  sampler diagnostics) and ``run.json`` (what was run on what).
+
+``run_filter(table, params, ...)`` runs a filter (imm, gpb2, gpb1, rbpf; each followed by
+Kim's smoother) or the Gibbs sampler of the switching state-space model and writes
+``states.csv`` (one row per step: t, line, the observations, filtered and smoothed means, sds
+and mode probabilities), ``metrics.csv``, ``params.json`` (the parameters used, in the format
+``--params`` reads), ``index.html``, ``run.json`` and for gibbs ``posterior.nc`` and
+``diagnostics.csv``.
+
+Everything is computed first, then written into a temporary folder next to the target and
+renamed into place (``inference.pages.publish_folder``): a failed run leaves nothing behind.
+An existing OUT/NAME is replaced only when an earlier deconvolve/filter run wrote it (its
+``run.json`` says so), so a typo in ``--name`` cannot wipe an unrelated folder.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+import jax
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from inference.pages import img_tag, page, png_bytes, publish_folder, table_html, write_atomic
+from inference.user_data import InputError, Table, params_document
+
+DECONVOLVE_METHODS = {"em": "attention-em", "npmle": "npmle", "nuts": "nuts", "gibbs": "gibbs"}
+DECONVOLVE_SAMPLERS = ("nuts", "gibbs")
+DECONVOLVE_SAMPLER_DEFAULTS = {
+    "nuts": {"num_warmup": 500, "num_samples": 500, "num_chains": 2},
+    "gibbs": {"num_warmup": 1000, "num_samples": 2000, "num_chains": 4},
+}
+DEFAULT_NUM_ATOMS = 5
+FILTER_METHODS = ("imm", "gpb2", "gpb1", "rbpf", "gibbs")
+FILTER_GIBBS_DEFAULTS = {"num_warmup": 300, "num_samples": 1000, "num_chains": 4}
+DEFAULT_PARTICLES = 1000
+MANIFEST = "run.json"
+SCENARIO_LABELS = {
+    "maneuvering-target": (("px", "vx", "py", "vy"), ("constant-velocity", "coordinated-turn")),
+    "maneuvering-target-cwna": (
+        ("px", "vx", "py", "vy"),
+        ("constant-velocity", "coordinated-turn"),
+    ),
+}
+RHAT_OK = 1.01
+TARGET_COLORS = {"filtered": "tab:blue", "smoothed": "tab:red"}
+INVARIANTS = ("z_mean", "nu_cdf", "log_lik_total")
+
+_DECONVOLVE_TEXT = {
+    "em": "attention-EM: K = N atoms started at the data with weights 1/N, moved by EM steps "
+    "whose E-step is softmax attention (at most 500); z_hat is one more attention step, the "
+    "empirical-Bayes posterior mean under the fitted nu. The intervals come from the discrete "
+    "posterior over the fitted atoms: a plug-in that ignores the uncertainty in nu, so they "
+    "are too narrow where it matters.",
+    "npmle": "NPMLE: the Kiefer-Wolfowitz maximum-likelihood nu on a fixed grid of 300 points "
+    "(mix-SQP), then its empirical-Bayes posterior (GMLEB): z_hat is the posterior mean and "
+    "the intervals come from the discrete posterior over the grid (plug-in, like EM's).",
+    "nuts": "NUTS on a finite Dirichlet mixture of K atoms (weights ~ Dirichlet(1), atoms ~ "
+    "N(mean x, (2 sd x + sigma)^2), sorted in 1-D): z_hat is the posterior mean of "
+    "E[z_i | x_i, nu], the intervals are posterior quantiles of z_i with nu integrated out.",
+    "gibbs": "blocked conjugate Gibbs on the same finite Dirichlet mixture as NUTS (labels, "
+    "weights, atoms in turn): z_hat is the posterior mean of E[z_i | x_i, nu], the intervals "
+    "are posterior quantiles of z_i with nu integrated out.",
+}
+_FILTER_TEXT = {
+    "imm": "IMM filter (mix, then one Kalman step per mode; Blom and Bar-Shalom 1988)",
+    "gpb2": "GPB2 filter (M^2 Kalman steps, collapsed per new mode)",
+    "gpb1": "GPB1 filter (collapse to one Gaussian, then one Kalman step per mode)",
+    "rbpf": "Rao-Blackwellised particle filter (particles over the modes, a Kalman filter each)",
+    "gibbs": "Gibbs sampler of the smoothing posterior (modes by Gerlach-Carter-Kohn with the "
+    "states integrated out, states by Kalman forward filtering, backward sampling)",
+}
+
+
+# ----------------------------------------------------------------------------- output folder
+
+
+def default_name(path: str, command: str, method: str) -> str:
+    """``<file stem>-<command>-<method>`` with characters outside [A-Za-z0-9._-] replaced."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", Path(path).stem).lstrip(".") or "data"
+    return f"{stem}-{command}-{method}"
+
+
+def check_output(out_dir, name: str) -> Path:
+    """The target folder OUT/NAME, checked before any work: a plain name, an OUT that is not a
+    file, and no existing OUT/NAME that an attnbayes deconvolve/filter run did not write."""
+    if not isinstance(name, str) or not name or name in (".", "..") or name.startswith("."):
+        raise InputError(f"--name: must be a plain folder name, got {name!r}")
+    if "/" in name or os.sep in name or (os.altsep and os.altsep in name):
+        raise InputError(f"--name: must be a plain folder name, got {name!r}")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"--out: {out_dir} exists and is not a folder")
+    target = out_dir / name
+    if target.exists() or target.is_symlink():
+        manifest = target / MANIFEST
+        owner = None
+        if target.is_dir() and not target.is_symlink() and manifest.is_file():
+            try:
+                owner = json.loads(manifest.read_text(encoding="utf-8")).get("attnbayes")
+            except (OSError, ValueError, AttributeError):
+                owner = None
+        if owner not in ("deconvolve", "filter"):
+            raise InputError(
+                f"--out/--name: {target} exists and was not written by attnbayes deconvolve or "
+                f"filter (no {MANIFEST}); choose another --name or --out, or remove it"
+            )
+    return target
+
+
+def _publish(target: Path, files: dict) -> None:
+    """Write ``files`` into a temporary folder next to ``target`` and rename it into place.
+
+    ``files`` maps file names to str or bytes contents, or to a callable that writes the
+    file at the path it is given (large files: no copy in memory).
+
+    On failure the temporary folder, and ``target.parent`` if this call created it and it is
+    still empty, are removed.
+    """
+    out_dir = target.parent
+    created = []
+    for parent in reversed((out_dir, *out_dir.parents)):
+        if not parent.exists():
+            created.append(parent)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = None
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=out_dir))
+        for name, data in files.items():
+            if callable(data):
+                data(tmp / name)
+            else:
+                write_atomic(tmp / name, data)
+        publish_folder(tmp, target)
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in reversed(created):
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _datatree_writer(datatree: xr.DataTree) -> Callable[[Path], None]:
+    """A writer of the DataTree as gzip-compressed netCDF (h5netcdf), without the z_i draws.
+
+    ``z_draw`` (one draw of z_i per posterior draw, for intervals) is as large as the
+    posterior predictive and ``inference.invariants.add_invariants`` rebuilds it.
+    """
+    tree = datatree.copy()
+    if "posterior" in tree.children and "z_draw" in tree["posterior"]:
+        tree["posterior"] = xr.DataTree(tree["posterior"].to_dataset().drop_vars("z_draw"))
+    encoding = {
+        node.path: {name: {"zlib": True, "complevel": 4} for name in node.data_vars}
+        for node in tree.subtree
+        if node.data_vars
+    }
+
+    def write(path: Path) -> None:
+        tree.to_netcdf(path, engine="h5netcdf", encoding=encoding)
+
+    return write
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _manifest(command: str, table: Table, settings: dict, seconds: float, files) -> str:
+    doc = {
+        "attnbayes": command,
+        "input": table.path,
+        "input_sha256": table.sha256,
+        "rows": int(table.values.shape[0]),
+        "columns": list(table.columns),
+        "header": table.header,
+        **settings,
+        "wall_time_s": round(seconds, 3),
+        "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "versions": {p: _version(p) for p in ("attnbayes", "jax", "numpyro", "arviz")},
+        "files": sorted([*files, MANIFEST]),
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _check_count(name: str, value, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise InputError(f"{name}: expected an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _sampler_sizes(defaults: dict, num_warmup, num_samples, num_chains) -> dict:
+    sizes = dict(defaults)
+    for key, value, minimum in (
+        ("num_warmup", num_warmup, 0),
+        ("num_samples", num_samples, 1),
+        ("num_chains", num_chains, 1),
+    ):
+        checked = _check_count(
+            f"--{key.removeprefix('num_').replace('samples', 'draws')}", value, minimum
+        )
+        if checked is not None:
+            sizes[key] = checked
+    return sizes
+
+
+def _fmt(value) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _settings_table(rows: dict) -> str:
+    frame = pd.DataFrame({"value": [_fmt(v) for v in rows.values()]}, index=list(rows))
+    frame.index.name = "setting"
+    return table_html(frame)
+
+
+def _diagnostics_frame(diag_table: pd.DataFrame) -> pd.DataFrame:
+    """Per quantity (the element names' prefix): worst R-hat, smallest bulk/tail ESS."""
+    quantity = diag_table.index.str.replace(r"\[.*$", "", regex=True)
+    grouped = diag_table.groupby(quantity, sort=False)
+    frame = pd.DataFrame(
+        {
+            "elements": grouped.size().astype(float),
+            "max R-hat": grouped["r_hat"].max(),
+            "min ESS bulk": grouped["ess_bulk"].min(),
+            "min ESS tail": grouped["ess_tail"].min(),
+        }
+    )
+    frame.index.name = "quantity"
+    return frame
+
+
+def _verdict(diag, total_draws: int, divergences: bool) -> str:
+    problems = []
+    if not diag.max_r_hat <= RHAT_OK:
+        problems.append(f"the worst R-hat is {diag.max_r_hat:.3f} (> {RHAT_OK})")
+    ess_floor = min(400, total_draws / 2)
+    if not min(diag.min_ess_bulk, diag.min_ess_tail) >= ess_floor:
+        problems.append(
+            f"the smallest ESS is {min(diag.min_ess_bulk, diag.min_ess_tail):.0f} "
+            f"(< {ess_floor:.0f})"
+        )
+    if divergences and diag.num_divergences:
+        problems.append(f"{diag.num_divergences} divergent transitions")
+    if not problems:
+        return (
+            f"<p>No warning signs: R-hat &le; {RHAT_OK} and ESS &ge; {ess_floor:.0f} "
+            "everywhere" + (", no divergences" if divergences else "") + ".</p>"
+        )
+    return (
+        "<p><strong>Warning:</strong> "
+        + "; ".join(problems)
+        + ". Run more draws (--draws, --warmup) or chains (--chains) before trusting the "
+        "intervals.</p>"
+    )
+
+
+def _cuts(values: np.ndarray, limit: int = 2000) -> np.ndarray:
+    """Indices of at most ``limit`` rows spread over ``values`` (for drawing large data)."""
+    n = values.shape[0]
+    return np.arange(n) if n <= limit else np.unique(np.linspace(0, n - 1, limit).astype(int))
+
+
+# ----------------------------------------------------------------------------- deconvolve
+
+
+def _mixture_density(grid, atoms, weights, sigma) -> np.ndarray:
+    """sum_k w_k N(t; mu_k, sigma^2) on a 1-D grid, in chunks of atoms."""
+    out = np.zeros_like(grid)
+    for start in range(0, atoms.shape[0], 4096):
+        mu, w = atoms[start : start + 4096], weights[start : start + 4096]
+        out += (np.exp(-0.5 * ((grid[:, None] - mu[None, :]) / sigma) ** 2) @ w) / (
+            sigma * np.sqrt(2 * np.pi)
+        )
+    return out
+
+
+def figure_data_and_measure(points, names, sigma, measure, title) -> bytes:
+    """1-D: histogram of x, the fitted density of x and the mass of nu; p-D: the first two
+    coordinates of x with the mass of nu on a grid."""
+    atoms = np.asarray(measure.atoms, np.float64).reshape(len(measure.weights), -1)
+    weights = np.asarray(measure.weights, np.float64)
+    if points.shape[1] == 1:
+        x = points[:, 0]
+        fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
+        lo, hi = min(x.min(), atoms.min()) - 2 * sigma, max(x.max(), atoms.max()) + 2 * sigma
+        ax.hist(x, bins=min(80, max(10, x.size // 5)), density=True, color="0.85", label="x")
+        grid = np.linspace(lo, hi, 400)
+        ax.plot(
+            grid,
+            _mixture_density(grid, atoms[:, 0], weights, sigma),
+            color="tab:blue",
+            label="fitted density of x",
+        )
+        ax.set_xlabel(names[0])
+        ax.set_ylabel("density of x")
+        mass_ax = ax.twinx()
+        edges = np.linspace(lo, hi, 101)
+        mass, _ = np.histogram(atoms[:, 0], edges, weights=weights)
+        keep = mass > 1e-4
+        centers = 0.5 * (edges[1:] + edges[:-1])
+        mass_ax.vlines(centers[keep], 0, mass[keep], color="tab:red", lw=3, label="nu (mass)")
+        mass_ax.set_ylabel("mass of the fitted nu (per bin)")
+        mass_ax.set_ylim(0, max(1e-9, mass.max()) * 1.15)
+        handles = ax.get_legend_handles_labels()
+        extra = mass_ax.get_legend_handles_labels()
+        ax.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper left")
+    else:
+        fig, ax = plt.subplots(figsize=(6.5, 6), layout="constrained")
+        shown = _cuts(points, 5000)
+        ax.scatter(points[shown, 0], points[shown, 1], s=6, color="0.6", label="x")
+        xs = np.concatenate([points[:, 0], atoms[:, 0]])
+        ys = np.concatenate([points[:, 1], atoms[:, 1]])
+        mass, ex, ey = np.histogram2d(
+            atoms[:, 0],
+            atoms[:, 1],
+            bins=50,
+            range=[[xs.min(), xs.max()], [ys.min(), ys.max()]],
+            weights=weights,
+        )
+        ix, iy = np.nonzero(mass > 1e-3)
+        cx, cy = 0.5 * (ex[1:] + ex[:-1]), 0.5 * (ey[1:] + ey[:-1])
+        ax.scatter(
+            cx[ix],
+            cy[iy],
+            s=2000 * mass[ix, iy],
+            color="tab:red",
+            alpha=0.6,
+            label="nu (area = mass)",
+        )
+        ax.set_xlabel(names[0])
+        ax.set_ylabel(names[1])
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.legend(loc="upper left")
+    ax.set_title(title)
+    return png_bytes(fig)
+
+
+def figure_z_hat(points, names, z_hat, intervals) -> bytes:
+    """z_hat_i against x_i per coordinate (at most 4), with 50% and 90% intervals."""
+    z = np.asarray(z_hat).reshape(points.shape)
+    coords = min(points.shape[1], 4)
+    fig, axes = plt.subplots(
+        1, coords, figsize=(4.6 * coords + 1, 4.2), layout="constrained", squeeze=False
+    )
+    shown = _cuts(points)
+    for j, ax in enumerate(axes[0]):
+        x = points[shown, j]
+        for prob, color, width in ((0.9, "tab:orange", 1.0), (0.5, "tab:red", 2.2)):
+            lo, hi = (np.asarray(a).reshape(points.shape)[shown, j] for a in intervals[prob])
+            ax.vlines(
+                x, lo, hi, color=color, lw=width, alpha=0.5, label=f"{round(prob * 100)}% interval"
+            )
+        ax.scatter(x, z[shown, j], s=8, color="k", zorder=3, label="z_hat")
+        edge = [min(x.min(), z[:, j].min()), max(x.max(), z[:, j].max())]
+        ax.plot(edge, edge, ls="--", color="0.5", lw=1, label="z = x")
+        ax.set_xlabel(f"x ({names[j]})")
+        ax.set_ylabel(f"z ({names[j]})")
+        if j == 0:
+            ax.legend(loc="upper left", fontsize=8)
+    return png_bytes(fig)
+
+
+def _deconvolve_csv(table: Table, fit) -> str:
+    points = table.values
+    p = points.shape[1]
+    z = np.asarray(fit.z_hat).reshape(points.shape)
+    cols = {"row": np.arange(1, points.shape[0] + 1), "line": table.lines}
+    for j, name in enumerate(table.columns):
+        cols[name] = points[:, j]
+        cols[f"z_hat_{name}"] = z[:, j]
+        for prob in (0.5, 0.9):
+            lo, hi = (np.asarray(a).reshape(-1, p)[:, j] for a in fit.intervals[prob])
+            cols[f"lower_{round(prob * 100)}_{name}"] = lo
+            cols[f"upper_{round(prob * 100)}_{name}"] = hi
+    return pd.DataFrame(cols).to_csv(index=False)
+
+
+def deconvolve_output_columns(columns) -> list[str]:
+    """The columns of z_hat.csv for data columns ``columns``."""
+    out = ["row", "line"]
+    for name in columns:
+        out += [name, f"z_hat_{name}"]
+        out += [f"{side}_{q}_{name}" for q in (50, 90) for side in ("lower", "upper")]
+    return out
+
+
+def _check_columns_unique(columns: list[str]) -> None:
+    seen = set()
+    for name in columns:
+        if name in seen:
+            raise InputError(
+                f"column name {name!r} clashes with an output column of the same name; rename "
+                "that column in the file's header"
+            )
+        seen.add(name)
+
+
+def check_deconvolve(table: Table, sigma, method: str) -> float:
+    """Argument checks of ``run_deconvolve`` that need no JAX; returns sigma as a float."""
+    if method not in DECONVOLVE_METHODS:
+        raise InputError(f"--method: unknown {method!r}; choose from {list(DECONVOLVE_METHODS)}")
+    if isinstance(sigma, bool) or not isinstance(sigma, int | float | np.floating):
+        raise InputError(f"--sigma: expected a number > 0, got {sigma!r}")
+    sigma = float(sigma)
+    if not math.isfinite(sigma) or sigma <= 0:
+        raise InputError(f"--sigma: must be a finite number > 0, got {sigma}")
+    if not np.all(np.isfinite(table.values)):
+        raise InputError(f"{table.path}: contains missing or non-finite values")
+    _check_columns_unique(deconvolve_output_columns(table.columns))
+    return sigma
+
+
+def _measure_csv(columns, measure) -> str:
+    """The fitted nu, one row per atom (sorted by the first coordinate): weight, atom_c."""
+    atoms = np.asarray(measure.atoms, np.float64).reshape(len(measure.weights), -1)
+    weights = np.asarray(measure.weights, np.float64)
+    order = np.argsort(atoms[:, 0], kind="stable")
+    frame = pd.DataFrame({"weight": weights[order]})
+    for j, col in enumerate(columns):
+        frame[f"atom_{col}"] = atoms[order, j]
+    return frame.to_csv(index=False)
+
+
+def _deconvolve_diagnostics(datatree, method: str, sizes: dict) -> tuple[dict, str]:
+    """diagnostics.csv, posterior.nc and the HTML section of a sampler's run."""
+    from inference.mcmc import diagnostics
+
+    post = datatree["posterior"]
+    diag = diagnostics(datatree, var_names=[v for v in INVARIANTS if v in post])
+    files = {
+        "diagnostics.csv": diag.table.rename_axis("element").reset_index().to_csv(index=False),
+        "posterior.nc": _datatree_writer(datatree),
+    }
+    cdf = "the CDF of nu on a grid, " if "nu_cdf" in post else ""
+    div = f"{diag.num_divergences}" if method == "nuts" else "none (Gibbs)"
+    section = f"""
+<h2>Sampler diagnostics</h2>
+<p class="note">The atoms are exchangeable, so R-hat (rank-normalised split) and bulk/tail ESS
+are computed on quantities every labelling agrees on: z_mean = E[z_i | x_i, nu] per point,
+{cdf}and the total log-likelihood. {diag.num_chains} chains x {diag.num_draws} draws after
+{sizes["num_warmup"]} warmup; divergent transitions: {div}. Elements that never vary are left
+out ({diag.num_constant}). Every element is in <code>diagnostics.csv</code>.</p>
+{_verdict(diag, diag.num_chains * diag.num_draws, method == "nuts")}
+{table_html(_diagnostics_frame(diag.table))}"""
+    return files, section
+
+
+def run_deconvolve(
+    table: Table,
+    sigma: float,
+    *,
+    method: str = "em",
+    out_dir="reports",
+    name: str | None = None,
+    seed: int = 0,
+    num_atoms: int | None = None,
+    num_warmup: int | None = None,
+    num_samples: int | None = None,
+    num_chains: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    argv: list[str] | None = None,
+) -> Path:
+    """Fit nu with one method on ``table`` (N rows, p columns) and write OUT/NAME/.
+
+    Args:
+        table: the observations (``inference.user_data.read_table``); one column is scalar
+            data (N,), p columns are points in R^p.
+        sigma: the known noise scale.
+        method: "em" (attention-EM), "npmle", "nuts" or "gibbs".
+        out_dir, name: the output folder OUT/NAME; NAME defaults to ``<stem>-deconvolve-<method>``.
+        seed: seed of the samplers' ``jax.random`` key.
+        num_atoms: K of the finite mixture (nuts, gibbs); default 5.
+        num_warmup, num_samples, num_chains: sampler sizes; defaults
+            ``DECONVOLVE_SAMPLER_DEFAULTS`` (nuts 2 x (500 + 500), gibbs 4 x (1000 + 2000)).
+        progress: called with short messages.
+        argv: the command line, recorded in run.json.
+
+    Returns:
+        The path of OUT/NAME/index.html.
+
+    Raises:
+        InputError: bad arguments or data, before any JAX work; ValueError / RuntimeError from
+        the library.
+    """
+    from inference.compare import compare_deconvolution
+
+    sigma = check_deconvolve(table, sigma, method)
+    samplers = method in DECONVOLVE_SAMPLERS
+    if not samplers and any(
+        v is not None for v in (num_atoms, num_warmup, num_samples, num_chains)
+    ):
+        raise InputError("--num-atoms, --draws, --warmup and --chains apply to nuts and gibbs")
+    k = _check_count("--num-atoms", num_atoms, 1)
+    k = DEFAULT_NUM_ATOMS if k is None else k
+    sizes = _sampler_sizes(
+        DECONVOLVE_SAMPLER_DEFAULTS.get(method, {}), num_warmup, num_samples, num_chains
+    )
+    seed = _check_count("--seed", seed, 0)
+    if method == "gibbs":
+        distinct = np.unique(table.values, axis=0).shape[0]
+        if k > distinct:
+            raise InputError(
+                f"--num-atoms: K = {k} is more than the {distinct} distinct observations; the "
+                f"Gibbs sampler starts its atoms at distinct data points (pass --num-atoms "
+                f"{distinct} or fewer)"
+            )
+    target = check_output(out_dir, name or default_name(table.path, "deconvolve", method))
+    say = progress or (lambda message: None)
+    started = time.perf_counter()
+
+    library = DECONVOLVE_METHODS[method]
+    points = table.values
+    x = points[:, 0] if points.shape[1] == 1 else points
+    comparison = compare_deconvolution(
+        x,
+        sigma,
+        methods=(library,),
+        key=jax.random.PRNGKey(seed) if samplers else None,
+        num_atoms=k,
+        method_kwargs={library: sizes} if samplers else None,
+        progress=say,
+    )
+    fit = comparison.fits[library]
+    say(f"{library}: writing the outputs")
+    metrics = comparison.table[["metric", "value"]]
+    files: dict = {
+        "z_hat.csv": _deconvolve_csv(table, fit),
+        "metrics.csv": metrics.to_csv(index=False),
+    }
+    settings = {"sigma": sigma, "method": method, "library_method": library}
+    summary = {
+        "input": table.path,
+        "observations N": points.shape[0],
+        "coordinates p": points.shape[1],
+        "columns": ", ".join(table.columns),
+        "sigma": sigma,
+        "method": f"{method} ({library})",
+    }
+    if samplers:
+        settings |= {"seed": seed, "num_atoms": k, **sizes}
+        summary |= {
+            "atoms K": k,
+            "seed": seed,
+            "chains": sizes["num_chains"],
+            "warmup per chain": sizes["num_warmup"],
+            "draws per chain": sizes["num_samples"],
+        }
+        diag_files, diag_html = _deconvolve_diagnostics(fit.datatree, method, sizes)
+        files |= diag_files
+    else:
+        files["measure.csv"] = _measure_csv(table.columns, fit.measure)
+        diag_html = ""
+    if argv is not None:
+        settings["argv"] = list(argv)
+    title = f"{method}: data and the fitted mixing measure"
+    fig_data = figure_data_and_measure(points, table.columns, sigma, fit.measure, title)
+    fig_z = figure_z_hat(points, table.columns, fit.z_hat, fit.intervals)
+    elapsed = time.perf_counter() - started
+    summary["total wall time (s)"] = round(elapsed, 1)
+
+    if points.shape[1] == 1:
+        note_data = (
+            "Histogram of x with the fitted density of x, sum_k w_k N(t; mu_k, sigma^2), and "
+            "the mass of the fitted nu per bin."
+        )
+    else:
+        note_data = "The data x with the mass of the fitted nu on a 50 x 50 grid."
+        if points.shape[1] > 2:
+            note_data += f" Only coordinates 1 and 2 of {points.shape[1]} are drawn."
+    if samplers:
+        note_data += " For a sampler, nu is the posterior mean measure (all draws pooled)."
+    note_z = " 2000 of the points are drawn." if points.shape[0] > 2000 else ""
+    listing = ", ".join(f"<code>{f}</code>" for f in sorted([*files, "index.html", MANIFEST]))
+    body = f"""
+<h1>attnbayes deconvolve: {html.escape(Path(table.path).name)}</h1>
+<p>Gaussian deconvolution: z_i ~ nu, x_i | z_i ~ N(z_i, sigma<sup>2</sup> I<sub>p</sub>) with
+known sigma; the task is to estimate nu and each z_i. {html.escape(_DECONVOLVE_TEXT[method])}</p>
+{_settings_table(summary)}
+<h2>Fit</h2>
+{table_html(metrics.set_index("metric"))}
+{diag_html}
+<h2>Data and the fitted mixing measure</h2>
+<p class="note">{note_data}</p>
+{img_tag(fig_data, "data and fitted measure")}
+<h2>z_hat with intervals</h2>
+<p class="note">Each point: z_hat_i against x_i, with its 50% and 90% equal-tailed intervals;
+the dashed line is z = x (no shrinkage).{note_z} All of them are in <code>z_hat.csv</code>.</p>
+{img_tag(fig_z, "z_hat with intervals")}
+<p class="note">Files: {listing}.</p>
+"""
+    files["index.html"] = page(f"attnbayes deconvolve: {Path(table.path).name}", body)
+    files[MANIFEST] = _manifest("deconvolve", table, settings, elapsed, files)
+    _publish(target, files)
+    say(f"written to {target}")
+    return target / "index.html"
+
+
+# ----------------------------------------------------------------------------- filter
+
+
+def scenario_labels(name: str | None, num_states: int, num_modes: int, labels=None):
+    """State and mode names: from ``labels`` (JSON), the scenario, else x1..xd and mode0.."""
+    labels = labels or {}
+    states, modes = SCENARIO_LABELS.get(name, (None, None))
+    states = labels.get("state_names", states)
+    modes = labels.get("mode_names", modes)
+    if states is None or len(states) != num_states:
+        states = tuple(f"x{k + 1}" for k in range(num_states))
+    if modes is None or len(modes) != num_modes:
+        modes = tuple(f"mode{j}" for j in range(num_modes))
+    return tuple(states), tuple(modes)
+
+
+def filter_output_columns(method: str, obs_names, state_names, mode_names) -> list[str]:
+    """The columns of states.csv."""
+    out = ["t", "line", *obs_names]
+    targets = ("smoothed",) if method == "gibbs" else ("filtered", "smoothed")
+    for target in targets:
+        out += [f"{target}_mean_{s}" for s in state_names]
+        out += [f"{target}_sd_{s}" for s in state_names]
+        out += [f"{target}_prob_{m}" for m in mode_names]
+    return out
+
+
+def _direct_observations(params) -> dict[int, int]:
+    """{observation index i: state index k} where y_i = x_k in every mode."""
+    h = np.asarray(params.emission_matrices)
+    out = {}
+    for i in range(h.shape[1]):
+        row = h[0, i]
+        if np.all(h[:, i] == row) and np.count_nonzero(row) == 1 and row.max() == 1.0:
+            out[i] = int(np.argmax(row))
+    return out
+
+
+def figure_states(obs, obs_names, params, state_names, summaries) -> bytes:
+    """One panel per state coordinate (at most 6): means with 95% bands, observations."""
+    d = min(len(state_names), 6)
+    t = np.arange(1, obs.shape[0] + 1)
+    direct = _direct_observations(params)
+    cols = 2 if d > 1 else 1
+    rows = math.ceil(d / cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(6.2 * cols, 2.8 * rows), layout="constrained", squeeze=False
+    )
+    for k, ax in enumerate(axes.ravel()):
+        if k >= d:
+            ax.set_visible(False)
+            continue
+        for i, s in direct.items():
+            if s == k:
+                ax.scatter(t, obs[:, i], s=6, color="0.45", label=f"observed {obs_names[i]}")
+        for label, mean, sd in summaries:
+            color = TARGET_COLORS[label]
+            ax.plot(t, mean[:, k], color=color, lw=1.2, label=f"{label} mean")
+            ax.fill_between(
+                t,
+                mean[:, k] - 1.96 * sd[:, k],
+                mean[:, k] + 1.96 * sd[:, k],
+                color=color,
+                alpha=0.2,
+                lw=0,
+            )
+        missing = np.flatnonzero(np.isnan(obs).any(axis=1))
+        if missing.size:
+            ax.plot(
+                t[missing],
+                np.full(missing.size, ax.get_ylim()[0]),
+                "|",
+                color="k",
+                ms=8,
+                label="missing observation",
+            )
+        ax.set_ylabel(state_names[k])
+        ax.set_xlabel("t")
+        if k == 0:
+            ax.legend(fontsize=8, loc="best")
+    return png_bytes(fig)
+
+
+def figure_modes(mode_names, probs) -> bytes:
+    """P(s_t = j | ...) over t, one line per mode and target."""
+    fig, ax = plt.subplots(figsize=(10, 3.2), layout="constrained")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for label, p in probs:
+        style = "--" if label == "filtered" else "-"
+        t = np.arange(1, p.shape[0] + 1)
+        for j, mode in enumerate(mode_names):
+            ax.plot(
+                t,
+                p[:, j],
+                style,
+                color=colors[j % len(colors)],
+                lw=1.2,
+                label=f"{label} P(s_t = {mode})",
+            )
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("t")
+    ax.set_ylabel("mode probability")
+    ax.legend(fontsize=8, ncol=2, loc="best")
+    return png_bytes(fig)
+
+
+def figure_track(obs, obs_names, params, state_names, summaries) -> bytes | None:
+    """The plane of two directly observed coordinates: observations and the estimated path."""
+    direct = _direct_observations(params)
+    if len(direct) < 2:
+        return None
+    (i0, k0), (i1, k1) = list(direct.items())[:2]
+    fig, ax = plt.subplots(figsize=(6.5, 6), layout="constrained")
+    ax.scatter(obs[:, i0], obs[:, i1], s=8, color="0.5", label="observations")
+    for label, mean, _ in summaries:
+        ax.plot(mean[:, k0], mean[:, k1], color=TARGET_COLORS[label], lw=1.3, label=f"{label} mean")
+    ax.set_xlabel(f"{state_names[k0]} ({obs_names[i0]})")
+    ax.set_ylabel(f"{state_names[k1]} ({obs_names[i1]})")
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.legend(fontsize=8)
+    return png_bytes(fig)
+
+
+def _gaussian_summary(result):
+    """(mean (T, d), sd (T, d), mode_probs (T, M)) of a FilterResult / SmootherResult."""
+    mean = np.asarray(result.mean)
+    sd = np.sqrt(np.clip(np.diagonal(np.asarray(result.cov), axis1=-2, axis2=-1), 0.0, None))
+    return mean, sd, np.asarray(result.mode_probs)
+
+
+def _posterior_summary(datatree, num_modes: int):
+    """(mean, sd, mode frequencies) of the switching Gibbs draws."""
+    post = datatree["posterior"]
+    draws = np.asarray(post["states"]).reshape(-1, *post["states"].shape[2:])
+    modes = np.asarray(post["modes"]).reshape(-1, draws.shape[1])
+    probs = np.stack([(modes == j).mean(axis=0) for j in range(num_modes)], axis=-1)
+    return draws.mean(axis=0), draws.std(axis=0), probs
+
+
+def _filter_diagnostics(datatree, sizes: dict) -> tuple[dict, list, str]:
+    """posterior.nc, diagnostics.csv, the metrics and the HTML section of a Gibbs run."""
+    from inference.mcmc import diagnostics
+
+    diag = diagnostics(datatree, var_names=["states"])
+    files = {
+        "posterior.nc": _datatree_writer(datatree),
+        "diagnostics.csv": diag.table.rename_axis("element").reset_index().to_csv(index=False),
+    }
+    metrics = [
+        ("max_rhat_states", diag.max_r_hat),
+        ("min_ess_bulk_states", diag.min_ess_bulk),
+        ("min_ess_tail_states", diag.min_ess_tail),
+    ]
+    section = f"""
+<h2>Sampler diagnostics</h2>
+<p class="note">R-hat (rank-normalised split) and bulk/tail ESS of every state coordinate
+x_t[k] ({diag.num_chains} chains x {diag.num_draws} draws after {sizes["num_warmup"]} warmup
+sweeps). The modes are labelled by the parameters, so no relabelling is involved. Every element
+is in <code>diagnostics.csv</code>.</p>
+{_verdict(diag, diag.num_chains * diag.num_draws, False)}
+{table_html(_diagnostics_frame(diag.table))}"""
+    return files, metrics, section
+
+
+def _states_csv(table: Table, state_names, mode_names, summaries: dict) -> str:
+    """t, line, the observations, then per target: means, sds, mode probabilities."""
+    cols = {"t": np.arange(1, table.values.shape[0] + 1), "line": table.lines}
+    for j, col in enumerate(table.columns):
+        cols[col] = table.values[:, j]
+    for label, (mean, sd, mode_probs) in summaries.items():
+        cols |= {f"{label}_mean_{s}": mean[:, k] for k, s in enumerate(state_names)}
+        cols |= {f"{label}_sd_{s}": sd[:, k] for k, s in enumerate(state_names)}
+        cols |= {f"{label}_prob_{m}": mode_probs[:, j] for j, m in enumerate(mode_names)}
+    return pd.DataFrame(cols).to_csv(index=False)
+
+
+def check_filter(table: Table, params, method: str, state_names, mode_names) -> None:
+    """Argument checks of ``run_filter`` that need no JAX work."""
+    if method not in FILTER_METHODS:
+        raise InputError(f"--method: unknown {method!r}; choose from {list(FILTER_METHODS)}")
+    o = np.shape(params.emission_matrices)[1]
+    if table.values.shape[1] != o:
+        raise InputError(
+            f"{table.path}: {table.values.shape[1]} observation column(s) where the model "
+            f"observes {o} values per step"
+        )
+    if np.any(np.isinf(table.values)):
+        raise InputError(f"{table.path}: contains infinite values")
+    _check_columns_unique(filter_output_columns(method, table.columns, state_names, mode_names))
+
+
+def run_filter(
+    table: Table,
+    params,
+    *,
+    method: str = "imm",
+    scenario: str | None = None,
+    params_path: str | None = None,
+    labels: dict | None = None,
+    out_dir="reports",
+    name: str | None = None,
+    seed: int = 0,
+    num_particles: int | None = None,
+    num_warmup: int | None = None,
+    num_samples: int | None = None,
+    num_chains: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    argv: list[str] | None = None,
+) -> Path:
+    """Run a switching-model filter (and Kim's smoother) or the Gibbs sampler; write OUT/NAME/.
+
+    Args:
+        table: the observations, T rows of o columns, NaN rows missing.
+        params: validated ``SwitchingParams`` (``models.switching.check_params``).
+        method: "imm", "gpb2", "gpb1", "rbpf" (each then Kim's smoother over its per-mode
+            filtered Gaussians) or "gibbs" (the smoothing posterior by sampling).
+        scenario, params_path: where ``params`` came from (recorded; the scenario also names
+            the states and modes); labels: optional {"state_names", "mode_names"}.
+        out_dir, name: the output folder OUT/NAME; NAME defaults to ``<stem>-filter-<method>``.
+        seed: seed of the ``jax.random`` key (rbpf, gibbs).
+        num_particles: rbpf particles (default 1000).
+        num_warmup, num_samples, num_chains: gibbs sizes (default 4 x (300 + 1000)).
+        progress: called with short messages.
+        argv: the command line, recorded in run.json.
+
+    Returns:
+        The path of OUT/NAME/index.html.
+    """
+    from inference.filters import gpb1_filter, gpb2_filter, imm_filter
+    from inference.rbpf import rbpf
+    from inference.smoothers import kim_smoother
+    from inference.switching_gibbs import run_switching_gibbs
+    from models.switching import check_params
+
+    params = check_params("params", params)
+    m, d = params.initial_means.shape
+    state_names, mode_names = scenario_labels(scenario, d, m, labels)
+    check_filter(table, params, method, state_names, mode_names)
+    if method != "rbpf" and num_particles is not None:
+        raise InputError("--particles applies to --method rbpf only")
+    if method != "gibbs" and any(v is not None for v in (num_warmup, num_samples, num_chains)):
+        raise InputError("--draws, --warmup and --chains apply to --method gibbs only")
+    particles = _check_count("--particles", num_particles, 1) or DEFAULT_PARTICLES
+    sizes = _sampler_sizes(
+        FILTER_GIBBS_DEFAULTS if method == "gibbs" else {}, num_warmup, num_samples, num_chains
+    )
+    seed = _check_count("--seed", seed, 0)
+    target = check_output(out_dir, name or default_name(table.path, "filter", method))
+    say = progress or (lambda message: None)
+    started = time.perf_counter()
+
+    obs = table.values
+    key = jax.random.PRNGKey(seed)
+    settings = {
+        "method": method,
+        "scenario": scenario,
+        "params_file": params_path,
+        "state_names": list(state_names),
+        "mode_names": list(mode_names),
+    }
+    metrics, files, body_diag = [], {}, ""
+    say(f"{method}: running")
+    if method == "gibbs":
+        settings |= {"seed": seed, **sizes}
+        tree = run_switching_gibbs(key, params, obs, **sizes)
+        filtered, smoothed = None, _posterior_summary(tree, m)
+        files, metrics, body_diag = _filter_diagnostics(tree, sizes)
+    else:
+        if method == "rbpf":
+            settings |= {"seed": seed, "num_particles": particles}
+            result = rbpf(key, params, obs, particles)
+        else:
+            fn = {"imm": imm_filter, "gpb2": gpb2_filter, "gpb1": gpb1_filter}[method]
+            result = fn(params, obs)
+        say(f"{method}: Kim's smoother")
+        smooth = kim_smoother(params, obs, result)
+        filtered, smoothed = _gaussian_summary(result), _gaussian_summary(smooth)
+        metrics.append(("log_likelihood", float(result.log_likelihood)))
+    seconds = time.perf_counter() - started
+    metrics.insert(0, ("wall_time_s", seconds))
+    say(f"{method}: writing the outputs")
+
+    summaries = {"filtered": filtered, "smoothed": smoothed}
+    summaries = {label: value for label, value in summaries.items() if value is not None}
+    files["states.csv"] = _states_csv(table, state_names, mode_names, summaries)
+    metric_frame = pd.DataFrame(metrics, columns=["metric", "value"])
+    files["metrics.csv"] = metric_frame.to_csv(index=False)
+    files["params.json"] = (
+        json.dumps(
+            params_document(params, {"state_names": state_names, "mode_names": mode_names}),
+            indent=1,
+        )
+        + "\n"
+    )
+    if argv is not None:
+        settings["argv"] = list(argv)
+
+    bands = [(label, mean, sd) for label, (mean, sd, _) in summaries.items()]
+    fig_states = figure_states(obs, table.columns, params, state_names, bands)
+    fig_modes = figure_modes(mode_names, [(label, p) for label, (*_, p) in summaries.items()])
+    fig_track = figure_track(obs, table.columns, params, state_names, bands)
+    elapsed = time.perf_counter() - started
+    missing = int(np.isnan(obs).any(axis=1).sum())
+    source = f"scenario {scenario}" if scenario else f"parameters from {params_path}"
+    summary_rows = {
+        "input": table.path,
+        "steps T": obs.shape[0],
+        "missing steps": missing,
+        "observation columns": ", ".join(table.columns),
+        "model": source,
+        "modes M": m,
+        "state dimension d": d,
+        "method": method,
+    }
+    if method == "rbpf":
+        summary_rows |= {"particles": particles, "seed": seed}
+    if method == "gibbs":
+        summary_rows |= {
+            "chains": sizes["num_chains"],
+            "warmup per chain": sizes["num_warmup"],
+            "draws per chain": sizes["num_samples"],
+            "seed": seed,
+        }
+    summary_rows["total wall time (s)"] = round(elapsed, 1)
+    if method == "gibbs":
+        explain = (
+            "The smoothed columns hold the posterior mean and sd of x_t and the posterior "
+            "frequency of each mode, P(s_t = j | y_{1:T}); a sampler has no filtered columns."
+        )
+    else:
+        explain = (
+            "Filtered: p(x_t, s_t | y_{1:t}) from the filter, its mixture moment-matched to "
+            "one mean and sd per coordinate. Smoothed: p(x_t, s_t | y_{1:T}) from Kim's "
+            "backward pass over the filter's per-mode Gaussians (an approximation: it treats "
+            "x_{t+1} as independent of s_t given s_{t+1} and y_{1:T})."
+        )
+    listing = ", ".join(f"<code>{f}</code>" for f in sorted([*files, "index.html", MANIFEST]))
+    track = (
+        ""
+        if fig_track is None
+        else f"<h2>Track</h2>\n{img_tag(fig_track, 'observations and estimated path')}"
+    )
+    body = f"""
+<h1>attnbayes filter: {html.escape(Path(table.path).name)}</h1>
+<p>Switching linear-Gaussian state-space model: s_t | s_{{t-1}} ~ Pi, x_t = F_s x_{{t-1}} +
+b_s + noise(Q_s), y_t = H_s x_t + noise(R_s), with the parameters known
+({html.escape(source)}); method: {html.escape(_FILTER_TEXT[method])}. A step with no
+observation is predict-only. {html.escape(explain)}</p>
+{_settings_table(summary_rows)}
+{table_html(metric_frame.set_index("metric"))}
+{body_diag}
+<h2>States</h2>
+<p class="note">Means with 95% bands (mean &plusmn; 1.96 sd); observations drawn on the
+coordinates they measure directly.</p>
+{img_tag(fig_states, "state estimates")}
+<h2>Mode probabilities</h2>
+{img_tag(fig_modes, "mode probabilities")}
+{track}
+<p class="note">Files: {listing}.</p>
+"""
+    files["index.html"] = page(f"attnbayes filter: {Path(table.path).name}", body)
+    files[MANIFEST] = _manifest("filter", table, settings, elapsed, files)
+    _publish(target, files)
+    say(f"written to {target}")
+    return target / "index.html"
+
+
+__all__ = [
+    "DECONVOLVE_METHODS",
+    "DECONVOLVE_SAMPLER_DEFAULTS",
+    "DEFAULT_NUM_ATOMS",
+    "DEFAULT_PARTICLES",
+    "FILTER_GIBBS_DEFAULTS",
+    "FILTER_METHODS",
+    "SCENARIO_LABELS",
+    "check_deconvolve",
+    "check_filter",
+    "check_output",
+    "deconvolve_output_columns",
+    "default_name",
+    "filter_output_columns",
+    "run_deconvolve",
+    "run_filter",
+    "scenario_labels",
+]

@@ -1,0 +1,608 @@
+"""``attnbayes deconvolve`` and ``attnbayes filter`` on users' files, run in-process through
+``inference.cli.main``: the documented outputs, their agreement with the library, and the
+refusal of malformed input (exit status 2, a message naming line and column, no output)."""
+
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from inference import cli, user_runs
+from inference.cli import main
+from inference.compare import compare_deconvolution
+from inference.filters import imm_filter
+from inference.rbpf import rbpf
+from inference.smoothers import kim_smoother
+from inference.user_data import PARAMS_FIELDS, read_params, read_table
+from models.switching import SCENARIOS, get_scenario
+
+SIGMA = 1.0
+MISSING_STEPS = (4, 5, 17)
+
+
+@pytest.fixture(scope="module")
+def dec_csv(tmp_path_factory):
+    """N = 60 draws of 0.5 delta(-2) + 0.3 delta(0) + 0.2 delta(3) plus N(0, 1) noise, one
+    column with a header (NumPy draws: no JAX compilation for the data)."""
+    rng = np.random.default_rng(5)
+    x = rng.choice([-2.0, 0.0, 3.0], size=60, p=[0.5, 0.3, 0.2]) + SIGMA * rng.normal(size=60)
+    path = tmp_path_factory.mktemp("data") / "scores.csv"
+    pd.DataFrame({"score": x}).to_csv(path, index=False)
+    return path, x
+
+
+@pytest.fixture(scope="module")
+def track_csv(tmp_path_factory):
+    """T = 40 steps of the maneuvering target (straight, a turn from step 15 to 26, straight),
+    its 2 positions measured with sd 10, three steps missing."""
+    rng = np.random.default_rng(8)
+    dynamics = np.asarray(get_scenario("maneuvering-target").dynamics_matrices)
+    state, y = np.array([0.0, 10.0, 0.0, 0.0]), []
+    for mode in np.repeat([0, 1, 0], [15, 12, 13]):
+        state = dynamics[mode] @ state + rng.normal(0.0, [0.05, 0.1, 0.05, 0.1])
+        y.append(state[[0, 2]] + rng.normal(0.0, 10.0, 2))
+    y = np.array(y)
+    y[list(MISSING_STEPS)] = np.nan
+    path = tmp_path_factory.mktemp("data") / "track.csv"
+    pd.DataFrame(y, columns=["px", "py"]).to_csv(path, index=False)
+    return path, y
+
+
+def run(argv, capsys):
+    """main(argv) -> (exit status, stdout, stderr); argparse exits count as statuses."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exit_info:
+        code = exit_info.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def listing(folder):
+    return (
+        sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else None
+    )
+
+
+# ----------------------------------------------------------------------------- help
+
+
+def test_help_lists_commands_options_defaults_and_exit_statuses(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # no wrapping inside the option texts
+    done = subprocess.run(
+        [sys.executable, "-m", "inference.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    for word in ("report", "deconvolve", "filter", "exit status", "0  success", "1  the run"):
+        assert word in done.stdout
+    code, out, _ = run(["deconvolve", "--help"], capsys)
+    assert code == 0
+    for word in (
+        "--sigma S",
+        "--method {em,npmle,nuts,gibbs}",
+        "[em]",
+        "--num-atoms K",
+        "[5]",
+        "[nuts 500, gibbs 2000]",
+        "[nuts 500, gibbs 1000]",
+        "[nuts 2, gibbs 4]",
+        "--columns COLS",
+        "--delimiter C",
+        "[reports]",
+        "z_hat.csv",
+        "posterior.nc",
+        "run.json",
+        "header row is optional",
+        "2  bad usage or bad input",
+    ):
+        assert word in out, word
+    code, out, _ = run(["filter", "--help"], capsys)
+    assert code == 0
+    for word in (
+        "--scenario NAME",
+        "--params FILE.json",
+        "{imm,gpb2,gpb1,rbpf,gibbs}",
+        "[imm]",
+        "[1000]",
+        "[300]",
+        "[4]",
+        "maneuvering-target-cwna",
+        *(f"{field:<18} {shape:<10} {what}" for field, (shape, what) in PARAMS_FIELDS.items()),
+        "states.csv",
+        "smoothed_prob_<mode>",
+        "predict only",
+        "exit status",
+    ):
+        assert word in out, word
+
+
+def test_cli_names_agree_with_the_library():
+    import inspect
+
+    from inference.report import write_report
+
+    assert inspect.signature(write_report).parameters["name"].default == cli.REPORT_NAME
+    assert cli.FILTER_SCENARIOS == tuple(SCENARIOS)
+    assert cli.DECONVOLVE_METHODS == tuple(user_runs.DECONVOLVE_METHODS)
+    assert cli.FILTER_METHODS == user_runs.FILTER_METHODS
+    for name, (states, modes) in user_runs.SCENARIO_LABELS.items():
+        params = get_scenario(name)
+        assert params.initial_means.shape == (len(modes), len(states))
+
+
+# ----------------------------------------------------------------------------- deconvolve
+
+
+def test_deconvolve_em_writes_z_hat_equal_to_the_library(dec_csv, tmp_path, capsys):
+    path, x = dec_csv
+    code, out, err = run(["deconvolve", path, "--sigma", SIGMA, "--out", tmp_path], capsys)
+    assert code == 0, err
+    folder = tmp_path / "scores-deconvolve-em"
+    assert out.strip() == str(folder / "index.html")
+    assert listing(tmp_path) == [
+        "scores-deconvolve-em",
+        *(
+            f"scores-deconvolve-em/{f}"
+            for f in ("index.html", "measure.csv", "metrics.csv", "run.json", "z_hat.csv")
+        ),
+    ]
+    fit = compare_deconvolution(x, SIGMA, methods=("attention-em",)).fits["attention-em"]
+    table = pd.read_csv(folder / "z_hat.csv")
+    assert list(table.columns) == user_runs.deconvolve_output_columns(["score"])
+    np.testing.assert_array_equal(table["row"], np.arange(1, 61))
+    np.testing.assert_array_equal(table["line"], np.arange(2, 62))
+    np.testing.assert_array_equal(table["score"], x)
+    np.testing.assert_allclose(table["z_hat_score"], fit.z_hat, rtol=1e-12, atol=1e-12)
+    for prob, (lo, hi) in fit.intervals.items():
+        q = round(prob * 100)
+        np.testing.assert_allclose(table[f"lower_{q}_score"], lo, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(table[f"upper_{q}_score"], hi, rtol=1e-12, atol=1e-12)
+    measure = pd.read_csv(folder / "measure.csv")
+    assert list(measure.columns) == ["weight", "atom_score"]
+    np.testing.assert_allclose(measure["weight"].sum(), 1.0)
+    metrics = pd.read_csv(folder / "metrics.csv").set_index("metric")["value"]
+    np.testing.assert_allclose(metrics["log_likelihood"], fit.log_likelihood, rtol=1e-12)
+    manifest = json.loads((folder / "run.json").read_text())
+    assert manifest["attnbayes"] == "deconvolve"
+    assert (manifest["rows"], manifest["columns"], manifest["sigma"]) == (60, ["score"], 1.0)
+    assert manifest["method"] == "em" and manifest["library_method"] == "attention-em"
+    page = (folder / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 2
+    assert "Sampler diagnostics" not in page
+
+    # a second run replaces the folder it wrote, through a temporary folder
+    code, _, err = run(["deconvolve", path, "--sigma", 2, "--out", tmp_path], capsys)
+    assert code == 0, err
+    assert json.loads((folder / "run.json").read_text())["sigma"] == 2.0
+    assert [p.name for p in tmp_path.iterdir()] == ["scores-deconvolve-em"]
+
+
+def test_deconvolve_selected_columns_with_another_delimiter(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    angles = 2 * np.pi * rng.integers(0, 8, size=30) / 8
+    x = 3 * np.stack([np.cos(angles), np.sin(angles)], axis=1) + 0.5 * rng.normal(size=(30, 2))
+    path = tmp_path / "points.txt"
+    frame = pd.DataFrame({"id": [f"p{i}" for i in range(30)], "a": x[:, 0], "b": x[:, 1]})
+    path.write_text("# exported points\n" + frame.to_csv(index=False, sep="\t"))
+    argv = ["deconvolve", path, "--sigma", 0.5, "--delimiter", "tab", "--columns", "b,a"]
+    code, _, err = run([*argv, "--out", tmp_path / "out", "--name", "ring"], capsys)
+    assert code == 0, err
+    table = pd.read_csv(tmp_path / "out" / "ring" / "z_hat.csv")
+    assert list(table.columns) == user_runs.deconvolve_output_columns(["b", "a"])
+    np.testing.assert_array_equal(table["line"], np.arange(3, 33))
+    fit = compare_deconvolution(x[:, ::-1], 0.5, methods=("attention-em",)).fits["attention-em"]
+    np.testing.assert_allclose(table[["z_hat_b", "z_hat_a"]], fit.z_hat, rtol=1e-12, atol=1e-12)
+
+
+def test_deconvolve_gibbs_writes_diagnostics_and_the_datatree(dec_csv, tmp_path, capsys):
+    path, x = dec_csv
+    sizes = {"num_warmup": 100, "num_samples": 100, "num_chains": 2}
+    argv = ["deconvolve", path, "--sigma", SIGMA, "--method", "gibbs", "--num-atoms", 3]
+    argv += ["--warmup", 100, "--draws", 100, "--chains", 2, "--seed", 3, "--out", tmp_path]
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    folder = tmp_path / "scores-deconvolve-gibbs"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "diagnostics.csv",
+        "index.html",
+        "metrics.csv",
+        "posterior.nc",
+        "run.json",
+        "z_hat.csv",
+    ]
+    fit = compare_deconvolution(
+        x,
+        SIGMA,
+        methods=("gibbs",),
+        key=jax.random.PRNGKey(3),
+        num_atoms=3,
+        method_kwargs={"gibbs": sizes},
+    ).fits["gibbs"]
+    table = pd.read_csv(folder / "z_hat.csv")
+    np.testing.assert_allclose(table["z_hat_score"], fit.z_hat, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(table["lower_90_score"], fit.intervals[0.9][0], atol=1e-10)
+    tree = xr.open_datatree(folder / "posterior.nc", engine="h5netcdf")
+    post = tree["posterior"]
+    assert (post.sizes["chain"], post.sizes["draw"], post.sizes["atom"]) == (2, 100, 3)
+    assert {"z_mean", "nu_cdf", "log_lik_total"} <= set(post.data_vars)
+    assert "z_draw" not in post.data_vars
+    diag = pd.read_csv(folder / "diagnostics.csv")
+    assert list(diag.columns) == ["element", "r_hat", "ess_bulk", "ess_tail"]
+    assert diag["element"].str.startswith(("z_mean[", "nu_cdf[", "log_lik_total")).all()
+    metrics = pd.read_csv(folder / "metrics.csv").set_index("metric")["value"]
+    np.testing.assert_allclose(metrics["max_rhat_invariant"], diag["r_hat"].max())
+    manifest = json.loads((folder / "run.json").read_text())
+    assert (manifest["num_atoms"], manifest["seed"], manifest["num_chains"]) == (3, 3, 2)
+    page = (folder / "index.html").read_text()
+    assert "Sampler diagnostics" in page and "max R-hat" in page and "none (Gibbs)" in page
+
+
+@pytest.mark.slow
+def test_deconvolve_nuts_end_to_end(dec_csv, tmp_path, capsys):
+    path, _ = dec_csv
+    argv = ["deconvolve", path, "--sigma", SIGMA, "--method", "nuts", "--num-atoms", 3]
+    code, _, err = run([*argv, "--warmup", 300, "--draws", 300, "--out", tmp_path], capsys)
+    assert code == 0, err
+    folder = tmp_path / "scores-deconvolve-nuts"
+    metrics = pd.read_csv(folder / "metrics.csv").set_index("metric")["value"]
+    assert metrics["max_rhat_invariant"] < 1.1
+    assert "divergences" in metrics.index
+    tree = xr.open_datatree(folder / "posterior.nc", engine="h5netcdf")
+    assert {"posterior", "sample_stats", "log_likelihood"} <= set(tree.children)
+
+
+# ----------------------------------------------------------------------------- filter
+
+
+def test_filter_imm_matches_the_library_and_its_params_json_round_trips(
+    track_csv, tmp_path, capsys
+):
+    path, y = track_csv
+    argv = ["filter", path, "--scenario", "maneuvering-target", "--out", tmp_path]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    folder = tmp_path / "track-filter-imm"
+    assert out.strip() == str(folder / "index.html")
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "index.html",
+        "metrics.csv",
+        "params.json",
+        "run.json",
+        "states.csv",
+    ]
+    params = get_scenario("maneuvering-target")
+    filt = imm_filter(params, y)
+    smooth = kim_smoother(params, y, filt)
+    states, modes = user_runs.SCENARIO_LABELS["maneuvering-target"]
+    table = pd.read_csv(folder / "states.csv")
+    assert list(table.columns) == user_runs.filter_output_columns(
+        "imm", ["px", "py"], states, modes
+    )
+    np.testing.assert_array_equal(table["t"], np.arange(1, 41))
+    assert table[["px", "py"]].isna().all(axis=1).to_numpy().nonzero()[0].tolist() == list(
+        MISSING_STEPS
+    )
+    for label, res in (("filtered", filt), ("smoothed", smooth)):
+        means = table[[f"{label}_mean_{s}" for s in states]].to_numpy()
+        np.testing.assert_allclose(means, res.mean, rtol=1e-10, atol=1e-10)
+        sds = table[[f"{label}_sd_{s}" for s in states]].to_numpy()
+        np.testing.assert_allclose(sds**2, np.diagonal(res.cov, axis1=1, axis2=2), rtol=1e-10)
+        probs = table[[f"{label}_prob_{m}" for m in modes]].to_numpy()
+        np.testing.assert_allclose(probs, res.mode_probs, rtol=1e-10, atol=1e-12)
+    metrics = pd.read_csv(folder / "metrics.csv").set_index("metric")["value"]
+    np.testing.assert_allclose(metrics["log_likelihood"], filt.log_likelihood, rtol=1e-12)
+    page = (folder / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 3  # states, modes, track
+
+    # the params.json written is the --params format: the same run from it
+    read, labels = read_params(folder / "params.json")
+    for field, value in zip(params._fields, params, strict=True):
+        np.testing.assert_array_equal(getattr(read, field), value, err_msg=field)
+    assert labels == {"state_names": states, "mode_names": modes}
+    argv = ["filter", path, "--params", folder / "params.json", "--out", tmp_path]
+    code, _, err = run([*argv, "--name", "from-json"], capsys)
+    assert code == 0, err
+    again = pd.read_csv(tmp_path / "from-json" / "states.csv")
+    pd.testing.assert_frame_equal(again, table)
+    manifest = json.loads((tmp_path / "from-json" / "run.json").read_text())
+    assert manifest["scenario"] is None and manifest["params_file"].endswith("params.json")
+
+
+@pytest.mark.slow
+def test_filter_rbpf_matches_the_library(track_csv, tmp_path, capsys):
+    path, y = track_csv
+    argv = ["filter", path, "--scenario", "maneuvering-target", "--method", "rbpf"]
+    code, _, err = run([*argv, "--particles", 64, "--seed", 4, "--out", tmp_path], capsys)
+    assert code == 0, err
+    params = get_scenario("maneuvering-target")
+    res = rbpf(jax.random.PRNGKey(4), params, y, 64)
+    table = pd.read_csv(tmp_path / "track-filter-rbpf" / "states.csv")
+    means = table[[f"filtered_mean_{s}" for s in ("px", "vx", "py", "vy")]].to_numpy()
+    np.testing.assert_allclose(means, res.mean, rtol=1e-10, atol=1e-10)
+    assert "smoothed_mean_px" in table.columns
+
+
+@pytest.mark.slow
+def test_filter_gibbs_writes_the_posterior_summaries(track_csv, tmp_path, capsys):
+    path, _ = track_csv
+    argv = ["filter", path, "--scenario", "maneuvering-target", "--method", "gibbs"]
+    code, _, err = run(
+        [*argv, "--draws", 200, "--warmup", 100, "--chains", 2, "--out", tmp_path], capsys
+    )
+    assert code == 0, err
+    folder = tmp_path / "track-filter-gibbs"
+    table = pd.read_csv(folder / "states.csv")
+    assert not any(c.startswith("filtered_") for c in table.columns)
+    tree = xr.open_datatree(folder / "posterior.nc", engine="h5netcdf")
+    draws = np.asarray(tree["posterior"]["states"]).reshape(-1, 40, 4)
+    np.testing.assert_allclose(table["smoothed_mean_px"], draws[:, :, 0].mean(axis=0))
+    probs = table[["smoothed_prob_constant-velocity", "smoothed_prob_coordinated-turn"]]
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0)
+    assert "max_rhat_states" in pd.read_csv(folder / "metrics.csv")["metric"].tolist()
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture
+def no_jax_work(monkeypatch):
+    """Fail the test if a method starts: bad input must be refused before any JAX work."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("JAX work started on bad input")
+
+    import inference.compare
+    import inference.filters
+    import inference.rbpf
+    import inference.switching_gibbs
+
+    monkeypatch.setattr(inference.compare, "compare_deconvolution", refuse)
+    for name in ("imm_filter", "gpb1_filter", "gpb2_filter"):
+        monkeypatch.setattr(inference.filters, name, refuse)
+    monkeypatch.setattr(inference.rbpf, "rbpf", refuse)
+    monkeypatch.setattr(inference.switching_gibbs, "run_switching_gibbs", refuse)
+
+
+DECONVOLVE_CASES = {
+    "bad-number": (
+        "x1,x2\n1,2\n3,abc\n",
+        [],
+        "line 3, column \"x2\": cannot parse 'abc' as a number",
+    ),
+    "ragged-row": (
+        "x1,x2\n1,2\n3\n",
+        [],
+        'line 3, column "x2": missing: the row has 1 of 2 fields',
+    ),
+    "extra-field": ("1,2\n3,4,5\n", [], "line 2, column 3: extra field '5'"),
+    "empty-file": ("", [], "the file is empty"),
+    "blank-file": ("\n\n# nothing\n", [], "the file is empty"),
+    "header-only": ("x1,x2\n", [], "line 1: only a header, no data rows"),
+    "semicolons": ("a;b\n1.5;2\n", [], "line 1: no ',' in the first row but 2 ';'-separated cells"),
+    "decimal-comma": (
+        "a;b\n1,5;2\n",
+        ["--delimiter", ";"],
+        "line 2, column \"a\": cannot parse '1,5' as a number (a decimal comma?",
+    ),
+    "infinite": ("x\n1\ninf\n", [], "line 3, column \"x\": 'inf' is not a finite number"),
+    "missing-value": ("x\n1\n\n2\nNA\n", [], 'line 5, column "x": missing value'),
+    "numeric-header": (
+        "x,1\n2,3\n",
+        [],
+        "line 1, column 1: cannot parse 'x' as a number (if line 1",
+    ),
+    "unknown-column": ("a,b\n1,2\n", ["--columns", "c"], "--columns: no column 'c'"),
+    "not-utf8": (b"x\n\xff\n", [], "line 2: not UTF-8 text"),
+    "options-for-samplers": ("x\n1\n2\n", ["--num-atoms", "3"], "apply to nuts and gibbs"),
+    "atoms-beyond-data": (
+        "x\n1\n2\n2\n",
+        ["--method", "gibbs", "--num-atoms", "3"],
+        "--num-atoms: K = 3 is more than the 2 distinct observations",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DECONVOLVE_CASES))
+def test_deconvolve_refuses_malformed_files(case, tmp_path, capsys, no_jax_work):
+    content, extra, message = DECONVOLVE_CASES[case]
+    path = tmp_path / "data.csv"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("a user's file")
+    code, stdout, err = run(["deconvolve", path, "--sigma", 1, "--out", out, *extra], capsys)
+    assert code == 2
+    assert stdout == ""
+    assert err.startswith("attnbayes: error: ")
+    assert message in err, err
+    if "line" in message:
+        assert f"{path} line" in err
+    assert listing(out) == ["keep.txt"]
+
+
+def test_deconvolve_refuses_bad_arguments(dec_csv, tmp_path, capsys, no_jax_work):
+    path, _ = dec_csv
+    out = tmp_path / "out"
+    for sigma in ("0", "-1", "nan", "inf", "abc"):
+        code, _, err = run(["deconvolve", path, "--sigma", sigma, "--out", out], capsys)
+        assert code == 2
+        assert "argument --sigma:" in err
+    code, _, err = run(["deconvolve", path, "--out", out], capsys)
+    assert code == 2 and "--sigma" in err
+    code, _, err = run(["deconvolve", tmp_path / "nope.csv", "--sigma", 1, "--out", out], capsys)
+    assert code == 2 and f"{tmp_path / 'nope.csv'}: no such file" in err
+    code, _, err = run(
+        ["deconvolve", path, "--sigma", 1, "--delimiter", "ab", "--out", out], capsys
+    )
+    assert code == 2 and "argument --delimiter" in err
+    code, _, err = run(["deconvolve", path, "--sigma", 1, "--name", "../x", "--out", out], capsys)
+    assert code == 2 and "--name: must be a plain folder name" in err
+    assert not out.exists()
+    # an existing folder that attnbayes did not write is left alone
+    (out / "mine").mkdir(parents=True)
+    (out / "mine" / "notes.txt").write_text("precious")
+    code, _, err = run(["deconvolve", path, "--sigma", 1, "--name", "mine", "--out", out], capsys)
+    assert code == 2 and "was not written by attnbayes" in err
+    assert listing(out) == ["mine", "mine/notes.txt"]
+
+
+def test_a_failing_run_writes_nothing(dec_csv, tmp_path, capsys, monkeypatch):
+    path, _ = dec_csv
+    out = tmp_path / "new" / "out"
+
+    def broken(tmp, target):  # fails after every file was written to the temporary folder
+        assert sorted(p.name for p in tmp.iterdir())[-1] == "z_hat.csv"
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(user_runs, "publish_folder", broken)
+    code, stdout, err = run(["deconvolve", path, "--sigma", 1, "--out", out], capsys)
+    assert code == 1 and "cannot write the output: [Errno 28] No space left on device" in err
+    assert stdout == ""
+    assert not (tmp_path / "new").exists()  # the temporary folder and the folders made go
+
+
+def _params_doc():
+    from inference.user_data import params_document
+
+    return params_document(get_scenario("maneuvering-target"))
+
+
+def _edit(**changes):
+    doc = _params_doc()
+    for key, value in changes.items():
+        if value is None:
+            del doc[key]
+        else:
+            doc[key] = value
+    return json.dumps(doc)
+
+
+FILTER_CASES = {
+    "one-column": (
+        "px\n1\n2\n",
+        None,
+        [],
+        "line 1, column 2: missing column: the file has 1 column(s) (px) where 2 are needed: "
+        'the scenario "maneuvering-target" observes 2 values per step',
+    ),
+    "three-columns": ("t,px,py\n1,2,3\n", None, [], "choose 2 of them with --columns"),
+    "ragged-row": ("px,py\n1,2\n3\n", None, [], 'line 3, column "py": missing'),
+    "bad-number": ("px,py\n1,2\n3,4\n5,x\n", None, [], "line 4, column \"py\": cannot parse 'x'"),
+    "partly-missing": ("1,2\n,\n3,\n", None, [], "line 3, column 2: missing value in a row"),
+    "infinite": ("1,2\n-inf,4\n", None, [], "line 2, column 1: '-inf' is not a finite number"),
+    "json-syntax": (
+        "1,2\n",
+        '{"initial_probs": [1,\n}',
+        [],
+        "params.json line 2, column 1: not valid JSON",
+    ),
+    "json-not-object": ("1,2\n", "[1, 2]", [], "expected a JSON object"),
+    "json-missing-field": (
+        "1,2\n",
+        _edit(emission_covs=None),
+        [],
+        "missing field(s) 'emission_covs'; emission_covs is (M, o, o)",
+    ),
+    "json-unknown-field": (
+        "1,2\n",
+        _edit(transition_matrx=[[1]]),
+        [],
+        "unknown field(s) 'transition_matrx'",
+    ),
+    "json-wrong-shape": (
+        "1,2\n",
+        _edit(transition_matrix=[[0.9, 0.1, 0.0], [0.1, 0.8, 0.1]]),
+        [],
+        'field "transition_matrix": expected shape (2, 2), got (2, 3)',
+    ),
+    "json-ragged": (
+        "1,2\n",
+        _edit(transition_matrix=[[0.9, 0.1], [1.0]]),
+        [],
+        'field "transition_matrix": rows of different lengths',
+    ),
+    "json-not-a-number": (
+        "1,2\n",
+        _edit(initial_probs=["a", 0.5]),
+        [],
+        "field \"initial_probs\": 'a' is not a number",
+    ),
+    "json-rows-not-stochastic": (
+        "1,2\n",
+        _edit(transition_matrix=[[0.9, 0.2], [0.1, 0.9]]),
+        [],
+        'field "transition_matrix": rows must be probability vectors',
+    ),
+    "json-covariance-not-pd": (
+        "1,2\n",
+        _edit(emission_covs=[[[1.0, 0.0], [0.0, -1.0]]] * 2),
+        [],
+        'field "emission_covs": covariance matrices must be positive definite',
+    ),
+    "json-covariance-asymmetric": (
+        "1,2\n",
+        _edit(emission_covs=[[[1.0, 0.5], [0.0, 1.0]]] * 2),
+        [],
+        'field "emission_covs": covariance matrices must be symmetric',
+    ),
+    "json-labels": ("1,2\n", _edit(mode_names=["a"]), [], 'field "mode_names": 1 names for M = 2'),
+    "particles-for-imm": (
+        "1,2\n",
+        None,
+        ["--particles", "5"],
+        "--particles applies to --method rbpf",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FILTER_CASES))
+def test_filter_refuses_malformed_files(case, tmp_path, capsys, no_jax_work):
+    content, params, extra, message = FILTER_CASES[case]
+    path = tmp_path / "obs.csv"
+    path.write_text(content)
+    if params is None:
+        model = ["--scenario", "maneuvering-target"]
+    else:
+        (tmp_path / "params.json").write_text(params)
+        model = ["--params", tmp_path / "params.json"]
+    out = tmp_path / "out"
+    code, stdout, err = run(["filter", path, *model, "--out", out, *extra], capsys)
+    assert code == 2
+    assert stdout == ""
+    assert err.startswith("attnbayes: error: ")
+    assert message in err, err
+    assert not out.exists()
+
+
+def test_filter_needs_exactly_one_model(track_csv, tmp_path, capsys, no_jax_work):
+    path, _ = track_csv
+    code, _, err = run(["filter", path, "--out", tmp_path], capsys)
+    assert code == 2 and "one of the arguments --scenario --params is required" in err
+    code, _, err = run(["filter", path, "--scenario", "nope", "--out", tmp_path], capsys)
+    assert code == 2 and "invalid choice: 'nope'" in err
+    argv = ["filter", path, "--scenario", "maneuvering-target", "--params", "p.json"]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "not allowed with argument" in err
+    code, _, err = run(["filter", path, "--params", tmp_path / "none.json"], capsys)
+    assert code == 2 and "none.json: no such file" in err
+    assert listing(tmp_path) == []
+
+
+def test_read_table_reports_the_format_it_read(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text('\ufeff# a comment\n"x 1",y\n\n1.5,-2e-3\n.5,NA\n')
+    table = read_table(path, allow_missing=False, columns=["x 1"])
+    assert table.header and table.columns == ("x 1",)
+    np.testing.assert_array_equal(table.values, [[1.5], [0.5]])
+    np.testing.assert_array_equal(table.lines, [4, 5])
+    path.write_text("1,2\n3,4\n")
+    table = read_table(path, prefix="y")
+    assert not table.header and table.columns == ("y1", "y2")
