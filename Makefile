@@ -1,4 +1,4 @@
-# `make run`  : write the comparison report into reports/ (the main job)
+# `make run`  : write the comparison report into reports/attnbayes/ (the main job)
 # `make test` : lint and run the test suite
 # Both create .venv with a Python >= 3.12 found on this machine and install the project into it.
 
@@ -40,10 +40,11 @@ run: $(STAMP)
 	$(VENV)/bin/attnbayes report --out reports
 
 # Notebooks run with small sizes (ATTNBAYES_NB_N) and are not rewritten by the test run.
+# Two pytest workers (one per core; tests/conftest.py keeps each file on one worker).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	ATTNBAYES_NB_N=200 $(PY) -m pytest -q tests --nbmake notebooks
+	ATTNBAYES_NB_N=200 $(PY) -m pytest -q -n 2 --dist loadgroup tests --nbmake notebooks
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
