@@ -850,6 +850,13 @@ def _tidy(section: str, scenario: str, frame: pd.DataFrame, metrics=None) -> pd.
     return long
 
 
+def _data_rows(scenario: str, values: dict) -> pd.DataFrame:
+    return pd.DataFrame(
+        [("data", scenario, "data", k, float(v)) for k, v in values.items()],
+        columns=["section", "scenario", "method", "metric", "value"],
+    )
+
+
 # ----------------------------------------------------------------------------- the report
 
 
@@ -979,6 +986,7 @@ def _deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, 
             f"{name} data",
         )
     )
+    frames.append(_data_rows(name, {"num_points": len(x), "sigma": scenario.sigma}))
     frames.append(
         _tidy(
             "methods",
@@ -1113,6 +1121,9 @@ def _switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key
             figure_switching_data(run.states, run.observations, run.modes),
             "maneuvering target",
         )
+    )
+    frames.append(
+        _data_rows(name, {"num_steps": t_max, "share_turn_steps": float(np.mean(run.modes > 0))})
     )
     frames.append(
         _tidy("methods", name, cmp.table.pivot(index="method", columns="metric", values="value"))
