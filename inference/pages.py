@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+import xarray as xr
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1150px; margin: 2em auto; color: #222; }
@@ -113,4 +114,30 @@ def publish_folder(tmp: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["STYLE", "img_tag", "page", "png_bytes", "publish_folder", "table_html", "write_atomic"]
+def save_datatree(datatree: xr.DataTree, path: str | os.PathLike) -> None:
+    """Write a DataTree to netCDF (h5netcdf, gzip level 4), without the z_i draws.
+
+    ``z_draw`` (one draw of z_i per posterior draw, used only for interval coverage) is as
+    large as the posterior predictive and ``inference.invariants.add_invariants`` rebuilds it.
+    """
+    tree = datatree.copy()
+    if "posterior" in tree.children and "z_draw" in tree["posterior"]:
+        tree["posterior"] = xr.DataTree(tree["posterior"].to_dataset().drop_vars("z_draw"))
+    encoding = {
+        node.path: {name: {"zlib": True, "complevel": 4} for name in node.data_vars}
+        for node in tree.subtree
+        if node.data_vars
+    }
+    tree.to_netcdf(path, engine="h5netcdf", encoding=encoding)
+
+
+__all__ = [
+    "STYLE",
+    "img_tag",
+    "page",
+    "png_bytes",
+    "publish_folder",
+    "save_datatree",
+    "table_html",
+    "write_atomic",
+]

@@ -38,7 +38,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from inference import em
 from inference.compare import (
@@ -51,7 +50,14 @@ from inference.compare import (
 from inference.invariants import measure_cdf
 from inference.kernel_regression import leave_one_out, nadaraya_watson, select_bandwidth
 from inference.model_comparison import compare_num_atoms, compare_num_modes, loo_compare
-from inference.pages import img_tag, page, png_bytes, publish_folder, table_html
+from inference.pages import (
+    img_tag,
+    page,
+    png_bytes,
+    publish_folder,
+    save_datatree,
+    table_html,
+)
 from inference.simplex import regularised_argmax
 from models import _checks
 from models.deconvolution import DiscreteMeasure, get_measure, simulate
@@ -762,23 +768,6 @@ def run_switching(
         progress=lambda msg: progress(f"numbers of modes: {msg}"),
     )
     return SwitchingRun(params, modes, states, y, comparison, modes_comparison, min_obs)
-
-
-def save_datatree(datatree, path: Path) -> None:
-    """Write a DataTree to netCDF (h5netcdf, gzip level 4), without the z_i draws.
-
-    ``z_draw`` is one random draw of z_i per posterior draw, used only for interval coverage;
-    it is as large as the posterior predictive and is rebuilt by ``add_invariants``.
-    """
-    tree = datatree.copy()
-    if "z_draw" in tree["posterior"]:
-        tree["posterior"] = xr.DataTree(tree["posterior"].to_dataset().drop_vars("z_draw"))
-    encoding = {
-        node.path: {name: {"zlib": True, "complevel": 4} for name in node.data_vars}
-        for node in tree.subtree
-        if node.data_vars
-    }
-    tree.to_netcdf(path, engine="h5netcdf", encoding=encoding)
 
 
 # ----------------------------------------------------------------------------- HTML pieces

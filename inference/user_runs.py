@@ -51,7 +51,15 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from inference.pages import img_tag, page, png_bytes, publish_folder, table_html, write_atomic
+from inference.pages import (
+    img_tag,
+    page,
+    png_bytes,
+    publish_folder,
+    save_datatree,
+    table_html,
+    write_atomic,
+)
 from inference.user_data import InputError, Table, params_document
 
 DECONVOLVE_METHODS = {"em": "attention-em", "npmle": "npmle", "nuts": "nuts", "gibbs": "gibbs"}
@@ -179,19 +187,7 @@ def _datatree_writer(datatree: xr.DataTree) -> Callable[[Path], None]:
     ``z_draw`` (one draw of z_i per posterior draw, for intervals) is as large as the
     posterior predictive and ``inference.invariants.add_invariants`` rebuilds it.
     """
-    tree = datatree.copy()
-    if "posterior" in tree.children and "z_draw" in tree["posterior"]:
-        tree["posterior"] = xr.DataTree(tree["posterior"].to_dataset().drop_vars("z_draw"))
-    encoding = {
-        node.path: {name: {"zlib": True, "complevel": 4} for name in node.data_vars}
-        for node in tree.subtree
-        if node.data_vars
-    }
-
-    def write(path: Path) -> None:
-        tree.to_netcdf(path, engine="h5netcdf", encoding=encoding)
-
-    return write
+    return lambda path: save_datatree(datatree, path)
 
 
 def _version(package: str) -> str:
