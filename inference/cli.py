@@ -8,8 +8,9 @@
 ``report`` runs the built-in simulations (``inference.report``); ``deconvolve`` and ``filter``
 run one method on a user's own CSV (``inference.user_data`` reads and checks it,
 ``inference.user_runs`` runs the method and writes the outputs). Exit status 0 on success, 2
-for bad usage or bad input (reported before any JAX work; nothing is written), 1 when a run
-or writing its output fails (nothing is written either).
+for bad usage or bad input (reported before any JAX work), 1 when a run or writing its output
+fails, 130 on Ctrl-C and 143 on SIGTERM; in every failure one line names what went wrong
+(``--debug`` or ``ATTNBAYES_DEBUG=1`` adds the traceback) and nothing is written.
 
 JAX is configured here, before it is first imported: float64, and as many host devices as
 there are chains to run in parallel (two), unless ``XLA_FLAGS`` already sets a count.
@@ -20,9 +21,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 import textwrap
+import threading
 import time
+import traceback
 
 from inference.user_data import PARAMS_FIELDS, PARAMS_LABELS
 
@@ -37,8 +41,12 @@ FILTER_METHODS = ("imm", "gpb2", "gpb1", "rbpf", "gibbs")
 
 EXIT_STATUSES = """exit status:
   0  success: the path of the written index.html is printed on stdout
-  1  the run or writing its output failed (nothing is written)
-  2  bad usage or bad input, reported before any computation (nothing is written)"""
+  1  the run failed while computing or writing (e.g. a result that is not finite, a
+     full disk): one line names the quantity or the file; nothing is written
+  2  bad usage or bad input, refused before any computation; nothing is written
+  130 interrupted (Ctrl-C), 143 terminated (SIGTERM); nothing is written
+Every failure prints one line 'attnbayes: error: ...'; --debug (or ATTNBAYES_DEBUG=1)
+also prints the full traceback."""
 
 INPUT_FORMAT = """input CSV:
   {rows}
@@ -89,6 +97,12 @@ methods:
   npmle  Kiefer-Wolfowitz NPMLE of nu on a 300-point grid, then its posterior (GMLEB)
   nuts   NUTS on a finite Dirichlet mixture of --num-atoms atoms (sorted in 1-D)
   gibbs  blocked conjugate Gibbs on the same finite mixture
+
+memory: em's dense E-step holds N x N matrices (40,000 rows: about 38 GB). Before
+  computing, em estimates its memory and refuses when it exceeds what is available
+  (ATTNBAYES_MEMORY_LIMIT=BYTES sets the limit), naming the alternatives: npmle
+  (memory linear in N) or --block-size B (streams the E-step in blocks of B rows and
+  atoms: memory O(B N), time unchanged).
 
 {DECONVOLVE_INPUT}
 
@@ -241,6 +255,15 @@ def _add_data_options(sub: argparse.ArgumentParser, command: str) -> None:
     )
 
 
+def _add_debug(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="on failure, print the full traceback as well (or set ATTNBAYES_DEBUG=1)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnbayes",
@@ -253,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         "input format and output files.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_debug(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     report = sub.add_parser(
         "report",
@@ -279,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"report folder name inside DIR [{REPORT_NAME}]",
     )
     report.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed [0]")
+    _add_debug(report)
 
     dec = sub.add_parser(
         "deconvolve",
@@ -327,7 +352,15 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument(
         "--seed", type=_seed, default=0, metavar="N", help="random seed (nuts, gibbs) [0]"
     )
+    dec.add_argument(
+        "--block-size",
+        type=_count(1),
+        metavar="B",
+        help="em: stream the E-step over blocks of B rows and atoms, memory O(B N) instead "
+        "of O(N^2) [dense]",
+    )
     _add_data_options(dec, "deconvolve")
+    _add_debug(dec)
 
     filt = sub.add_parser(
         "filter",
@@ -367,23 +400,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=_seed, default=0, metavar="N", help="random seed (rbpf, gibbs) [0]"
     )
     _add_data_options(filt, "filter")
+    _add_debug(filt)
     return parser
 
 
-def _report(args, progress) -> int:
+def _report(args, progress, argv):
     from inference.report import write_report
 
-    try:
-        named = {} if args.name is None else {"name": args.name}
-        path = write_report(args.out, quick=args.quick, seed=args.seed, progress=progress, **named)
-    except ValueError as err:
-        print(f"attnbayes: error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"attnbayes: error: cannot write the report: {err}", file=sys.stderr)
-        return 1
-    print(path)
-    return 0
+    named = {} if args.name is None else {"name": args.name}
+    return write_report(args.out, quick=args.quick, seed=args.seed, progress=progress, **named)
 
 
 def _deconvolve(args, progress, argv):
@@ -402,6 +427,7 @@ def _deconvolve(args, progress, argv):
         num_warmup=args.warmup,
         num_samples=args.draws,
         num_chains=args.chains,
+        block_size=args.block_size,
         progress=progress,
         argv=argv,
     )
@@ -450,29 +476,64 @@ def _filter(args, progress, argv):
     )
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every temporary output is removed."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated
+
+
+def _debug_requested(args) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get("ATTNBAYES_DEBUG", "") not in (
+        "",
+        "0",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit status (see ``EXIT_STATUSES``)."""
     args = build_parser().parse_args(argv)
-    _configure_jax()
+    debug = _debug_requested(args)
+    command_line = ["attnbayes", *(sys.argv[1:] if argv is None else argv)]
     start = time.perf_counter()
 
     def progress(message: str) -> None:
         print(f"[{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
 
-    if args.command == "report":
-        return _report(args, progress)
-    run = _deconvolve if args.command == "deconvolve" else _filter
-    command_line = ["attnbayes", *(sys.argv[1:] if argv is None else argv)]
+    def fail(message: str, status: int) -> int:
+        if debug:
+            traceback.print_exc()
+        print(f"attnbayes: {message}", file=sys.stderr)
+        return status
+
+    run = {"report": _report, "deconvolve": _deconvolve, "filter": _filter}[args.command]
+    previous = signal.getsignal(signal.SIGTERM)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        _configure_jax()
         path = run(args, progress, command_line)
-    except ValueError as err:  # bad input (InputError) or arguments the library refused
-        print(f"attnbayes: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        return fail("interrupted; nothing written", 130)
+    except Terminated:
+        return fail("terminated; nothing written", 143)
+    except ValueError as err:  # refused before any computation (InputError and the like)
+        return fail(f"error: {err}", 2)
     except OSError as err:
-        print(f"attnbayes: error: cannot write the output: {err}", file=sys.stderr)
-        return 1
-    except (RuntimeError, FloatingPointError) as err:
-        print(f"attnbayes: error: the {args.command} run failed: {err}", file=sys.stderr)
-        return 1
+        return fail(f"error: cannot write the output: {err}", 1)
+    except (RuntimeError, ArithmeticError) as err:  # failed while computing (RunFailed, ...)
+        return fail(f"error: the {args.command} run failed: {err}", 1)
+    except Exception as err:
+        return fail(
+            f"error: internal error in {args.command} ({type(err).__name__}: {err}); nothing "
+            "written; run with --debug for the traceback",
+            1,
+        )
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
     print(path)
     return 0
 

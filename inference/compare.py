@@ -56,7 +56,7 @@ import xarray as xr
 from inference import em
 from inference.gibbs import approximate_gibbs, run_gibbs
 from inference.invariants import add_invariants
-from inference.mcmc import diagnostics, run_nuts
+from inference.mcmc import check_sampler_sizes, diagnostics, run_nuts, sampler_sizes
 from inference.npmle import npmle
 from models import _checks
 from models.deconvolution import DiscreteMeasure, check_measure, deconvolution_model, model_dims
@@ -72,6 +72,11 @@ METHODS = (
     "oracle",
 )
 SAMPLERS = ("nuts", "nuts-dp", "gibbs")
+INTERVAL_BLOCK_ELEMENTS = 2**22  # row blocks of the streamed plug-in intervals (32 MB float64)
+# sampler sizes when not given: run_nuts' own defaults; Gibbs sweeps are cheap but mix about 4x
+# worse per draw than NUTS here, so it runs more of them
+NUTS_SIZES = sampler_sizes(run_nuts)
+GIBBS_SIZES = {"num_warmup": 1000, "num_samples": 2000, "num_chains": 4}
 INTERVAL_PROBS = (0.5, 0.9)
 
 
@@ -161,13 +166,33 @@ def _coverage(intervals, z_true) -> dict:
     }
 
 
-def _discrete_posterior(x, sigma, measure, scalar):
-    """z_hat (one attention step) and intervals under nu = measure, in x's convention."""
-    z_hat, resp = em.posterior(x, measure.atoms, measure.weights, sigma)
+def _discrete_posterior(x, sigma, measure, scalar, block_size=None):
+    """z_hat (one attention step) and intervals under nu = measure, in x's convention.
+
+    With ``block_size`` the N x K responsibilities are never held at once: z_hat is streamed
+    (``em.posterior_mean``) and the intervals are computed on row blocks of about
+    ``INTERVAL_BLOCK_ELEMENTS`` entries.
+    """
     atoms = np.asarray(measure.atoms).reshape(measure.atoms.shape[0], -1)
+    if block_size is None:
+        z_hat, resp = em.posterior(x, measure.atoms, measure.weights, sigma)
+        pieces = [discrete_posterior_intervals(resp, atoms)]
+    else:
+        z_hat = em.posterior_mean(x, measure.atoms, measure.weights, sigma, block_size=block_size)
+        rows = max(1, INTERVAL_BLOCK_ELEMENTS // atoms.shape[0])
+        pieces = [
+            discrete_posterior_intervals(
+                em.responsibilities(x[start : start + rows], measure.atoms, measure.weights, sigma),
+                atoms,
+            )
+            for start in range(0, len(x), rows)
+        ]
     intervals = {
-        prob: (_checks.restore_shape(lo, scalar), _checks.restore_shape(hi, scalar))
-        for prob, (lo, hi) in discrete_posterior_intervals(resp, atoms).items()
+        prob: tuple(
+            _checks.restore_shape(np.concatenate([piece[prob][side] for piece in pieces]), scalar)
+            for side in (0, 1)
+        )
+        for prob in pieces[0]
     }
     return np.asarray(z_hat), intervals
 
@@ -200,10 +225,10 @@ def _heldout_lpd(x_heldout, measure: DiscreteMeasure, sigma) -> float | None:
     return float(np.mean(_point_log_density(points, atoms, weights, sigma)))
 
 
-def _point_fit(x, sigma, measure, scalar, x_heldout, start, **extra) -> MethodFit:
+def _point_fit(x, sigma, measure, scalar, x_heldout, start, block_size=None, **extra) -> MethodFit:
     """A fit that ends in one discrete measure: its EB posterior, log-likelihood, held-out lpd."""
-    z_hat, intervals = _discrete_posterior(x, sigma, measure, scalar)
-    ll = float(em.log_likelihood(x, measure.atoms, measure.weights, sigma))
+    z_hat, intervals = _discrete_posterior(x, sigma, measure, scalar, block_size)
+    ll = float(em.log_likelihood(x, measure.atoms, measure.weights, sigma, block_size=block_size))
     return MethodFit(
         z_hat=z_hat,
         intervals=intervals,
@@ -226,6 +251,7 @@ def _em_fit(x, sigma, em_kwargs, scalar, x_heldout) -> MethodFit:
         scalar,
         x_heldout,
         start,
+        block_size=em_kwargs.get("block_size"),
         log_likelihood_trace=np.asarray(fit.log_likelihood_trace),
         converged=fit.converged,
     )
@@ -386,9 +412,7 @@ def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar, x_heldout, prior) -
 def _gibbs_fit(x, sigma, key, num_atoms, gibbs_kwargs, scalar, x_heldout) -> MethodFit:
     x_np = np.asarray(x)
     settings = dict(
-        num_warmup=1000,
-        num_samples=2000,
-        num_chains=4,
+        **GIBBS_SIZES,
         ordered=scalar,
         **_prior_settings(x_np, sigma, scalar),
     )
@@ -510,6 +534,10 @@ def compare_deconvolution(
     }
     for method, extra in method_kwargs.items():
         kwargs[method] = {**kwargs[method], **extra}
+    for method in methods:
+        if method in SAMPLERS:  # every sampler's LOO, R-hat and ESS go into the table
+            sizes = {**(GIBBS_SIZES if method == "gibbs" else NUTS_SIZES), **kwargs[method]}
+            check_sampler_sizes(sizes["num_samples"], sizes["num_chains"], loo=True, what=method)
     x_in = np.asarray(x)
     say = progress or (lambda message: None)
     keys = {}

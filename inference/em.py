@@ -14,6 +14,24 @@ The row log-normaliser of that attention gives the observed-data log-likelihood 
 and attending with values = atoms gives the posterior mean E[z_i | x_i] under the fitted
 measure (Tweedie's empirical-Bayes denoiser): one attention step.
 
+Numerics. The kernels form the same scores as s_ik = log w_k - |x_i - mu_k|^2 / (2 sigma^2),
+from the differences x_i - mu_k (Gaussian-kernel attention, ``inference.attention``'s
+negative squared distance; it differs from the dot-product form by the per-row constant
+-beta |x_i|^2 / 2, which the softmax cancels). A difference of nearby points is exact in
+floating point wherever the points sit, so float32 keeps the distances between nearby data
+and atoms even with data far from the origin or one outlier far from the rest; the row
+log-sum-exp is then log sum_k w_k exp(-|x_i - mu_k|^2 / (2 sigma^2)) itself, and the M-step
+moves each atom by the weighted mean of x_i - mu_k. The streamed and the sharded paths do the
+same block by block.
+
+Bad input is refused before tracing (``check_problem``): non-finite values, wrong shapes, a
+sigma out of range, and a spread (max - min) / sigma of the data and atoms so large that the
+squared distances overflow (``models._checks.max_scaled_spread``: sqrt(finfo.max / (4 N p)),
+about 1e153 in float64 and 1e18 in float32 for small N p). Under ``jax.jit`` the arguments are
+tracers and these checks cannot run: inputs they would refuse then give NaN results (NaN
+posterior means, responsibilities, atoms, weights and log-likelihood). Call ``check_problem``
+on the concrete inputs before jitting.
+
 Seed 1's estimator takes K = N atoms started at the data, mu_k^0 = x_k, with w_k = 1/K fixed.
 """
 
@@ -29,12 +47,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from inference.attention import (
-    Attention,
-    _dot_product,
-    _streamed_softmax_attention,
-    softmax_attention,
-)
+from inference.attention import Attention, _streamed_softmax_attention
 from models import _checks
 
 INITS = ("data",)
@@ -67,87 +80,145 @@ def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) 
 
     Returns ``Attention(output, weights, log_normalizer)`` whose ``weights`` are the
     responsibilities A (N, K), ``output`` the posterior means E[z_i | x_i] (N, p) and
-    ``log_normalizer`` the row log-sum-exp used by the log-likelihood.
+    ``log_normalizer`` the row log-sum-exp of the dot-product scores centred at c = mean of x,
+    beta <x_i - c, mu_k - c> + log w_k - beta |mu_k - c|^2 / 2, so that
+    log p(x_i) = log_normalizer_i - beta |x_i - c|^2 / 2 - p log(2 pi sigma^2) / 2.
 
-    Scores are formed on x - c and mu - c with c the mean of x: A is unchanged (the shift only
-    adds a per-row constant to the scores), and beta <x, mu> no longer swamps the differences
-    between keys when the data sit far from the origin (float32 would lose them).
+    A and the posterior means are computed from the differences x_i - mu_k (see the module
+    docstring), which keeps nearby points apart in float32 wherever the data sit.
+
+    A kernel for use inside ``jax.jit`` (``inference.gibbs``, ``inference.invariants``): on
+    concrete arguments it runs ``check_problem`` first (and wants x as (N, p)); on tracers no
+    check can run, and inputs it would refuse give NaN.
     """
-    centre, x_c, atoms_c, beta, key_bias = _centred_problem(x, atoms, weights, sigma)
-    att = softmax_attention(x_c, atoms_c, atoms_c, scale=beta, key_bias=key_bias)
-    return att._replace(output=att.output + centre)
+    if not any(_checks.is_traced(a) for a in (x, atoms, weights, sigma)):
+        if np.ndim(x) != 2:
+            raise ValueError(
+                f"x: e_step_attention takes points of shape (N, p), got shape {np.shape(x)}"
+            )
+        _check_problem(x, atoms, weights, sigma)
+    att = _e_step(x, atoms, weights, sigma)
+    centred = x - jnp.mean(x, axis=0)
+    log_normalizer = att.log_normalizer + 0.5 * jnp.sum(centred**2, axis=-1) / sigma**2
+    return att._replace(log_normalizer=log_normalizer)
 
 
-def _centred_problem(x, atoms, weights, sigma):
-    """(c, x - c, mu - c, beta, key bias log w_k - beta |mu_k - c|^2 / 2), c = mean of x."""
-    centre = jnp.mean(x, axis=0)
-    atoms_c = atoms - centre
-    beta = 1.0 / sigma**2
-    key_bias = jnp.log(weights) - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
-    return centre, x - centre, atoms_c, beta, key_bias
+def _scores(x, atoms, log_weights, sigma):
+    """(N, K) s_ik = log w_k - |x_i - mu_k|^2 / (2 sigma^2), from the differences x_i - mu_k.
+
+    Summed coordinate by coordinate (p is small): each term is an (N, K) elementwise
+    expression that XLA fuses, where a reduction over a short trailing axis would be slow.
+    """
+    return log_weights[None, :] + _log_kernel(x, atoms, sigma)
+
+
+def _log_kernel(x, atoms, sigma):
+    """(N, K) -|x_i - mu_k|^2 / (2 sigma^2): the score function of the streamed pass."""
+    return -0.5 * _sq_distances(x, atoms, sigma)
+
+
+def _sq_distances(x, atoms, sigma):
+    """(N, K) |x_i - mu_k|^2 / sigma^2 from the differences, one coordinate at a time."""
+    inv_sigma = 1.0 / sigma
+    total = None
+    for c in range(x.shape[1]):
+        u = (x[:, c, None] - atoms[None, :, c]) * inv_sigma
+        total = u * u if total is None else total + u * u
+    return total
+
+
+def _e_step(x, atoms, weights, sigma) -> Attention:
+    """Dense E-step: ``Attention(posterior means, A, lse)`` with the difference-form scores.
+
+    ``lse_i = log sum_k w_k exp(-|x_i - mu_k|^2 / (2 sigma^2))``, so
+    log p(x_i) = lse_i - p log(2 pi sigma^2) / 2 with nothing cancelling. A row whose scores
+    are all -inf (squared distances overflowed: only under jit, where ``check_problem`` cannot
+    run) gives NaN responsibilities, posterior mean and lse rather than a plausible zero.
+    """
+    # the barrier stores the scores once (N x K) rather than letting XLA keep each
+    # coordinate's differences to share between the max and the exponential
+    scores = jax.lax.optimization_barrier(_scores(x, atoms, jnp.log(weights), sigma))
+    top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
+    unnormalised = jnp.exp(scores - top)
+    total = jnp.sum(unnormalised, axis=-1, keepdims=True)
+    resp = unnormalised / total
+    return Attention(resp @ atoms, resp, (top + jnp.log(total))[:, 0])
 
 
 def _log_likelihood_from_normalizer(x, lse_sum, sigma):
-    """log p(x) = sum_i [logsumexp_k s_ik - beta |x_i - c|^2 / 2] - N p log(2 pi sigma^2) / 2.
+    """log p(x) = sum_i lse_i - N p log(2 pi sigma^2) / 2.
 
-    ``lse_sum`` is sum_i logsumexp_k s_ik with the scores of ``e_step_attention``, centred at
-    c = mean(x).
+    ``lse_sum`` is sum_i log sum_k w_k exp(-|x_i - mu_k|^2 / (2 sigma^2)): the row
+    log-normalisers of the difference-form scores (``_e_step``, ``_streamed_statistics``), which
+    need no centring term.
     """
     n, p = x.shape
-    beta = 1.0 / sigma**2
-    const = -0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
-    centred = x - jnp.mean(x, axis=0)
-    return lse_sum - 0.5 * beta * jnp.sum(centred**2) + const
+    return lse_sum - 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
 
 
 def _m_step(x, responsibilities, atoms, weights, update_weights: bool):
-    """mu_k <- A[:, k]^T x / sum_i A_ik; an atom with no mass left keeps its position.
+    """mu_k <- mu_k + sum_i A_ik (x_i - mu_k) / sum_i A_ik; an atom with no mass stays put.
 
-    The weighted means are taken of x - c (c = mean of x) and shifted back, for precision.
+    Equal to sum_i A_ik x_i / sum_i A_ik, but summing the differences x_i - mu_k (small where
+    A_ik is not negligible) keeps the precision of nearby points wherever the data sit.
     """
-    centre = jnp.mean(x, axis=0)
     mass = jnp.sum(responsibilities, axis=0)
-    total = responsibilities.T @ (x - centre)
-    return _atoms_from_sums(centre, mass, total, atoms, weights, x.shape[0], update_weights)
+    # the barrier keeps XLA from sharing x_i - mu_k with the E-step, which would store it as an
+    # (N, K, p) array; recomputed here it fuses into the reduction
+    x, atoms = jax.lax.optimization_barrier((x, atoms))
+    shift = _weighted_differences(responsibilities, x, atoms)
+    return _atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights)
 
 
-def _atoms_from_sums(centre, mass, total, atoms, weights, n, update_weights):
-    """mu_k = c + total_k / mass_k (unchanged where mass_k = 0); w_k = mass_k / N if updated."""
-    occupied = mass > 0
-    new_atoms = centre + total / jnp.where(occupied, mass, 1.0)[:, None]
-    new_atoms = jnp.where(occupied[:, None], new_atoms, atoms)
+def _weighted_differences(a, x, atoms):
+    """(K, p) sum_i a_ik (x_i - mu_k), reduced over the rows with p leading: XLA fuses the
+    (p, N, K) products into the reduction, so no N x K x p array is stored."""
+    diffs = x.T[:, :, None] - atoms.T[:, None, :]  # (p, N, K)
+    return jnp.sum(a[None, :, :] * diffs, axis=1).T
+
+
+def _atoms_from_sums(mass, shift, atoms, weights, n, update_weights):
+    """mu_k + shift_k / mass_k (unchanged where mass_k = 0); w_k = mass_k / N if updated.
+
+    A NaN mass (an overflowed row under jit) propagates to the atom rather than being read as
+    "no mass".
+    """
+    empty = mass == 0
+    new_atoms = atoms + shift / jnp.where(empty, 1.0, mass)[:, None]
+    new_atoms = jnp.where(empty[:, None], atoms, new_atoms)
     new_weights = mass / n if update_weights else weights
     return new_atoms, new_weights
 
 
-def _column_sums(xc, lse, atoms_c, key_bias, beta, block_size):
-    """Pass 2 over row blocks, per atom block: mass_k = sum_i A_ik, total_k = sum_i A_ik x_i.
+def _column_sums(x, lse, atoms, log_weights, sigma, block_size):
+    """Pass 2 over row blocks, per atom block: mass_k = sum_i A_ik and
+    shift_k = sum_i A_ik (x_i - mu_k).
 
-    A_ik = exp(beta <x_i, mu_k> + b_k - lse_i) is recomputed block by block from the row
-    log-normalisers of pass 1 (``lse_i = +inf`` drops row i), so nothing N x K is formed.
+    A_ik = exp(s_ik - lse_i) is recomputed block by block from the row log-normalisers of
+    pass 1 (``lse_i = +inf`` drops row i), so nothing N x K is formed.
     """
-    n, p, k, b = xc.shape[0], xc.shape[1], atoms_c.shape[0], block_size
+    n, p, k, b = x.shape[0], x.shape[1], atoms.shape[0], block_size
     pad_n, pad_k = (-n) % b, (-k) % b
-    x_blocks = jnp.pad(xc, ((0, pad_n), (0, 0))).reshape(-1, b, p)
+    x_blocks = jnp.pad(x, ((0, pad_n), (0, 0)), mode="edge").reshape(-1, b, p)
     lse_blocks = jnp.pad(lse, (0, pad_n), constant_values=jnp.inf).reshape(-1, b)
-    atom_blocks = jnp.pad(atoms_c, ((0, pad_k), (0, 0))).reshape(-1, b, p)
-    bias_blocks = jnp.pad(key_bias, (0, pad_k), constant_values=-jnp.inf).reshape(-1, b)
+    atom_blocks = jnp.pad(atoms, ((0, pad_k), (0, 0)), mode="edge").reshape(-1, b, p)
+    bias_blocks = jnp.pad(log_weights, (0, pad_k), constant_values=-jnp.inf).reshape(-1, b)
 
     def one_atom_block(args):
         mu_b, bias_b = args
 
         def body(carry, rows):
-            mass, total = carry
+            mass, shift = carry
             xb, lse_b = rows
-            a = jnp.exp(beta * (xb @ mu_b.T) + bias_b[None, :] - lse_b[:, None])
-            return (mass + a.sum(0), total + a.T @ xb), None
+            a = jnp.exp(_scores(xb, mu_b, bias_b, sigma) - lse_b[:, None])
+            return (mass + a.sum(0), shift + _weighted_differences(a, xb, mu_b)), None
 
-        init = (jnp.zeros((b,), xc.dtype), jnp.zeros((b, p), xc.dtype))
-        (mass, total), _ = jax.lax.scan(body, init, (x_blocks, lse_blocks))
-        return mass, total
+        init = (jnp.zeros((b,), x.dtype), jnp.zeros((b, p), x.dtype))
+        (mass, shift), _ = jax.lax.scan(body, init, (x_blocks, lse_blocks))
+        return mass, shift
 
-    mass, total = jax.lax.map(one_atom_block, (atom_blocks, bias_blocks))
-    return mass.reshape(-1)[:k], total.reshape(-1, p)[:k]
+    mass, shift = jax.lax.map(one_atom_block, (atom_blocks, bias_blocks))
+    return mass.reshape(-1)[:k], shift.reshape(-1, p)[:k]
 
 
 ROWS = "rows"
@@ -156,27 +227,32 @@ ROWS = "rows"
 def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, columns):
     """The streamed E-step statistics, with the data rows sharded over ``num_devices`` devices.
 
-    Returns ``(z_mean (N, p), sum_i lse_i, mass (K,), total (K, p))``; ``mass`` and ``total``
-    (pass 2, ``_column_sums``) only when ``columns``, else ``None``. Pass 1 (row log-sum-exp and
-    the posterior means) needs no communication between devices; the sums over rows are
-    ``psum``-reduced. The rows are padded to a multiple of ``num_devices`` and the padding
+    Returns ``(z_mean (N, p), sum_i lse_i, mass (K,), shift (K, p))``; ``mass`` and ``shift``
+    (pass 2, ``_column_sums``) only when ``columns``, else ``None``. Scores are formed from the
+    differences x_i - mu_k block by block, as in the dense ``_e_step``. Pass 1 (row log-sum-exp
+    and the posterior means) needs no communication between devices; the sums over rows are
+    ``psum``-reduced. The rows are padded (with copies of the last row, so every padded score
+    is as finite as a real one) to a multiple of ``num_devices * block_size`` and the padding
     masked out. With one device this is the plain two-pass stream.
     """
-    centre, xc, atoms_c, beta, key_bias = _centred_problem(x, atoms, weights, sigma)
     n = x.shape[0]
-    pad = (-n) % num_devices
-    xc = jnp.pad(xc, ((0, pad), (0, 0)))
+    pad = (-n) % (num_devices * block_size)
+    xp = jnp.pad(x, ((0, pad), (0, 0)), mode="edge")
     valid = jnp.arange(n + pad) < n
+    log_weights = jnp.log(weights)
 
-    def on_rows(xc, valid, atoms_c, key_bias, beta):
+    def on_rows(xp, valid, atoms, log_weights, sigma):
         out, lse = _streamed_softmax_attention(
-            _dot_product, beta, xc, atoms_c, atoms_c, key_bias, block_size
+            _log_kernel, sigma, xp, atoms, atoms, log_weights, block_size
         )
+        # all scores -inf (overflow; only under jit, where the checks cannot run): NaN, not 0
+        lse = jnp.where(lse == -jnp.inf, jnp.nan, lse)
+        out = jnp.where(jnp.isnan(lse)[:, None], jnp.nan, out)
         lse_sum = jnp.sum(jnp.where(valid, lse, 0.0))
         sums = ()
         if columns:
             lse_rows = jnp.where(valid, lse, jnp.inf)
-            sums = _column_sums(xc, lse_rows, atoms_c, key_bias, beta, block_size)
+            sums = _column_sums(xp, lse_rows, atoms, log_weights, sigma, block_size)
         if num_devices > 1:
             lse_sum, sums = jax.lax.psum((lse_sum, sums), ROWS)
         return out, lse_sum, sums
@@ -190,23 +266,22 @@ def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, colu
             out_specs=(P(ROWS), P(), P()),
             check_vma=False,
         )
-    out, lse_sum, sums = on_rows(xc, valid, atoms_c, key_bias, beta)
-    mass, total = sums if columns else (None, None)
-    return out[:n] + centre, lse_sum, mass, total
+    out, lse_sum, sums = on_rows(xp, valid, atoms, log_weights, sigma)
+    mass, shift = sums if columns else (None, None)
+    return out[:n], lse_sum, mass, shift
 
 
 def _em_iteration(x, atoms, weights, sigma, update_weights, block_size, num_devices):
     """log p(x) at (atoms, weights) and the EM update: dense, or two streamed passes."""
     if block_size is None:
-        att = e_step_attention(x, atoms, weights, sigma)
+        att = _e_step(x, atoms, weights, sigma)
         ll = _log_likelihood_from_normalizer(x, jnp.sum(att.log_normalizer), sigma)
         return ll, *_m_step(x, att.weights, atoms, weights, update_weights)
-    _, lse_sum, mass, total = _streamed_statistics(
+    _, lse_sum, mass, shift = _streamed_statistics(
         x, atoms, weights, sigma, block_size, num_devices, columns=True
     )
     ll = _log_likelihood_from_normalizer(x, lse_sum, sigma)
-    centre = jnp.mean(x, axis=0)
-    return ll, *_atoms_from_sums(centre, mass, total, atoms, weights, x.shape[0], update_weights)
+    return ll, *_atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights)
 
 
 _STREAM_STATIC = ("block_size", "num_devices")
@@ -244,7 +319,7 @@ def _fit_em_loop(
 @functools.partial(jax.jit, static_argnames=_STREAM_STATIC)
 def _log_likelihood(x, atoms, weights, sigma, block_size=None, num_devices=1):
     if block_size is None:
-        lse_sum = jnp.sum(e_step_attention(x, atoms, weights, sigma).log_normalizer)
+        lse_sum = jnp.sum(_e_step(x, atoms, weights, sigma).log_normalizer)
     else:
         lse_sum = _streamed_statistics(
             x, atoms, weights, sigma, block_size, num_devices, columns=False
@@ -254,7 +329,7 @@ def _log_likelihood(x, atoms, weights, sigma, block_size=None, num_devices=1):
 
 @jax.jit
 def _posterior(x, atoms, weights, sigma):
-    att = e_step_attention(x, atoms, weights, sigma)
+    att = _e_step(x, atoms, weights, sigma)
     return att.output, att.weights
 
 
@@ -281,38 +356,99 @@ def _check_streaming(block_size, num_devices) -> tuple[int | None, int]:
     return block_size, num_devices
 
 
+def estep_memory_bytes(
+    num_points: int,
+    num_atoms: int,
+    dim: int = 1,
+    dtype=jnp.float64,
+    block_size: int | None = None,
+) -> int:
+    """Estimated peak memory in bytes of one EM iteration on N points and K atoms in R^p.
+
+    For deciding, before anything is allocated, whether the dense path fits (a command line
+    can refuse ``fit_em`` on 40,000 rows and suggest ``block_size`` instead of running out of
+    memory). Counted from what the compiled iteration materialises, as reported by XLA's
+    memory analysis (``jax.jit(f).lower(...).compile().memory_analysis()``: temporaries plus
+    arguments and outputs) for ``fit_em``'s loop, ``em_step``, ``log_likelihood`` and
+    ``posterior_mean``:
+
+    - dense (``block_size=None``): the scores and the responsibilities, two N x K arrays
+      (``em_step`` and ``posterior`` hold both; ``fit_em``'s loop and ``log_likelihood`` one),
+      plus O((N + K)(p + 1)) vectors: ``itemsize * (2 N K + 4 (N + K) (p + 1))``.
+    - streamed (``block_size=b``): the scores and their exponentials for one block of rows
+      and one of atoms, plus the padded copies of data and atoms, the row log-normalisers,
+      posterior means and column sums: ``itemsize * (2 b^2 + 5 (N' + K') (p + 1))``, with N'
+      and K' rounded up to multiples of b.
+
+    Both are upper bounds: for ``fit_em``'s loop and ``em_step`` the measured peaks lie
+    between 1/2.1 and 1 times the estimate (XLA fuses one of the two arrays away in some
+    programs); ``log_likelihood`` and ``posterior_mean`` need no more.
+
+    Args:
+        num_points: N.
+        num_atoms: K (``fit_em``'s default is K = N).
+        dim: p.
+        dtype: float32 or float64 (4 or 8 bytes a number).
+        block_size: the streamed path's block size; ``None`` for the dense path.
+
+    Returns:
+        The estimate in bytes.
+
+    Example: N = K = 40,000 in float64 needs about 25.6 GB dense, and about 23 MB with
+    ``block_size=1024``.
+    """
+    n = _checks.check_positive_int("num_points", num_points)
+    k = _checks.check_positive_int("num_atoms", num_atoms)
+    p = _checks.check_positive_int("dim", dim)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"dtype: expected float32 or float64, got {dtype!r}") from None
+    if dt not in (np.float32, np.float64):
+        raise ValueError(f"dtype: expected float32 or float64, got {dt.name}")
+    if block_size is None:
+        return dt.itemsize * (2 * n * k + 4 * (n + k) * (p + 1))
+    b = _checks.check_positive_int("block_size", block_size)
+    n_pad, k_pad = -(-n // b) * b, -(-k // b) * b
+    return dt.itemsize * (2 * b * b + 5 * (n_pad + k_pad) * (p + 1))
+
+
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_problem(x, atoms, weights, sigma):
-    """Validate (x, atoms, weights, sigma); return them as (N, p), (K, p), (K,), float + flag."""
+def _check_problem(x, atoms, weights, sigma, *, names=("atoms", "weights")):
+    """Validate (x, atoms, weights, sigma); return them as (N, p), (K, p), (K,), float + flag.
+
+    ``names`` are the names the caller's user knows the atoms and weights by (``init`` in
+    ``fit_em``, ``result.atoms`` in ``npmle_posterior``). ``atoms=None`` checks the data and
+    sigma alone (and returns ``None`` for atoms and weights).
+    """
+    atoms_name, weights_name = names
     points, scalar = _checks.as_points("x", x)
-    atoms_arr = _checks.as_float_array("atoms", atoms)
-    if atoms_arr.ndim != (1 if scalar else 2):
-        raise ValueError(
-            f"atoms: expected shape {'(K,)' if scalar else '(K, p)'} to match x of shape "
-            f"{tuple(np.shape(x))}, got {tuple(atoms_arr.shape)}"
-        )
-    if atoms_arr.shape[0] == 0:
-        raise ValueError("atoms: is empty (K = 0)")
-    atoms_arr = atoms_arr[:, None] if scalar else atoms_arr
-    if atoms_arr.shape[1] != points.shape[1]:
-        raise ValueError(
-            f"atoms: have {atoms_arr.shape[1]} coordinates but x has {points.shape[1]}"
-        )
-    _checks.check_finite("atoms", atoms_arr)
-    weights = _checks.check_weights("weights", weights, size=atoms_arr.shape[0])
-    sigma = _checks.check_positive_scalar("sigma", sigma)
-    dtype = jnp.asarray(points).dtype
-    if not _checks.is_traced(sigma):
-        with np.errstate(over="ignore", under="ignore", divide="ignore"):
-            s = np.asarray(sigma, dtype=dtype)
-            beta = np.asarray(1.0, dtype) / (s * s)
-        if not (np.isfinite(beta) and beta > 0):
+    dtype = jax.dtypes.canonicalize_dtype(points.dtype)
+    atoms_arr = None
+    if atoms is not None:
+        atoms_arr = _checks.as_float_array(atoms_name, atoms)
+        if atoms_arr.ndim != (1 if scalar else 2):
             raise ValueError(
-                f"sigma: {sigma} is out of range for {np.dtype(dtype).name} "
-                f"(1 / sigma^2 = {beta} is not a finite positive number)"
+                f"{atoms_name}: expected shape {'(K,)' if scalar else '(K, p)'} to match x of "
+                f"shape {tuple(np.shape(x))}, got {tuple(atoms_arr.shape)}"
             )
+        if atoms_arr.shape[0] == 0:
+            raise ValueError(f"{atoms_name}: is empty (K = 0)")
+        atoms_arr = atoms_arr[:, None] if scalar else atoms_arr
+        if atoms_arr.shape[1] != points.shape[1]:
+            raise ValueError(
+                f"{atoms_name}: have {atoms_arr.shape[1]} coordinates but x has {points.shape[1]}"
+            )
+        _checks.check_finite(atoms_name, atoms_arr)
+        weights = _checks.check_weights(weights_name, weights, size=atoms_arr.shape[0])
+    sigma = _checks.check_positive_scalar("sigma", sigma)
+    _checks.check_sigma_range("sigma", sigma, dtype)
+    others = () if atoms_arr is None else ((atoms_name, atoms_arr),)
+    _checks.check_scaled_spread("x", points, sigma, dtype, others=others)
+    if atoms_arr is None:
+        return jnp.asarray(points, dtype), None, None, jnp.asarray(sigma, dtype), scalar
     return (
         jnp.asarray(points, dtype),
         jnp.asarray(atoms_arr, dtype),
@@ -322,18 +458,54 @@ def _check_problem(x, atoms, weights, sigma):
     )
 
 
+def _check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+    return bool(value)
+
+
+def check_problem(x, sigma, *, atoms=None, weights=None) -> None:
+    """Run every value check of this module's entry points on concrete inputs; raise or pass.
+
+    The checks that ``fit_em``, ``em_step``, ``posterior``, ``posterior_mean``,
+    ``log_likelihood``, ``responsibilities`` (and ``inference.npmle``) run before tracing:
+    x (N,) or (N, p), finite and non-empty; sigma a finite number > 0 with 1 / sigma^2 finite
+    in x's dtype; atoms (K,) / (K, p) matching x and finite, weights on the simplex (default
+    1/K); and the spread (max - min) / sigma of x and the atoms at most
+    ``models._checks.max_scaled_spread(dtype, N, p)`` = sqrt(finfo.max / (4 N p)), beyond
+    which the squared distances |x_i - mu_k|^2 / sigma^2 and the log-likelihood overflow
+    (EM's own atoms stay inside the data's range, so ``fit_em`` needs only x checked).
+
+    Under ``jax.jit`` the arguments are tracers and no value check can run: inputs refused
+    here then give NaN results. Call this on the concrete inputs first.
+
+    Raises:
+        ValueError: naming the offending argument.
+    """
+    if atoms is not None and weights is None:
+        k = np.shape(atoms)[0] if np.ndim(atoms) >= 1 else 0
+        weights = np.full((max(k, 1),), 1.0 / max(k, 1))
+    _check_problem(x, atoms, weights, sigma)
+
+
 # ----------------------------------------------------------------------------- public API
 
 
 def posterior(x, atoms, weights, sigma) -> tuple[jax.Array, jax.Array]:
-    """One E-step under nu = (atoms, weights): (E[z_i | x_i] like ``x``, A (N, K))."""
+    """One E-step under nu = (atoms, weights): (E[z_i | x_i] like ``x``, A (N, K)).
+
+    Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
+    """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
     z_mean, resp = _posterior(xs, mus, ws, s)
     return _checks.restore_shape(z_mean, scalar), resp
 
 
 def responsibilities(x, atoms, weights, sigma) -> jax.Array:
-    """A_ik = P(z_i = mu_k | x_i): the E-step's attention matrix, (N, K)."""
+    """A_ik = P(z_i = mu_k | x_i): the E-step's attention matrix, (N, K).
+
+    Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
+    """
     xs, mus, ws, s, _ = _check_problem(x, atoms, weights, sigma)
     return _posterior(xs, mus, ws, s)[1]
 
@@ -363,11 +535,14 @@ def em_step(
             all local devices. Equal to one device to round-off.
 
     Returns:
-        ``(atoms, weights)`` after the step.
+        ``(atoms, weights)`` after the step. Under ``jax.jit`` (tracers: no value checks)
+        inputs that ``check_problem`` refuses give NaN atoms (and weights, when updated):
+        call ``check_problem`` on the concrete inputs first.
     """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
+    update_weights = _check_flag("update_weights", update_weights)
     block_size, num_devices = _check_streaming(block_size, num_devices)
-    new_atoms, new_weights = _em_step(xs, mus, ws, s, bool(update_weights), block_size, num_devices)
+    new_atoms, new_weights = _em_step(xs, mus, ws, s, update_weights, block_size, num_devices)
     return _checks.restore_shape(new_atoms, scalar), new_weights
 
 
@@ -375,7 +550,10 @@ def log_likelihood(
     x, atoms, weights, sigma, *, block_size: int | None = None, num_devices: int | None = None
 ) -> jax.Array:
     """log p(x) = sum_i log sum_k w_k N(x_i; mu_k, sigma^2 I_p) (a scalar); streamed with
-    ``block_size`` and row-sharded over ``num_devices`` (see ``em_step``)."""
+    ``block_size`` and row-sharded over ``num_devices`` (see ``em_step``).
+
+    Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
+    """
     problem = _check_problem(x, atoms, weights, sigma)[:4]
     block_size, num_devices = _check_streaming(block_size, num_devices)
     return _log_likelihood(*problem, block_size=block_size, num_devices=num_devices)
@@ -389,6 +567,8 @@ def posterior_mean(
     Queries are the data, keys and values the atoms. Returns (N,) or (N, p), like ``x``.
     With ``block_size`` the attention streams over atom blocks (memory O(block_size^2)), with
     the rows sharded over ``num_devices`` (see ``em_step``).
+
+    Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
     """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
     block_size, num_devices = _check_streaming(block_size, num_devices)
@@ -425,6 +605,8 @@ def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
             f"init: initial atoms must have shape {'(K,)' if scalar else f'(K, {points.shape[1]})'}"
             f", got {tuple(start.shape)}"
         )
+    if start.shape[0] == 0:
+        raise ValueError("init: is empty (K = 0)")
     if num_atoms is not None and start.shape[0] != num_atoms:
         raise ValueError(f"num_atoms: {num_atoms} does not match init with {start.shape[0]} rows")
     _checks.check_finite("init", start)
@@ -465,7 +647,13 @@ def fit_em(
 
     Returns:
         ``EMResult``; atoms in the convention of ``x``.
+
+    Raises:
+        ValueError: bad input, naming the argument (see ``check_problem``), before any
+            tracing; among others data whose spread (max - min) / sigma exceeds
+            sqrt(finfo.max / (4 N p)), where the squared distances overflow.
     """
+    _check_problem(x, None, None, sigma)  # the data first: initial_atoms copies them
     start = initial_atoms(x, num_atoms, init)
     k = start.shape[0]
     if weights is None:
@@ -473,7 +661,8 @@ def fit_em(
     max_iters = _checks.check_positive_int("max_iters", max_iters, minimum=0)
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0:
         raise ValueError(f"tol: must be a number >= 0, got {tol!r}")
-    xs, mus, ws, s, scalar = _check_problem(x, start, weights, sigma)
+    update_weights = _check_flag("update_weights", update_weights)
+    xs, mus, ws, s, scalar = _check_problem(x, start, weights, sigma, names=("init", "weights"))
     block_size, num_devices = _check_streaming(block_size, num_devices)
     atoms, weights, trace, t, converged = _fit_em_loop(
         xs,
@@ -481,7 +670,7 @@ def fit_em(
         ws,
         s,
         jnp.asarray(tol, xs.dtype),
-        bool(update_weights),
+        update_weights,
         max_iters,
         block_size,
         num_devices,
@@ -503,8 +692,10 @@ from inference.npmle import NPMLEResult, npmle  # noqa: E402
 __all__ = [
     "EMResult",
     "NPMLEResult",
+    "check_problem",
     "e_step_attention",
     "em_step",
+    "estep_memory_bytes",
     "fit_em",
     "initial_atoms",
     "log_likelihood",

@@ -22,6 +22,11 @@ mode probabilities live in the log domain, so an observation hundreds of sigmas 
 right (a linear-domain filter sees two likelihoods that both underflow). A NaN observation row
 is a predict-only step. Every filter is ``jit``- and ``vmap``-able over a batch of series.
 
+Inputs are checked before tracing; results are not (nothing can raise under ``jit``): an
+overflow (explosive dynamics, inputs extreme for the dtype) comes back as NaN or inf.
+``check_filter_result`` raises ``FloatingPointError`` on such a result, naming the first bad
+step, the fields and what to check.
+
 ``attention_as_imm_step`` is seed 3's reading: one IMM mixing-and-collapse step, with the
 attention kernel in the place of the transition matrix, is the attention sublayer.
 """
@@ -54,6 +59,7 @@ from inference.smoothers import (
     kim_smoother,
 )
 from models import _checks
+from models.switching import check_params
 
 # ----------------------------------------------------------------------------- building blocks
 
@@ -213,9 +219,18 @@ def _gpb2_filter(params, observations):
 
 
 _FILTER_ARGS = """
+
+    A NaN or inf in the result means the recursion overflowed: explosive dynamics (a dynamics
+    matrix with spectral radius > 1 along a direction the observations do not pin down, or over
+    a long run of missing rows) or inputs extreme for the dtype. The filter does not check (under
+    ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
+    (``inference.filters``) on the concrete result: it raises ``FloatingPointError`` naming the
+    first non-finite step and field.
+
     Args:
         params: ``SwitchingParams`` (validated: shapes, stochastic rows, PSD covariances).
-        observations: (T, o); a row with NaN is a missing observation (predict only).
+        observations: (T, o); a row holding a NaN is missing as a whole (predict only;
+            its other values are not used).
 
     Returns:
         ``FilterResult``: mode_probs (T, M), means (T, M, d), covs (T, M, d, d), mean (T, d),
@@ -245,7 +260,7 @@ def gpb2_filter(params, observations) -> FilterResult:
 
 
 for _f in (imm_filter, gpb1_filter, gpb2_filter):
-    _f.__doc__ += _FILTER_ARGS
+    _f.__doc__ = _f.__doc__.rstrip() + _FILTER_ARGS
 
 
 def _increments(step, params, observations):
@@ -272,15 +287,20 @@ def one_step_log_predictive(params, observations, *, method: str = "imm") -> jax
     the named filter's approximation. A NaN row contributes 0. This is the pointwise
     log-likelihood of a time series that leave-future-out cross-validation scores.
 
+    A NaN or inf entry means the filter overflowed at that step or before (explosive dynamics
+    or inputs extreme for the dtype; nothing raises, and under ``jit``/``vmap`` nothing could):
+    run the named filter and ``check_filter_result(result, params=params)`` to see the field
+    and the likely cause.
+
     Args:
         params: ``SwitchingParams``.
-        observations: (T, o); NaN rows are missing.
+        observations: (T, o); a row holding a NaN is missing as a whole.
         method: "imm" (default), "gpb1" or "gpb2".
 
     Returns:
         (T,) log predictive densities.
     """
-    if method not in _STEPS:
+    if not isinstance(method, str) or method not in _STEPS:
         raise ValueError(f"method: expected one of {list(_STEPS)}, got {method!r}")
     return _one_step_log_predictive(*check_inputs(params, observations), method)
 
@@ -348,6 +368,13 @@ def exact_filter(params, observations, *, max_histories: int = 2**16) -> FilterR
 
     The filtered law of x_t given s_t = j is a mixture of M^(t-1) Gaussians; ``means`` and
     ``covs`` are its exact first two moments. Refuses (ValueError) when M^T > ``max_histories``.
+
+    A NaN or inf in the result means the recursion overflowed: explosive dynamics (a dynamics
+    matrix with spectral radius > 1 along a direction the observations do not pin down, or over
+    a long run of missing rows) or inputs extreme for the dtype. The filter does not check (under
+    ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
+    (``inference.filters``) on the concrete result: it raises ``FloatingPointError`` naming the
+    first non-finite step and field.
     """
     params, obs = check_inputs(params, observations)
     m, t = params.initial_probs.shape[0], obs.shape[0]
@@ -358,6 +385,201 @@ def exact_filter(params, observations, *, max_histories: int = 2**16) -> FilterR
             f"max_histories = {max_histories}; use gpb2_filter or imm_filter for long series"
         )
     return _exact_filter(params, obs, jnp.asarray(all_histories(m, t)))
+
+
+# ----------------------------------------------------------------------------- result checks
+
+# trailing axes of each per-step field after its (..., T) leading axes
+_STEP_FIELDS = {"mode_probs": 1, "means": 2, "covs": 3, "mean": 1, "cov": 2}
+_RADIUS_TOL = 1e-6  # a rotation's |eigenvalues| = 1 + round-off is not explosive
+
+
+def _unobserved_growth(dynamics, emission, lam) -> bool:
+    """Popov-Belevitch-Hautus: eigenvalue ``lam`` of F is invisible to H when
+    rank [lam I - F; H] < d (some eigenvector v of lam has H v = 0)."""
+    d = dynamics.shape[0]
+    stacked = np.concatenate([lam * np.eye(d) - dynamics, emission.astype(complex)])
+    sv = np.linalg.svd(stacked, compute_uv=False)
+    scale = max(1.0, float(np.max(np.abs(dynamics))), float(np.max(np.abs(emission), initial=0)))
+    return bool(sv[-1] <= 1e-9 * scale * max(1.0, abs(lam)))
+
+
+def _cause(params, dtype) -> str:
+    """What to check after an overflow: the explosive modes of ``params`` (when given)."""
+    fields = "params.dynamics_matrices, params.dynamics_covs, params.emission_covs"
+    check = f"check {fields} and the scale of the observations"
+    if params is None:
+        return (
+            "the dynamics may be explosive (a dynamics matrix with spectral radius > 1) or an "
+            f"input extreme for {dtype}; {check} (pass params= to see the spectral radii)"
+        )
+    dyn = np.asarray(params.dynamics_matrices, np.float64)
+    emi = np.asarray(params.emission_matrices, np.float64)
+    groups: dict[str, list[int]] = {}  # explanation -> the modes it applies to
+    for j in range(dyn.shape[0]):
+        lam = np.linalg.eigvals(dyn[j])
+        radius = float(np.max(np.abs(lam)))
+        if radius <= 1.0 + _RADIUS_TOL:
+            continue
+        growing = lam[np.abs(lam) > 1.0 + _RADIUS_TOL]
+        hidden = [abs(v) for v in growing if _unobserved_growth(dyn[j], emi[j], v)]
+        if hidden:
+            where = (
+                "along a direction the emission matrix does not observe, whose variance grows "
+                f"like {max(hidden):.4g}^(2t)"
+            )
+        else:
+            where = (
+                "the emission matrix observes it, but a run of missing rows lets the variance "
+                f"grow like {radius:.4g}^(2t)"
+            )
+        groups.setdefault(f"{radius:.4g} > 1 ({where})", []).append(j)
+    parts = []
+    for text, modes in groups.items():
+        which = "dynamics_matrices" + "".join(
+            f"[{j}]" if k == 0 else f", [{j}]" for k, j in enumerate(modes)
+        )
+        noun = "radius of" if len(modes) == 1 else "radii of"
+        verb = "is" if len(modes) == 1 else "are"
+        parts.append(f"the spectral {noun} {which} {verb} {text}")
+    if not parts:
+        return (
+            "no dynamics matrix has spectral radius > 1, so an input extreme for "
+            f"{dtype} is the likelier cause: check the scale of the observations, "
+            "params.initial_means, params.initial_covs, params.dynamics_covs and "
+            "params.emission_covs"
+        )
+    return f"the dynamics may be explosive: {'; '.join(parts)}; {check}"
+
+
+def _series_label(index: int, batch: tuple, affected: int) -> str:
+    if not batch:
+        return ""
+    where = tuple(int(i) for i in np.unravel_index(index, batch))
+    label = where[0] if len(where) == 1 else where
+    return f" of series {label} ({affected} of {int(np.prod(batch))} series affected)"
+
+
+def check_filter_result(result, *, name: str | None = None, params=None):
+    """Raise ``FloatingPointError`` if a filter's or smoother's result holds NaN or inf.
+
+    The filters, smoothers and the RBPF run compiled and do not check what they return (under
+    ``jit`` or ``vmap`` no check could raise: the values are not known while tracing). A
+    non-finite value means the recursion overflowed: explosive dynamics (a dynamics matrix
+    with spectral radius > 1 along a direction the observations do not pin down, or over a
+    long run of missing rows; an explosive direction that is observed at every step stays
+    finite) or inputs extreme for the dtype. Call this on a concrete result before using it.
+
+    The message is one line: the first step (1-based) at which any per-step field
+    (mode_probs, means, covs, mean, cov) is non-finite, those fields, how many steps are
+    affected, and what to check; with ``params``, the spectral radius of each explosive
+    dynamics matrix and whether its growing direction is observed. If only log_likelihood is
+    non-finite, it says so. A smoother's backward pass carries a non-finite value to every
+    earlier step, so for a ``SmootherResult`` the first bad step is usually 1: run this on the
+    filter of the same series to see where the overflow began. Leading batch axes (a vmapped
+    result) are allowed: the earliest bad step over the batch is reported, with its series.
+
+    Args:
+        result: a ``FilterResult`` (every filter and ``rbpf``) or ``SmootherResult``
+            (``kalman_smoother``, ``exact_smoother``, ``kim_smoother``,
+            ``fixed_modes_smoother``), with concrete arrays.
+        name: the message prefix; default "filter" or "smoother" after the result's type.
+        params: optional ``SwitchingParams`` the result was computed with, to name the
+            explosive modes in the message.
+
+    Returns:
+        ``result``, unchanged, when every value is finite.
+
+    Raises:
+        FloatingPointError: some value is NaN or inf, e.g. ``filter: non-finite values (NaN or
+            inf) from step 155 of 400 (246 steps affected), first in means, covs, mean, cov;
+            the dynamics may be explosive: the spectral radius of dynamics_matrices[0] is
+            10 > 1 (...); check params.dynamics_matrices, ...``.
+        TypeError: ``result`` is not a FilterResult / SmootherResult or holds traced arrays
+            (call it outside ``jit``), or ``name`` is not a string.
+        ValueError: the fields' shapes do not fit together, or ``params`` is invalid.
+    """
+    if not isinstance(result, FilterResult | SmootherResult):
+        raise TypeError(
+            f"result: expected a FilterResult or SmootherResult, got {type(result).__name__}"
+        )
+    smoother = isinstance(result, SmootherResult)
+    if name is None:
+        name = "smoother" if smoother else "filter"
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected a string, got {type(name).__name__}")
+    if any(_checks.is_traced(a) for a in result):
+        raise TypeError(
+            "result: holds traced arrays; check_filter_result needs concrete values, so call "
+            "it outside jit/vmap on what they return"
+        )
+    if params is not None:
+        params = check_params("params", params)
+    arrays = {
+        f: np.asarray(_checks.as_float_array(f"result.{f}", v))
+        for f, v in zip(result._fields, result, strict=True)
+    }
+    log_lik = arrays["log_likelihood"]
+    batch = log_lik.shape
+    nb = len(batch)
+    probs = arrays["mode_probs"]
+    if probs.ndim != nb + 2 or probs.shape[:nb] != batch:
+        raise ValueError(
+            f"result.mode_probs: expected shape {batch} + (T, M) (the batch axes of "
+            f"log_likelihood), got {probs.shape}"
+        )
+    num_steps = probs.shape[nb]
+    lead = (*batch, num_steps)
+    size = int(np.prod(batch))
+    bad = np.zeros((size, num_steps), bool)
+    bad_fields = {}
+    for field, trailing in _STEP_FIELDS.items():
+        arr = arrays[field]
+        if arr.ndim != nb + 1 + trailing or arr.shape[: nb + 1] != lead:
+            raise ValueError(
+                f"result.{field}: expected {trailing} axes after the leading shape {lead}, "
+                f"got shape {arr.shape}"
+            )
+        flat = arr.reshape(size, num_steps, -1) if arr.size else np.zeros((size, num_steps, 0))
+        bad_fields[field] = ~np.all(np.isfinite(flat), axis=-1)
+        bad |= bad_fields[field]
+    if params is not None:
+        m, d = params.initial_means.shape
+        if (probs.shape[-1], arrays["mean"].shape[-1]) != (m, d):
+            raise ValueError(
+                f"params: M = {m} modes and d = {d} do not match the result's "
+                f"M = {probs.shape[-1]}, d = {arrays['mean'].shape[-1]}"
+            )
+    dtype = np.result_type(*(a.dtype for a in arrays.values())).name
+    backward = (
+        "; a smoother carries a non-finite value back to every earlier step: run "
+        "check_filter_result on the filter of the same series to find where it began"
+        if smoother
+        else ""
+    )
+    steps = np.flatnonzero(bad.any(axis=0))
+    if steps.size:
+        t = int(steps[0])
+        series = int(np.flatnonzero(bad[:, t])[0])
+        fields = [f for f, b in bad_fields.items() if b[series, t]]
+        where = _series_label(series, batch, int(bad.any(axis=1).sum()))
+        raise FloatingPointError(
+            f"{name}: non-finite values (NaN or inf) from step {t + 1} of {num_steps} "
+            f"({steps.size} step(s) affected){where}, first in {', '.join(fields)}; "
+            f"{_cause(params, dtype)}{backward}"
+        )
+    ll_bad = ~np.isfinite(log_lik.reshape(size))
+    if ll_bad.any():
+        series = int(np.flatnonzero(ll_bad)[0])
+        value = log_lik.reshape(size)[series]
+        where = _series_label(series, batch, int(ll_bad.sum()))
+        raise FloatingPointError(
+            f"{name}: log_likelihood is {value}{where} although every step is finite (a "
+            "log-density overflowed: an observation so far from its prediction that the "
+            "squared standardised residual leaves the dtype's range); "
+            f"{_cause(params, dtype)}"
+        )
+    return result
 
 
 # ----------------------------------------------------------------------------- attention
@@ -437,6 +659,7 @@ __all__ = [
     "SmootherResult",
     "all_histories",
     "attention_as_imm_step",
+    "check_filter_result",
     "collapse",
     "exact_filter",
     "exact_smoother",

@@ -156,9 +156,17 @@ def check_inputs(params, observations, *, num_modes=None):
 def kalman_filter(params: SwitchingParams, observations) -> FilterResult:
     """The Kalman filter of a one-mode model (M = 1): ``FilterResult`` with mode_probs = 1.
 
+    A NaN or inf in the result means the recursion overflowed: explosive dynamics (a dynamics
+    matrix with spectral radius > 1 along a direction the observations do not pin down, or over
+    a long run of missing rows) or inputs extreme for the dtype. The filter does not check (under
+    ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
+    (``inference.filters``) on the concrete result: it raises ``FloatingPointError`` naming the
+    first non-finite step and field.
+
     Args:
         params: ``SwitchingParams`` with M = 1.
-        observations: (T, o); a row with NaN is a missing observation (predict only).
+        observations: (T, o); a row holding a NaN is missing as a whole (predict only;
+            its other values are not used).
     """
     params, obs = check_inputs(params, observations, num_modes=1)
     return _kalman_filter(params, obs)

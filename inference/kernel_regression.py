@@ -30,6 +30,14 @@ gets the value of its nearest key, in the Euclidean distance scaled by h,
 |(q - k) / h|, ties to the lowest index; a warning (``EmptyWindowWarning``) says how many.
 The same rule gives f_{-i}(k_i) in leave-one-out cross-validation (the nearest *other* key),
 so the CV criterion is that of the estimator actually returned and is never NaN.
+
+Errors. Bad input is refused before any tracing with a ``ValueError`` whose message starts with
+the argument's name: keys, values and queries that are empty, of the wrong rank, complex, not
+numbers, NaN or +-inf, or so far apart that their squared distances overflow the dtype
+(sum_c (max - min)^2 > finfo.max: the leave-one-out pass and the nearest-key fallback form
+them); a bandwidth that is not a finite number > 0 (bools refused) or whose 1/h^2 overflows;
+unknown kernel or method names; a bad block_size, bounds, num_grid or optimiser setting. Under
+``jax.jit`` only the static checks run.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import numpy as np
 import optax
 from scipy import optimize
 
+from inference.attention import _check_bandwidth as _check_attention_bandwidth
 from inference.attention import scored_attention
 from models import _checks
 
@@ -55,6 +64,10 @@ SELECTION_METHODS = ("loo-cv", "gradient")
 
 class EmptyWindowWarning(RuntimeWarning):
     """Some queries had no key inside a compact kernel's window (nearest-key value used)."""
+
+
+class WideBandwidthWarning(UserWarning):
+    """The selected bandwidth exceeds the keys' range: the fit is close to a constant."""
 
 
 class LeaveOneOut(NamedTuple):
@@ -181,8 +194,8 @@ def _check_kernel(kernel) -> str:
 
 
 def _check_bandwidth(bandwidth, dim: int, dtype, name: str = "bandwidth"):
-    """A scalar or (d,) bandwidth, finite and > 0, returned as (d,)."""
-    return _checks.check_bandwidth(name, bandwidth, dim, dtype)
+    """A scalar or (d,) bandwidth, finite and > 0 (no bools), returned as (d,)."""
+    return _check_attention_bandwidth(bandwidth, dim, dtype, name)
 
 
 def _check_block_size(block_size):
@@ -207,7 +220,37 @@ def _check_data(keys, values, queries=None):
             )
         arrays.append(q)
     dtype = np.dtype(jnp.result_type(*(a.dtype for a in arrays)))
+    _check_spread(k, None if queries is None else arrays[2], dtype)
     return [_as_dtype(a, dtype) for a in arrays], scalar_values, dtype
+
+
+def _check_spread(keys, queries, dtype) -> None:
+    """Refuse keys (and queries) so far apart that their squared distances overflow ``dtype``.
+
+    The leave-one-out pass forms sum_c (k_ic - k_jc)^2 and the nearest-key fallback
+    sum_c ((q_c - k_c) r_c)^2 with r_c = min(h) / h_c <= 1, so both stay finite when
+    sum_c (max_c - min_c)^2 over the keys and queries is below finfo(dtype).max (about 1.3e154
+    per coordinate in float64, 1.8e19 in float32). Skipped when traced.
+    """
+    if _any_traced(keys, queries):
+        return
+    lo = np.min(keys, axis=0).astype(np.float64)
+    hi = np.max(keys, axis=0).astype(np.float64)
+    checks = [("keys", "keys", lo, hi)]
+    if queries is not None:
+        lo_q = np.minimum(lo, np.min(queries, axis=0))
+        hi_q = np.maximum(hi, np.max(queries, axis=0))
+        checks.append(("queries", "keys and queries", lo_q, hi_q))
+    limit = float(np.finfo(dtype).max)
+    for name, what, lo, hi in checks:
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = float(np.sum(np.square(hi - lo)))
+        if not total <= limit:
+            raise ValueError(
+                f"{name}: the squared distances between the {what} reach sum_c (max - min)^2 = "
+                f"{total:.3g}, more than {np.dtype(dtype).name}'s largest number {limit:.3g}; "
+                f"rescale the {what}"
+            )
 
 
 def _as_dtype(a, dtype):
@@ -601,15 +644,52 @@ def _adam_fit(score_fn, log_h0, keys, values, split_key, lr, num_test, num_steps
     return jnp.exp(jnp.concatenate([path, log_h[None]])), jnp.concatenate([losses, final[None]])
 
 
+def _iqr(x: np.ndarray) -> np.ndarray:
+    """Interquartile range along axis 0, divided by 1.349 (the sd of a normal sample)."""
+    q75, q25 = np.percentile(x, [75, 25], axis=0)
+    return (q75 - q25) / 1.349
+
+
 def _spread(k: np.ndarray) -> np.ndarray:
-    """Per-coordinate standard deviation of the keys; raises on a constant coordinate."""
-    scale = np.std(k, axis=0, ddof=1)
-    if np.any(scale <= 0):
+    """Robust per-coordinate spread of the keys: min(sd, IQR / 1.349); raises if constant.
+
+    The standard deviation alone is inflated without bound by one outlying key (a key at 1e6
+    among keys on [0, 5] makes it 7e4, and a grid of t * sd then starts far above the bulk's
+    range); the IQR is not. The minimum (Silverman's spread) keeps the sd for light-tailed keys
+    (uniform: sd < IQR / 1.349), so their grid is unchanged. Where the IQR is 0 (over half the
+    keys tied) the IQR of the coordinate's distinct values is used instead, which is > 0 as
+    soon as the coordinate takes two values.
+    """
+    sd = np.std(k, axis=0, ddof=1)
+    if np.any(sd <= 0):
         raise ValueError(
-            f"keys: coordinate(s) {np.flatnonzero(scale <= 0).tolist()} are constant; "
+            f"keys: coordinate(s) {np.flatnonzero(sd <= 0).tolist()} are constant; "
             "bandwidth selection needs keys that vary in every coordinate"
         )
-    return scale
+    iqr = _iqr(k)
+    for c in np.flatnonzero(iqr <= 0):
+        iqr[c] = _iqr(np.unique(k[:, c]))
+    return np.minimum(sd, iqr)
+
+
+def _fmt(x) -> str:
+    x = np.ravel(np.asarray(x, np.float64))
+    return f"{x[0]:.3g}" if x.size == 1 else "[" + ", ".join(f"{v:.3g}" for v in x) + "]"
+
+
+def _warn_if_wider_than_range(bandwidth, k: np.ndarray) -> None:
+    """A ``WideBandwidthWarning`` (a UserWarning) if h_c > max_c - min_c for some coordinate."""
+    span = np.max(k, axis=0).astype(np.float64) - np.min(k, axis=0)
+    h = np.broadcast_to(np.asarray(bandwidth, np.float64), span.shape)
+    wide = np.flatnonzero(h > span)
+    if wide.size:
+        warnings.warn(
+            f"bandwidth: the selected h = {_fmt(bandwidth)} exceeds the keys' range (max - min) "
+            f"{_fmt(span)} in coordinate(s) {wide.tolist()}: the fit is close to a constant "
+            "(the mean of the values) there; the data may show no dependence on the keys",
+            WideBandwidthWarning,
+            stacklevel=3,
+        )
 
 
 def select_bandwidth(
@@ -631,23 +711,25 @@ def select_bandwidth(
     """Choose h for ``nadaraya_watson`` by leave-one-out CV or by gradient descent.
 
     "loo-cv" minimises CV(h) = (1/n) sum_i |v_i - f_{-i}(k_i)|^2 (``leave_one_out``) over
-    log h: a coarse grid h = t * sd(keys), t in geomspace(*bounds, num_grid) (per-coordinate
-    sd when ``per_coordinate``, else the root-mean-square sd), which guards against local
-    minima, then a local optimiser started from the best grid point: bounded Brent on log h
+    log h: a coarse grid h = t * A, t in geomspace(*bounds, num_grid), with A the robust spread
+    min(sd, IQR / 1.349) of the keys (Silverman's; per coordinate when ``per_coordinate``, else
+    the root mean square over coordinates; one outlying key cannot inflate it), which guards
+    against local minima, then a local optimiser started from the best grid point: bounded
+    Brent on log h
     between the grid neighbours for a scalar h; L-BFGS-B on log h (d,) with a jitted
     ``jax.value_and_grad`` for per-coordinate h (Nelder-Mead for the boxcar, whose CV is
     piecewise constant in h).
 
     "gradient" is the d2l-style learned bandwidth: Adam on log h minimising the squared error
     on a random held-out fraction ``holdout`` of the pairs (NW fitted on the rest), starting
-    from the normal-reference h0 = 1.06 sd n^(-1/(4 + d)) (or ``init``).
+    from the normal-reference h0 = 1.06 A n^(-1/(4 + d)) (or ``init``).
 
     Args:
         keys: (n,) or (n, d), n >= 2, non-constant in each coordinate; values: (n,) or (n, m).
         kernel: one of ``KERNELS`` ("gradient" excludes "boxcar": zero gradient in h).
         method: "loo-cv" or "gradient".
         per_coordinate: one bandwidth per key coordinate (d,) instead of a scalar.
-        bounds: (lo, hi) search range of t in units of the keys' sd ("loo-cv").
+        bounds: (lo, hi) search range of t in units of the keys' spread A ("loo-cv").
         num_grid: number of grid points (>= 3) ("loo-cv").
         block_size: stream the leave-one-out pass over blocks ("loo-cv"); None is dense and
             holds d n x n arrays.
@@ -658,7 +740,9 @@ def select_bandwidth(
 
     Returns:
         ``BandwidthResult(bandwidth () or (d,), score (), bandwidth_trace, loss_trace)``.
-        A "loo-cv" minimum on the edge of the grid raises a ``RuntimeWarning``.
+        A "loo-cv" minimum on the edge of the grid raises a ``RuntimeWarning``; a selected h
+        wider than the keys' range (max - min) in some coordinate a ``WideBandwidthWarning``
+        (a ``UserWarning``): the fit is then close to the global mean of the values.
     """
     kernel = _check_kernel(kernel)
     if method not in SELECTION_METHODS:
@@ -678,7 +762,9 @@ def select_bandwidth(
         lo, hi = _check_bounds(bounds)
         num_grid = _checks.check_positive_int("num_grid", num_grid, minimum=3)
         block_size = _check_block_size(block_size)
-        return _select_loo_cv(kernel, k, v, scale, per_coordinate, lo, hi, num_grid, block_size)
+        res = _select_loo_cv(kernel, k, v, scale, per_coordinate, lo, hi, num_grid, block_size)
+        _warn_if_wider_than_range(res.bandwidth, k)
+        return res
     if kernel == "boxcar":
         raise ValueError(
             "kernel: method='gradient' needs weights that vary smoothly with h; the boxcar's "
@@ -709,6 +795,7 @@ def select_bandwidth(
         num_test,
         num_steps,
     )
+    _warn_if_wider_than_range(trace[-1], k)
     return BandwidthResult(trace[-1], losses[-1], trace, losses)
 
 
@@ -758,7 +845,7 @@ def _select_loo_cv(kernel, k, v, scale, per_coordinate, lo, hi, num_grid, block_
     if g in (0, num_grid - 1):
         warnings.warn(
             f"bounds: the CV minimum is on the edge of the search grid (t = {np.exp(log_t[g]):.3g}"
-            f" sd); widen bounds={lo, hi} if this is not intended",
+            f" times the keys' spread); widen bounds={lo, hi} if this is not intended",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -803,6 +890,7 @@ __all__ = [
     "BandwidthResult",
     "EmptyWindowWarning",
     "LeaveOneOut",
+    "WideBandwidthWarning",
     "kernel_scores",
     "leave_one_out",
     "nadaraya_watson",

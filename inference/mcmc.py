@@ -10,6 +10,7 @@ model with its observations removed (``numpyro.handlers.uncondition``), and the 
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import time
 import warnings
@@ -34,6 +35,65 @@ EXTRA_FIELDS = (
     "accept_prob",
     "adapt_state.step_size",
 )
+
+
+# Smallest sampler sizes for which every diagnostic the comparisons report is defined (ArviZ 1.x;
+# tests/test_bad_input.py runs ArviZ at these bounds and one below):
+MIN_CHAINS = 2  # rank-normalised R-hat compares chains: NaN with one chain
+MIN_DRAWS_PER_CHAIN = 4  # split R-hat and bulk/tail ESS: NaN below 4 draws per chain
+# PSIS-LOO fits a generalised Pareto to the largest floor(S / 5) importance ratios (S draws in
+# all, S <= 225) and needs at least 5 of them (Vehtari et al. 2024, "Pareto smoothed importance
+# sampling", JMLR; ArviZ refuses fewer): S >= 25.
+MIN_TOTAL_DRAWS_LOO = 25
+
+
+def sampler_sizes(sampler, kwargs: dict | None = None) -> dict:
+    """The num_warmup, num_samples and num_chains that ``sampler(..., **kwargs)`` will use:
+    ``kwargs`` over the defaults in the sampler's signature."""
+    params = inspect.signature(sampler).parameters
+    sizes = {
+        name: params[name].default
+        for name in ("num_warmup", "num_samples", "num_chains")
+        if name in params and params[name].default is not inspect.Parameter.empty
+    }
+    sizes.update({k: v for k, v in (kwargs or {}).items() if k in sizes})
+    return sizes
+
+
+def check_sampler_sizes(
+    num_samples: int,
+    num_chains: int,
+    *,
+    loo: bool = False,
+    names: tuple[str, str] = ("num_samples", "num_chains"),
+    what: str = "",
+) -> None:
+    """Refuse sampler sizes for which R-hat, ESS (and with ``loo``, PSIS-LOO) are undefined.
+
+    Run before sampling, so that a run is not wasted on sizes its diagnostics cannot use. The
+    message names both options (``names``, e.g. ``("--draws", "--chains")``).
+    """
+    draws_name, chains_name = names
+    num_samples = _checks.check_positive_int(draws_name, num_samples)
+    num_chains = _checks.check_positive_int(chains_name, num_chains)
+    prefix = f"{draws_name}/{chains_name}: {what + ': ' if what else ''}"
+    sizes = f"{num_chains} chain(s) x {num_samples} draws"
+    if num_chains < MIN_CHAINS:
+        raise ValueError(
+            f"{prefix}{sizes}: R-hat needs at least {MIN_CHAINS} chains (pass {chains_name} "
+            f"{MIN_CHAINS} or more)"
+        )
+    if num_samples < MIN_DRAWS_PER_CHAIN:
+        raise ValueError(
+            f"{prefix}{sizes}: R-hat and ESS need at least {MIN_DRAWS_PER_CHAIN} draws per "
+            f"chain (pass {draws_name} {MIN_DRAWS_PER_CHAIN} or more)"
+        )
+    if loo and num_samples * num_chains < MIN_TOTAL_DRAWS_LOO:
+        need = -(-MIN_TOTAL_DRAWS_LOO // num_chains)
+        raise ValueError(
+            f"{prefix}{sizes}: PSIS-LOO needs at least {MIN_TOTAL_DRAWS_LOO} draws in all "
+            f"(pass {draws_name} {need} or more with {num_chains} chains)"
+        )
 
 
 def _observed_sites(model, args, kwargs) -> list[str]:
@@ -89,6 +149,8 @@ def run_nuts(
         switched off) and observed_data. ``posterior.attrs["sampling_time"]`` holds the wall
         time in seconds (compilation included) and ``attrs["chain_method"]`` how the chains ran.
     """
+    if not callable(model):
+        raise ValueError(f"model: expected a NumPyro program (a callable), got {model!r}")
     num_warmup = _checks.check_positive_int("num_warmup", num_warmup, minimum=0)
     num_samples = _checks.check_positive_int("num_samples", num_samples)
     num_chains = _checks.check_positive_int("num_chains", num_chains)
@@ -241,4 +303,14 @@ def diagnostics(datatree: xr.DataTree, var_names: list[str] | None = None) -> Di
     )
 
 
-__all__ = ["CHAIN_METHODS", "Diagnostics", "diagnostics", "run_nuts"]
+__all__ = [
+    "CHAIN_METHODS",
+    "MIN_CHAINS",
+    "MIN_DRAWS_PER_CHAIN",
+    "MIN_TOTAL_DRAWS_LOO",
+    "Diagnostics",
+    "check_sampler_sizes",
+    "diagnostics",
+    "run_nuts",
+    "sampler_sizes",
+]

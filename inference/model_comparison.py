@@ -36,7 +36,7 @@ from arviz_stats.loo.wrapper import SamplingWrapper
 from inference.filters import _one_step_log_predictive
 from inference.gibbs import run_gibbs
 from inference.kalman import check_inputs
-from inference.mcmc import diagnostics
+from inference.mcmc import check_sampler_sizes, diagnostics, sampler_sizes
 from inference.switching_gibbs import run_switching_gibbs
 from models import _checks
 from models.deconvolution import deconvolution_model
@@ -111,6 +111,8 @@ def compare_num_atoms(
         raise ValueError(f"sampler: expected 'gibbs' or 'nuts', got {sampler!r}")
     x = np.asarray(_checks.as_float_array("x", x))
     kwargs = dict(sampler_kwargs or {})
+    sizes = sampler_sizes(run_gibbs if sampler == "gibbs" else run_nuts, kwargs)
+    check_sampler_sizes(sizes["num_samples"], sizes["num_chains"], loo=True, what=sampler)
     say = progress or (lambda message: None)
     trees, rows = {}, []
     for k, key_k in zip(ks, jax.random.split(key, len(ks)), strict=True):
@@ -320,6 +322,8 @@ def switching_lfo(
             f"min_observations: must be below the {num_steps} observations, got {min_observations}"
         )
     priors = check_priors("priors", priors, params.initial_probs.shape[0])
+    sizes = sampler_sizes(run_switching_gibbs, gibbs_kwargs)
+    check_sampler_sizes(sizes["num_samples"], sizes["num_chains"], loo=True, what="gibbs")
     key_full, key_lfo = jax.random.split(key)
     if datatree is None:
         datatree = run_switching_gibbs(key_full, params, obs, priors=priors, **(gibbs_kwargs or {}))

@@ -64,6 +64,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import jax
@@ -429,6 +430,13 @@ def default_grid(x, grid_size: int = 300):
     """
     points, scalar = _checks.as_points("x", x)
     grid_size = _checks.check_positive_int("grid_size", grid_size, minimum=2)
+    with np.errstate(over="ignore"):
+        spread = np.max(points.max(axis=0) - points.min(axis=0))
+    if not np.isfinite(spread):
+        raise ValueError(
+            f"x: spread (max - min) overflows {points.dtype.name} (values from "
+            f"{points.min():.3g} to {points.max():.3g}); rescale the data"
+        )
     if scalar:
         return np.linspace(points.min(), points.max(), grid_size, dtype=points.dtype)
     n = points.shape[0]
@@ -482,12 +490,14 @@ def npmle(
         stopped the run, or when mix-SQP stopped improving at working precision (float32).
 
     Raises:
-        ValueError: bad arguments (naming the argument); for "mixsqp" also when the grid is
-            so coarse for ``sigma`` that the start leaves some x_i with an underflowing
-            likelihood (use "squarem" then).
+        ValueError: bad arguments (naming the argument), before any tracing: among others
+            data (and grid) whose spread (max - min) / sigma exceeds sqrt(finfo.max / (4 N p)),
+            where the squared distances overflow (``inference.em.check_problem`` runs the same
+            checks); for "mixsqp" also when the grid is so coarse for ``sigma`` that the start
+            leaves some x_i with an underflowing likelihood (use "squarem" then).
     """
     points, scalar = _checks.as_points("x", x)
-    dtype = jnp.asarray(points).dtype
+    dtype = jax.dtypes.canonicalize_dtype(points.dtype)
     sigma = _check_sigma(sigma, dtype)
     grid_size = _checks.check_positive_int("grid_size", grid_size, minimum=2)
     if not isinstance(method, str) or method not in METHODS:
@@ -505,11 +515,13 @@ def npmle(
         if math.isnan(target):
             raise ValueError("target_log_likelihood: is NaN")
         target = float(target)
+    _checks.check_scaled_spread("x", points, sigma, dtype)
     if grid is None:
         grid2 = default_grid(points[:, 0] if scalar else points, grid_size)
         grid2 = grid2[:, None] if scalar else grid2
     else:
         grid2 = _check_grid(grid, points, scalar, inside=True)
+    _checks.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
     grid2 = np.asarray(grid2, dtype=dtype)
     g = grid2.shape[0]
     w0 = _mixsqp_start(grid2) if method == "mixsqp" else np.full(g, 1.0 / g, dtype=dtype)
@@ -546,13 +558,17 @@ def npmle_gradient(x, sigma, grid, weights) -> jax.Array:
 
     The KKT vector of the NPMLE: w is optimal on the grid iff q_j <= 1 for all j, with
     equality where w_j > 0; max_j q_j - 1 bounds the per-point log-likelihood gap. The grid
-    may be any (G,) / (G, p) array in the convention of ``x`` (no range restriction here).
+    may be any (G,) / (G, p) array in the convention of ``x`` (no range restriction here),
+    as long as the spread (max - min) / sigma of the data and the grid stays within
+    sqrt(finfo.max / (4 N p)), beyond which the squared distances overflow (refused with a
+    ValueError naming ``x`` or ``grid``).
     """
     points, scalar = _checks.as_points("x", x)
-    dtype = jnp.asarray(points).dtype
+    dtype = jax.dtypes.canonicalize_dtype(points.dtype)
     sigma = _check_sigma(sigma, dtype)
     grid2 = _check_grid(grid, points, scalar, inside=False)
     weights = _checks.check_weights("weights", weights, size=grid2.shape[0])
+    _checks.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
     return _gradient(
         jnp.asarray(points, dtype),
         jnp.asarray(grid2, dtype),
@@ -583,12 +599,17 @@ def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):
 
     if not isinstance(result, NPMLEResult):
         raise ValueError(f"result: expected an NPMLEResult, got {type(result).__name__}")
+    if isinstance(probs, str) or not isinstance(probs, Iterable):
+        raise ValueError(f"probs: expected a sequence of numbers in (0, 1), got {probs!r}")
     probs = tuple(probs)
     for prob in probs:
         if isinstance(prob, bool) or not isinstance(prob, numbers.Real) or not 0 < prob < 1:
             raise ValueError(f"probs: each must be a number in (0, 1), got {prob!r}")
-    scalar = _checks.as_points("x", x)[1]
-    mean, resp = em.posterior(x, result.atoms, result.weights, sigma)
+    xs, mus, ws, s, scalar = em._check_problem(
+        x, result.atoms, result.weights, sigma, names=("result.atoms", "result.weights")
+    )
+    mean, resp = em._posterior(xs, mus, ws, s)
+    mean = _checks.restore_shape(mean, scalar)
     if not probs:
         return mean, {}
     atoms = np.asarray(result.atoms).reshape(result.atoms.shape[0], -1)

@@ -1,8 +1,8 @@
 """Building blocks for the HTML pages the ``attnbayes`` commands write.
 
 Figures are PNG bytes inlined as base64, so a page is one self-contained file. Outputs are
-written under a temporary name and renamed into place (``publish_folder``, ``write_atomic``),
-so a failed run never leaves a half-written file or folder behind.
+written under a temporary name and renamed into place (``inference.outputs``), so a failed
+run never leaves a half-written file or folder behind.
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ import base64
 import html
 import io
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import matplotlib
 
@@ -75,45 +72,6 @@ def page(title: str, body: str) -> str:
     )
 
 
-def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes the file private (0600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def publish_folder(tmp: Path, target: Path) -> None:
-    """Move the finished folder ``tmp`` to ``target``, replacing an older one.
-
-    If the final rename fails, the older folder is put back before the error propagates.
-    """
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes the folder private (0700)
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        target.rename(old)
-    try:
-        tmp.rename(target)
-    except BaseException:
-        if old is not None:
-            old.rename(target)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def save_datatree(datatree: xr.DataTree, path: str | os.PathLike) -> None:
     """Write a DataTree to netCDF (h5netcdf, gzip level 4), without the z_i draws.
 
@@ -136,8 +94,6 @@ __all__ = [
     "img_tag",
     "page",
     "png_bytes",
-    "publish_folder",
     "save_datatree",
     "table_html",
-    "write_atomic",
 ]

@@ -151,10 +151,18 @@ def rbpf(
     mean/cov the match over all pairs. When a mode has no mass at all (possible only through
     zeros in pi0 or Pi, or underflow), its means/covs are the overall mean/cov.
 
+    A NaN or inf in the result means the recursion overflowed: explosive dynamics (a dynamics
+    matrix with spectral radius > 1 along a direction the observations do not pin down, or over
+    a long run of missing rows) or inputs extreme for the dtype. The filter does not check (under
+    ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
+    (``inference.filters``) on the concrete result: it raises ``FloatingPointError`` naming the
+    first non-finite step and field.
+
     Args:
         key: a ``jax.random`` key.
         params: ``SwitchingParams`` (Q may be singular PSD).
-        observations: (T, o); a row with NaN is a missing observation.
+        observations: (T, o); a row holding a NaN is missing as a whole (its other
+            values are not used).
         num_particles: N >= 1.
         ess_threshold: in [0, 1]; 0 never resamples, 1 resamples at (nearly) every step.
 

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import html
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,14 +48,16 @@ from inference.compare import (
 from inference.invariants import measure_cdf
 from inference.kernel_regression import leave_one_out, nadaraya_watson, select_bandwidth
 from inference.model_comparison import compare_num_atoms, compare_num_modes, loo_compare
-from inference.pages import (
-    img_tag,
-    page,
-    png_bytes,
-    publish_folder,
-    save_datatree,
-    table_html,
+from inference.outputs import (
+    MANIFEST,
+    assembling,
+    check_finite_table,
+    computing,
+    manifest_json,
+    prepare_target,
+    versions,
 )
+from inference.pages import img_tag, page, png_bytes, save_datatree, table_html
 from inference.simplex import regularised_argmax
 from models import _checks
 from models.deconvolution import DiscreteMeasure, get_measure, simulate
@@ -882,7 +882,9 @@ def write_report(
 
     Args:
         out_dir: parent folder (created if missing).
-        name: the report's folder inside ``out_dir``.
+        name: the report's folder inside ``out_dir``. An existing ``out_dir/name`` is replaced
+            only if attnbayes wrote it (``inference.outputs.prepare_target``, checked before any
+            computation); the report carries ``run.json`` as its marker.
         quick: small sizes and only the scenarios marked ``quick`` (about two minutes on two
             cores instead of about ten).
         seed: the random seed of every simulation and sampler.
@@ -892,16 +894,19 @@ def write_report(
         switching: sizes of the switching part; None leaves the switching model out.
         atom_counts: the K compared by PSIS-LOO (quick run, full run).
         progress: called with a message at every step (the CLI prints them).
+
+    Raises:
+        ValueError (``InputError`` for the folder): bad arguments, before any computation.
+        RunFailed: a failure while computing (``NonFiniteResult`` when a number about to be
+            written is not finite); nothing is written.
     """
     methods, seed = _check_args(name, methods, seed, scenarios)
+    target = prepare_target(out_dir, name)
     chosen = tuple(s for s in scenarios if s.quick or not quick) or scenarios[:1]
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda message: None)
     started = time.perf_counter()
     size = 0 if quick else 1
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=out_dir))
-    try:
+    with assembling(target) as tmp, computing():
         key_dec, key_sw, key_k, key_att, key_nw = jax.random.split(jax.random.PRNGKey(seed), 5)
         blocks = {sid: [] for sid, _ in SECTIONS}
         figures: dict[str, bytes] = {}
@@ -912,6 +917,7 @@ def write_report(
             comparison, x, z, measure = run_scenario(
                 scenario, quick=quick, key=key_s, progress=say, methods=methods
             )
+            check_finite_table(f"{scenario.name}: compare_deconvolution", comparison.table)
             if first_data is None:
                 first_data = (scenario, x)
             say(f"{scenario.name}: figures")
@@ -920,6 +926,7 @@ def write_report(
             )
         if switching is not None:
             run = run_switching(switching, quick=quick, key=key_sw, progress=say)
+            check_finite_table("maneuvering-target: compare_switching", run.comparison.table)
             say("maneuvering-target: figures")
             _switching_blocks(blocks, figures, run, diag_rows, frames, tmp, key_sw)
         scenario, x = first_data
@@ -944,6 +951,7 @@ def write_report(
         results = pd.concat(frames, ignore_index=True)[
             ["section", "scenario", "method", "metric", "value"]
         ]
+        check_finite_table("results.csv", results, label_columns=("scenario", "method", "metric"))
         results.to_csv(tmp / "results.csv", index=False)
         for file_name, png in figures.items():
             (tmp / file_name).write_bytes(png)
@@ -952,11 +960,20 @@ def write_report(
             _page_html(blocks, chosen, switching, quick=quick, seed=seed, elapsed=elapsed),
             encoding="utf-8",
         )
-        target = out_dir / name
-        publish_folder(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        (tmp / MANIFEST).write_text(
+            manifest_json(
+                "report",
+                quick=quick,
+                seed=seed,
+                scenarios=[s.name for s in chosen],
+                methods=list(methods),
+                switching=switching is not None,
+                wall_time_s=round(elapsed, 3),
+                versions=versions(),
+                files=sorted([*(p.name for p in tmp.iterdir()), MANIFEST]),
+            ),
+            encoding="utf-8",
+        )
     say(f"report written to {target / 'index.html'} in {elapsed:.0f} s")
     return target / "index.html"
 

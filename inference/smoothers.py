@@ -169,9 +169,16 @@ def kalman_smoother(params: SwitchingParams, observations) -> SmootherResult:
     m_t|T = m_t + G_t (m_{t+1|T} - m_{t+1|t}), P_t|T = P_t + G_t (P_{t+1|T} - P_{t+1|t}) G_t^T,
     G_t = P_t F^T P_{t+1|t}^{-1} (a pseudo-inverse when P_{t+1|t} is singular).
 
+    A NaN or inf in the result means a recursion overflowed (explosive dynamics, or inputs
+    extreme for the dtype), and the backward pass carries it to every earlier step. Nothing is
+    checked here (under ``jit``/``vmap`` no check could raise); call
+    ``inference.filters.check_filter_result(result, params=params)`` on the concrete result
+    (``FloatingPointError``), and on the filter of the same series to see the step where it began.
+
     Args:
         params: ``SwitchingParams`` with M = 1 (Q may be singular PSD).
-        observations: (T, o); a row with NaN is a missing observation.
+        observations: (T, o); a row holding a NaN is missing as a whole (its other
+            values are not used).
     """
     params, obs = check_inputs(params, observations, num_modes=1)
     return _kalman_smoother(params, obs)
@@ -232,9 +239,16 @@ def exact_smoother(
     moment-matched mixtures. A mode with zero posterior probability at t gets the overall
     moments. log p(y) = logsumexp_s log p(s) p(y | s).
 
+    A NaN or inf in the result means a recursion overflowed (explosive dynamics, or inputs
+    extreme for the dtype), and the backward pass carries it to every earlier step. Nothing is
+    checked here (under ``jit``/``vmap`` no check could raise); call
+    ``inference.filters.check_filter_result(result, params=params)`` on the concrete result
+    (``FloatingPointError``), and on the filter of the same series to see the step where it began.
+
     Args:
         params: ``SwitchingParams`` (Q may be singular PSD).
-        observations: (T, o); a row with NaN is a missing observation.
+        observations: (T, o); a row holding a NaN is missing as a whole (its other
+            values are not used).
         max_histories: refuse (``ValueError``) when M^T exceeds this.
     """
     max_histories = _checks.check_positive_int("max_histories", max_histories)
@@ -274,9 +288,16 @@ def fixed_modes_smoother(params: SwitchingParams, observations, modes) -> Smooth
     mode's means/covs are those of that Gaussian (a mode other than s_t has probability zero
     and gets the overall moments). log_likelihood = log p(y_{1:T} | s_{1:T}).
 
+    A NaN or inf in the result means a recursion overflowed (explosive dynamics, or inputs
+    extreme for the dtype), and the backward pass carries it to every earlier step. Nothing is
+    checked here (under ``jit``/``vmap`` no check could raise); call
+    ``inference.filters.check_filter_result(result, params=params)`` on the concrete result
+    (``FloatingPointError``), and on the filter of the same series to see the step where it began.
+
     Args:
         params: ``SwitchingParams`` (Q may be singular PSD).
-        observations: (T, o); a row with NaN is a missing observation.
+        observations: (T, o); a row holding a NaN is missing as a whole (its other
+            values are not used).
         modes: (T,) integers in [0, M).
     """
     params, obs = check_inputs(params, observations)
@@ -363,10 +384,17 @@ def _check_filtered(filtered, num_steps: int, num_modes: int, dim: int, dtype) -
                 f"filtered.{field}: expected shape {shape} (T, M, d from params and "
                 f"observations), got {tuple(arr.shape)}"
             )
-        if field != "log_likelihood":
-            _checks.check_finite(f"filtered.{field}", arr)
         if not _checks.is_traced(arr):
             arr = np.asarray(arr)
+            if field != "log_likelihood" and not np.all(np.isfinite(arr)):
+                per_step = np.isfinite(arr.reshape(num_steps, -1)).all(axis=1)
+                raise ValueError(
+                    f"filtered.{field}: contains {int(arr.size - np.isfinite(arr).sum())} "
+                    f"non-finite value(s) (NaN or inf), the first at step "
+                    f"{int(np.argmin(per_step)) + 1}; a filter returns them when it overflows "
+                    "(explosive dynamics or extreme inputs): check it with "
+                    "inference.filters.check_filter_result(filtered, params=params)"
+                )
             if field == "mode_probs" and (
                 np.any(arr < 0) or not np.allclose(arr.sum(axis=1), 1.0, atol=1e-6)
             ):
@@ -387,6 +415,16 @@ def kim_smoother(params: SwitchingParams, observations, filtered: FilterResult) 
     Mode probabilities are propagated in the log domain; a mode with zero smoothed mass gets
     the prior transition row as its collapse weights. With M = 1 this is the RTS smoother.
     The approximation: p(x_{t+1} | s_t, s_{t+1}, y_{1:T}) ~ p(x_{t+1} | s_{t+1}, y_{1:T}).
+
+    A non-finite ``filtered`` (a filter that overflowed) is refused with a ``ValueError``
+    naming the field and its first bad step; run ``check_filter_result`` on the filter's result
+    first to get the cause.
+
+    A NaN or inf in the result means a recursion overflowed (explosive dynamics, or inputs
+    extreme for the dtype), and the backward pass carries it to every earlier step. Nothing is
+    checked here (under ``jit``/``vmap`` no check could raise); call
+    ``inference.filters.check_filter_result(result, params=params)`` on the concrete result
+    (``FloatingPointError``), and on the filter of the same series to see the step where it began.
 
     Args:
         params: ``SwitchingParams``.

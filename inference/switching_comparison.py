@@ -27,6 +27,7 @@ smallest bulk/tail ESS over the state means and, for NUTS, the divergences.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -36,9 +37,15 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from inference.filters import exact_filter, gpb1_filter, gpb2_filter, imm_filter
+from inference.filters import (
+    check_filter_result,
+    exact_filter,
+    gpb1_filter,
+    gpb2_filter,
+    imm_filter,
+)
 from inference.kalman import check_inputs
-from inference.mcmc import diagnostics, run_nuts
+from inference.mcmc import check_sampler_sizes, diagnostics, run_nuts
 from inference.rbpf import rbpf
 from inference.smoothers import exact_smoother, fixed_modes_smoother, kim_smoother
 from inference.switching_gibbs import run_switching_gibbs
@@ -50,6 +57,9 @@ SMOOTHERS = ("kim-gpb2", "kim-imm", "exact-smoother", "known-modes")
 SWITCHING_SAMPLERS = ("gibbs", "nuts")
 SWITCHING_METHODS = (*FILTERS, *SMOOTHERS, *SWITCHING_SAMPLERS)
 EXACT_METHODS = ("exact", "exact-smoother")
+# sampler settings when not given (gibbs_kwargs / nuts_kwargs override them)
+GIBBS_SIZES = {"num_warmup": 300, "num_samples": 1000, "num_chains": 4}
+NUTS_SETTINGS = {"num_warmup": 500, "num_samples": 500, "num_chains": 2, "dense_mass": True}
 INTERVAL_PROBS = (0.5, 0.9)
 _Z = {0.5: 0.6744897501960817, 0.9: 1.6448536269514722}
 
@@ -134,7 +144,7 @@ def _default_jitter(params: SwitchingParams) -> float:
     return 1e-4 * float(np.max(np.diagonal(q, axis1=-2, axis2=-1)))
 
 
-def _check_truth(name, value, shape, integer=False):
+def _check_truth(name, value, shape, integer=False, num_modes=None):
     if value is None:
         return None
     arr = np.asarray(value)
@@ -143,6 +153,10 @@ def _check_truth(name, value, shape, integer=False):
     if integer:
         if not np.issubdtype(arr.dtype, np.integer):
             raise ValueError(f"{name}: expected integer mode labels, got dtype {arr.dtype}")
+        if num_modes is not None and arr.size and not (0 <= arr.min() and arr.max() < num_modes):
+            raise ValueError(
+                f"{name}: mode labels must be in 0..{num_modes - 1}, got {arr.min()}..{arr.max()}"
+            )
         return arr
     _checks.check_finite(name, _checks.as_float_array(name, arr))
     return arr.astype(np.float64)
@@ -196,7 +210,26 @@ def compare_switching(
     params, obs = check_inputs(params, observations)
     m, d, t_max = params.initial_probs.shape[0], params.initial_means.shape[1], obs.shape[0]
     states_true = _check_truth("states_true", states_true, (t_max, d))
-    modes_true = _check_truth("modes_true", modes_true, (t_max,), integer=True)
+    modes_true = _check_truth("modes_true", modes_true, (t_max,), integer=True, num_modes=m)
+    max_histories = _checks.check_positive_int("max_histories", max_histories)
+    for arg, value, takers in (
+        ("gibbs_kwargs", gibbs_kwargs, (run_switching_gibbs,)),
+        ("nuts_kwargs", nuts_kwargs, (run_nuts, switching_model)),
+    ):
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"{arg}: expected a dict of keyword arguments, got {value!r}")
+        known = {
+            name
+            for fn in takers
+            for name, p in inspect.signature(fn).parameters.items()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        }
+        unknown = sorted(set(value or {}) - known)
+        if unknown:
+            names = " / ".join(fn.__name__ for fn in takers)
+            raise ValueError(f"{arg}: unknown keyword(s) {unknown} for {names}")
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress: expected a callable, got {progress!r}")
     if methods is None:
         methods = default_switching_methods(m, t_max, max_histories=max_histories)
         if modes_true is not None:
@@ -217,6 +250,11 @@ def compare_switching(
             raise ValueError("key: a jax.random key is required for 'rbpf', 'gibbs' and 'nuts'")
         _checks.check_key("key", key)
     num_particles = _checks.check_positive_int("num_particles", num_particles)
+    gibbs_opts = {**GIBBS_SIZES, **(gibbs_kwargs or {})}
+    nuts_opts = {**NUTS_SETTINGS, **(nuts_kwargs or {})}
+    for method, opts in (("gibbs", gibbs_opts), ("nuts", nuts_opts)):
+        if method in methods:  # their R-hat and ESS go into the table
+            check_sampler_sizes(opts["num_samples"], opts["num_chains"], what=method)
     say = progress or (lambda message: None)
     keys = {}
     if key is not None:
@@ -232,16 +270,19 @@ def compare_switching(
                 res, sec = _timed(exact_filter, params, obs, max_histories=max_histories)
             else:
                 res, sec = _timed(fn, params, obs)
+            check_filter_result(res, name=method, params=params)
             filtered[method] = (res, sec)
             fits[method] = _gaussian_fit("filter", res, sec)
         elif method == "rbpf":
             res, sec = _timed(rbpf, keys["rbpf"], params, obs, num_particles)
+            check_filter_result(res, name=method, params=params)
             fits[method] = _gaussian_fit("filter", res, sec)
         elif method in ("kim-gpb2", "kim-imm"):
             base = method.removeprefix("kim-")
             if base not in filtered:
                 fn = gpb2_filter if base == "gpb2" else imm_filter
                 filtered[base] = _timed(fn, params, obs)
+                check_filter_result(filtered[base][0], name=base, params=params)
             filt, sec_f = filtered[base]
             res, sec = _timed(kim_smoother, params, obs, filt)
             fits[method] = _gaussian_fit("smoother", res, sec + sec_f)
@@ -252,12 +293,10 @@ def compare_switching(
             res, sec = _timed(fixed_modes_smoother, params, obs, modes_true)
             fits[method] = _gaussian_fit("smoother", res, sec)
         elif method == "gibbs":
-            opts = {"num_warmup": 300, "num_samples": 1000, "num_chains": 4, **(gibbs_kwargs or {})}
-            tree, sec = _timed(run_switching_gibbs, keys["gibbs"], params, obs, **opts)
+            tree, sec = _timed(run_switching_gibbs, keys["gibbs"], params, obs, **gibbs_opts)
             fits[method] = _sampler_fit(tree, m, sec)
         else:  # nuts
-            opts = {"num_warmup": 500, "num_samples": 500, "num_chains": 2, "dense_mass": True}
-            opts.update(nuts_kwargs or {})
+            opts = dict(nuts_opts)
             jitter = opts.pop("jitter", _default_jitter(params))
             opts.setdefault("init_values", _nuts_init(params, obs))
             tree, sec = _timed(

@@ -985,6 +985,11 @@ def run_switching_gibbs(
         observed_data ``observations`` (time, obs_dim). ``posterior.attrs``: sampling_time
         (wall seconds, compilation included on a shape's first call), sampler, mode_sampler,
         chain_method, num_warmup.
+
+    Raises:
+        ValueError: bad arguments, before any tracing.
+        FloatingPointError: the draws of the states are not finite (explosive dynamics or
+            extreme inputs), naming the first step; nothing is returned.
     """
     _checks.check_key("key", key)
     params, obs = check_inputs(params, observations)
@@ -1023,6 +1028,16 @@ def run_switching_gibbs(
     elapsed = time.perf_counter() - start
 
     posterior = {"states": np.asarray(draws.states), "modes": np.asarray(draws.modes)}
+    bad_steps = ~np.isfinite(posterior["states"]).all(axis=(0, 1, 3))
+    if bad_steps.any():
+        raise FloatingPointError(
+            f"run_switching_gibbs: non-finite state draws (NaN or inf) from step "
+            f"{int(np.argmax(bad_steps)) + 1} of {t_max} ({int(bad_steps.sum())} step(s) "
+            "affected); the dynamics may be explosive or the inputs extreme for the dtype: "
+            "check params.dynamics_matrices, params.dynamics_covs, params.emission_covs and "
+            "the scale of the observations (inference.filters.check_filter_result on a "
+            "filter of the same series names the step where it overflows)"
+        )
     names = ("transition_matrix", "dynamics_cov_scale", "emission_cov_scale")
     for name, sampled in zip(names, np.asarray(prior.sampled), strict=True):
         if sampled:

@@ -22,9 +22,9 @@ and mode probabilities), ``metrics.csv``, ``params.json`` (the parameters used, 
 ``diagnostics.csv``.
 
 Everything is computed first, then written into a temporary folder next to the target and
-renamed into place (``inference.pages.publish_folder``): a failed run leaves nothing behind.
-An existing OUT/NAME is replaced only when an earlier deconvolve/filter run wrote it (its
-``run.json`` says so), so a typo in ``--name`` cannot wipe an unrelated folder.
+renamed into place (``inference.outputs``): a failed run leaves nothing behind. An existing
+OUT/NAME is replaced only when an earlier attnbayes run wrote it (its ``run.json`` says so),
+so a typo in ``--name`` cannot wipe an unrelated folder.
 """
 
 from __future__ import annotations
@@ -35,11 +35,8 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
 import jax
@@ -51,15 +48,20 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from inference.pages import (
-    img_tag,
-    page,
-    png_bytes,
-    publish_folder,
-    save_datatree,
-    table_html,
+from inference.compare import INTERVAL_BLOCK_ELEMENTS
+from inference.mcmc import check_sampler_sizes
+from inference.outputs import (
+    MANIFEST,
+    assembling,
+    check_finite_output,
+    check_finite_table,
+    computing,
+    manifest_json,
+    prepare_target,
+    versions,
     write_atomic,
 )
+from inference.pages import img_tag, page, png_bytes, save_datatree, table_html
 from inference.user_data import InputError, Table, params_document
 
 DECONVOLVE_METHODS = {"em": "attention-em", "npmle": "npmle", "nuts": "nuts", "gibbs": "gibbs"}
@@ -69,10 +71,13 @@ DECONVOLVE_SAMPLER_DEFAULTS = {
     "gibbs": {"num_warmup": 1000, "num_samples": 2000, "num_chains": 4},
 }
 DEFAULT_NUM_ATOMS = 5
+# em --block-size: the block suggested when the dense E-step does not fit, and the time of a
+# streamed E-step per row-atom pair measured in BENCHMARKS.md (N = 20k-100k, 2-D, 2 cores)
+SUGGESTED_BLOCK_SIZE = 1024
+STREAMED_SECONDS_PER_PAIR = 2e-8
 FILTER_METHODS = ("imm", "gpb2", "gpb1", "rbpf", "gibbs")
 FILTER_GIBBS_DEFAULTS = {"num_warmup": 300, "num_samples": 1000, "num_chains": 4}
 DEFAULT_PARTICLES = 1000
-MANIFEST = "run.json"
 SCENARIO_LABELS = {
     "maneuvering-target": (("px", "vx", "py", "vy"), ("constant-velocity", "coordinated-turn")),
     "maneuvering-target-cwna": (
@@ -120,65 +125,25 @@ def default_name(path: str, command: str, method: str) -> str:
 
 
 def check_output(out_dir, name: str) -> Path:
-    """The target folder OUT/NAME, checked before any work: a plain name, an OUT that is not a
-    file, and no existing OUT/NAME that an attnbayes deconvolve/filter run did not write."""
-    if not isinstance(name, str) or not name or name in (".", "..") or name.startswith("."):
-        raise InputError(f"--name: must be a plain folder name, got {name!r}")
-    if "/" in name or os.sep in name or (os.altsep and os.altsep in name):
-        raise InputError(f"--name: must be a plain folder name, got {name!r}")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError(f"--out: {out_dir} exists and is not a folder")
-    target = out_dir / name
-    if target.exists() or target.is_symlink():
-        manifest = target / MANIFEST
-        owner = None
-        if target.is_dir() and not target.is_symlink() and manifest.is_file():
-            try:
-                owner = json.loads(manifest.read_text(encoding="utf-8")).get("attnbayes")
-            except (OSError, ValueError, AttributeError):
-                owner = None
-        if owner not in ("deconvolve", "filter"):
-            raise InputError(
-                f"--out/--name: {target} exists and was not written by attnbayes deconvolve or "
-                f"filter (no {MANIFEST}); choose another --name or --out, or remove it"
-            )
-    return target
+    """The target folder OUT/NAME, checked before any work (``inference.outputs.prepare_target``:
+    a plain name, an OUT that is a writable folder, no existing OUT/NAME that attnbayes did not
+    write)."""
+    return prepare_target(out_dir, name)
 
 
 def _publish(target: Path, files: dict) -> None:
     """Write ``files`` into a temporary folder next to ``target`` and rename it into place.
 
     ``files`` maps file names to str or bytes contents, or to a callable that writes the
-    file at the path it is given (large files: no copy in memory).
-
-    On failure the temporary folder, and ``target.parent`` if this call created it and it is
-    still empty, are removed.
+    file at the path it is given (large files: no copy in memory). On failure nothing is
+    left behind (``inference.outputs.assembling``).
     """
-    out_dir = target.parent
-    created = []
-    for parent in reversed((out_dir, *out_dir.parents)):
-        if not parent.exists():
-            created.append(parent)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = None
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=out_dir))
+    with assembling(target) as tmp:
         for name, data in files.items():
             if callable(data):
                 data(tmp / name)
             else:
                 write_atomic(tmp / name, data)
-        publish_folder(tmp, target)
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        for folder in reversed(created):
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-        raise
 
 
 def _datatree_writer(datatree: xr.DataTree) -> Callable[[Path], None]:
@@ -190,28 +155,20 @@ def _datatree_writer(datatree: xr.DataTree) -> Callable[[Path], None]:
     return lambda path: save_datatree(datatree, path)
 
 
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def _manifest(command: str, table: Table, settings: dict, seconds: float, files) -> str:
-    doc = {
-        "attnbayes": command,
-        "input": table.path,
-        "input_sha256": table.sha256,
-        "rows": int(table.values.shape[0]),
-        "columns": list(table.columns),
-        "header": table.header,
+    return manifest_json(
+        command,
+        input=table.path,
+        input_sha256=table.sha256,
+        rows=int(table.values.shape[0]),
+        columns=list(table.columns),
+        header=table.header,
         **settings,
-        "wall_time_s": round(seconds, 3),
-        "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "versions": {p: _version(p) for p in ("attnbayes", "jax", "numpyro", "arviz")},
-        "files": sorted([*files, MANIFEST]),
-    }
-    return json.dumps(doc, indent=2) + "\n"
+        wall_time_s=round(seconds, 3),
+        finished_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        versions=versions(),
+        files=sorted([*files, MANIFEST]),
+    )
 
 
 def _check_count(name: str, value, minimum: int) -> int | None:
@@ -443,7 +400,83 @@ def check_deconvolve(table: Table, sigma, method: str) -> float:
     if not np.all(np.isfinite(table.values)):
         raise InputError(f"{table.path}: contains missing or non-finite values")
     _check_columns_unique(deconvolve_output_columns(table.columns))
+    from inference.em import check_problem
+
+    check_problem(table.values, sigma)  # e.g. values whose squares overflow: "x: ..."
     return sigma
+
+
+def available_memory_bytes() -> int:
+    """Memory a run may use: ``ATTNBAYES_MEMORY_LIMIT`` (bytes) if set, else the kernel's
+    MemAvailable (Linux), else the physical memory."""
+    env = os.environ.get("ATTNBAYES_MEMORY_LIMIT", "").strip()
+    if env:
+        try:
+            value = float(env)
+        except ValueError:
+            value = -1.0
+        if not (math.isfinite(value) and value > 0):
+            raise InputError(f"ATTNBAYES_MEMORY_LIMIT: expected a number of bytes > 0, got {env!r}")
+        return int(value)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _gigabytes(num_bytes: float) -> str:
+    return f"{num_bytes / 1e9:.1f} GB" if num_bytes >= 1e8 else f"{num_bytes / 1e6:.0f} MB"
+
+
+def _interval_memory_bytes(n: int, k: int, block_size: int | None) -> int:
+    """Peak bytes of the plug-in intervals (``inference.compare``): the responsibilities, their
+    columns in atom order and their cumulative sums, N x K float64 each when dense, on row
+    blocks of ``INTERVAL_BLOCK_ELEMENTS`` entries when streamed."""
+    entries = n * k if block_size is None else min(n * k, INTERVAL_BLOCK_ELEMENTS)
+    return 3 * 8 * entries
+
+
+def check_em_memory(shape, block_size: int | None, memory_limit: int | None = None) -> None:
+    """Refuse an em fit whose E-step would not fit in memory, before computing (InputError).
+
+    The estimate is the larger of ``inference.em.estep_memory_bytes`` with K = N atoms (the fit
+    starts one atom at every row) and the plug-in intervals' N x K arrays; the message names
+    the alternatives: npmle, whose memory is linear in N,
+    and ``--block-size``, with its memory and an estimate of its time per EM step
+    (``STREAMED_SECONDS_PER_PAIR``).
+    """
+    from inference import em
+
+    n, p = shape
+    limit = available_memory_bytes() if memory_limit is None else int(memory_limit)
+    need = max(
+        em.estep_memory_bytes(n, n, p, np.float64, block_size=block_size),
+        _interval_memory_bytes(n, n, block_size),
+    )
+    if need <= limit:
+        return
+    if block_size is not None:
+        raise InputError(
+            f"--block-size: the streamed E-step with blocks of {block_size} on N = {n} rows "
+            f"needs about {_gigabytes(need)} of memory and {_gigabytes(limit)} is available; "
+            "pass a smaller --block-size"
+        )
+    block = SUGGESTED_BLOCK_SIZE
+    streamed = max(
+        em.estep_memory_bytes(n, n, p, np.float64, block_size=block),
+        _interval_memory_bytes(n, n, block),
+    )
+    step_s = STREAMED_SECONDS_PER_PAIR * n * n
+    raise InputError(
+        f"--method em: the dense E-step on N = {n} rows (K = N atoms) needs about "
+        f"{_gigabytes(need)} of memory and {_gigabytes(limit)} is available; use --method "
+        f"npmle (memory linear in N) or --block-size {block} (about {_gigabytes(streamed)}; "
+        f"about {step_s:.0f} s per EM step on 2 cores, up to 500 steps)"
+    )
 
 
 def _measure_csv(columns, measure) -> str:
@@ -493,6 +526,8 @@ def run_deconvolve(
     num_warmup: int | None = None,
     num_samples: int | None = None,
     num_chains: int | None = None,
+    block_size: int | None = None,
+    memory_limit: int | None = None,
     progress: Callable[[str], None] | None = None,
     argv: list[str] | None = None,
 ) -> Path:
@@ -508,6 +543,11 @@ def run_deconvolve(
         num_atoms: K of the finite mixture (nuts, gibbs); default 5.
         num_warmup, num_samples, num_chains: sampler sizes; defaults
             ``DECONVOLVE_SAMPLER_DEFAULTS`` (nuts 2 x (500 + 500), gibbs 4 x (1000 + 2000)).
+            Sizes too small for the reported diagnostics (``inference.mcmc.
+            check_sampler_sizes``) are refused before sampling.
+        block_size: em only: stream the E-step over blocks of this many rows and atoms.
+        memory_limit: bytes the em fit may use (default: ``available_memory_bytes()``); a
+            dense E-step estimated above it is refused before computing.
         progress: called with short messages.
         argv: the command line, recorded in run.json.
 
@@ -515,8 +555,9 @@ def run_deconvolve(
         The path of OUT/NAME/index.html.
 
     Raises:
-        InputError: bad arguments or data, before any JAX work; ValueError / RuntimeError from
-        the library.
+        InputError (or ValueError): bad arguments or data, before any JAX work.
+        RunFailed: the run failed after it started (``NonFiniteResult`` when a quantity about
+            to be written is not finite); nothing is written.
     """
     from inference.compare import compare_deconvolution
 
@@ -532,6 +573,15 @@ def run_deconvolve(
         DECONVOLVE_SAMPLER_DEFAULTS.get(method, {}), num_warmup, num_samples, num_chains
     )
     seed = _check_count("--seed", seed, 0)
+    if samplers:
+        check_sampler_sizes(
+            sizes["num_samples"], sizes["num_chains"], loo=True, names=("--draws", "--chains")
+        )
+    block_size = _check_count("--block-size", block_size, 1)
+    if block_size is not None and method != "em":
+        raise InputError("--block-size applies to --method em only")
+    if method == "em":
+        check_em_memory(table.values.shape, block_size, memory_limit)
     if method == "gibbs":
         distinct = np.unique(table.values, axis=0).shape[0]
         if k > distinct:
@@ -547,16 +597,29 @@ def run_deconvolve(
     library = DECONVOLVE_METHODS[method]
     points = table.values
     x = points[:, 0] if points.shape[1] == 1 else points
-    comparison = compare_deconvolution(
-        x,
-        sigma,
-        methods=(library,),
-        key=jax.random.PRNGKey(seed) if samplers else None,
-        num_atoms=k,
-        method_kwargs={library: sizes} if samplers else None,
-        progress=say,
-    )
-    fit = comparison.fits[library]
+    with computing():
+        comparison = compare_deconvolution(
+            x,
+            sigma,
+            methods=(library,),
+            key=jax.random.PRNGKey(seed) if samplers else None,
+            num_atoms=k,
+            em_kwargs=None if block_size is None else {"block_size": block_size},
+            method_kwargs={library: sizes} if samplers else None,
+            progress=say,
+        )
+        fit = comparison.fits[library]
+        check_finite_output("z_hat", np.reshape(fit.z_hat, (len(points), -1)))
+        for prob, bounds in fit.intervals.items():
+            for side, bound in zip(("lower", "upper"), bounds, strict=True):
+                check_finite_output(
+                    f"{side}_{round(prob * 100)} interval", np.reshape(bound, (len(points), -1))
+                )
+        if fit.measure is not None:
+            atoms = np.reshape(fit.measure.atoms, (len(fit.measure.weights), -1))
+            check_finite_output("measure atoms", atoms, axis_name="atom")
+            check_finite_output("measure weights", fit.measure.weights, axis_name="atom")
+        check_finite_table("metrics", comparison.table)
     say(f"{library}: writing the outputs")
     metrics = comparison.table[["metric", "value"]]
     files: dict = {
@@ -572,6 +635,9 @@ def run_deconvolve(
         "sigma": sigma,
         "method": f"{method} ({library})",
     }
+    if block_size is not None:
+        settings["block_size"] = block_size
+        summary["E-step block size"] = block_size
     if samplers:
         settings |= {"seed": seed, "num_atoms": k, **sizes}
         summary |= {
@@ -859,7 +925,7 @@ def run_filter(
     Returns:
         The path of OUT/NAME/index.html.
     """
-    from inference.filters import gpb1_filter, gpb2_filter, imm_filter
+    from inference.filters import check_filter_result, gpb1_filter, gpb2_filter, imm_filter
     from inference.rbpf import rbpf
     from inference.smoothers import kim_smoother
     from inference.switching_gibbs import run_switching_gibbs
@@ -878,6 +944,10 @@ def run_filter(
         FILTER_GIBBS_DEFAULTS if method == "gibbs" else {}, num_warmup, num_samples, num_chains
     )
     seed = _check_count("--seed", seed, 0)
+    if method == "gibbs":
+        check_sampler_sizes(
+            sizes["num_samples"], sizes["num_chains"], names=("--draws", "--chains")
+        )
     target = check_output(out_dir, name or default_name(table.path, "filter", method))
     say = progress or (lambda message: None)
     started = time.perf_counter()
@@ -893,24 +963,31 @@ def run_filter(
     }
     metrics, files, body_diag = [], {}, ""
     say(f"{method}: running")
-    if method == "gibbs":
-        settings |= {"seed": seed, **sizes}
-        tree = run_switching_gibbs(key, params, obs, **sizes)
-        filtered, smoothed = None, _posterior_summary(tree, m)
-        files, metrics, body_diag = _filter_diagnostics(tree, sizes)
-    else:
-        if method == "rbpf":
-            settings |= {"seed": seed, "num_particles": particles}
-            result = rbpf(key, params, obs, particles)
+    with computing():
+        if method == "gibbs":
+            settings |= {"seed": seed, **sizes}
+            tree = run_switching_gibbs(key, params, obs, **sizes)
+            check_finite_output("posterior states", tree["posterior"]["states"].values)
+            filtered, smoothed = None, _posterior_summary(tree, m)
+            files, metrics, body_diag = _filter_diagnostics(tree, sizes)
         else:
-            fn = {"imm": imm_filter, "gpb2": gpb2_filter, "gpb1": gpb1_filter}[method]
-            result = fn(params, obs)
-        say(f"{method}: Kim's smoother")
-        smooth = kim_smoother(params, obs, result)
-        filtered, smoothed = _gaussian_summary(result), _gaussian_summary(smooth)
-        metrics.append(("log_likelihood", float(result.log_likelihood)))
-    seconds = time.perf_counter() - started
-    metrics.insert(0, ("wall_time_s", seconds))
+            if method == "rbpf":
+                settings |= {"seed": seed, "num_particles": particles}
+                result = rbpf(key, params, obs, particles)
+            else:
+                fn = {"imm": imm_filter, "gpb2": gpb2_filter, "gpb1": gpb1_filter}[method]
+                result = fn(params, obs)
+            check_filter_result(result, name=method, params=params)
+            say(f"{method}: Kim's smoother")
+            smooth = kim_smoother(params, obs, result)
+            check_filter_result(smooth, name="Kim's smoother", params=params)
+            filtered, smoothed = _gaussian_summary(result), _gaussian_summary(smooth)
+            metrics.append(("log_likelihood", float(result.log_likelihood)))
+        seconds = time.perf_counter() - started
+        metrics.insert(0, ("wall_time_s", seconds))
+        check_finite_table(
+            "metrics", pd.DataFrame(metrics, columns=["metric", "value"]), label_columns=("metric",)
+        )
     say(f"{method}: writing the outputs")
 
     summaries = {"filtered": filtered, "smoothed": smoothed}
@@ -1006,7 +1083,9 @@ __all__ = [
     "FILTER_GIBBS_DEFAULTS",
     "FILTER_METHODS",
     "SCENARIO_LABELS",
+    "available_memory_bytes",
     "check_deconvolve",
+    "check_em_memory",
     "check_filter",
     "check_output",
     "deconvolve_output_columns",

@@ -156,3 +156,76 @@ def check_bandwidth(name: str, bandwidth, dim: int, dtype):
                 f"{name}: {h} is too small for {np.dtype(dtype).name} (1/h^2 overflows)"
             )
     return np.broadcast_to(h.astype(dtype), (dim,))
+
+
+def check_sigma_range(name: str, sigma, dtype) -> None:
+    """Raise unless 1 / sigma^2 is a finite positive number in ``dtype`` (skipped if traced)."""
+    if is_traced(sigma):
+        return
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        s = np.asarray(sigma, dtype=dtype)
+        beta = np.asarray(1.0, dtype) / (s * s)
+    if not (np.isfinite(beta) and beta > 0):
+        raise ValueError(
+            f"{name}: {float(sigma)} is out of range for {np.dtype(dtype).name} "
+            f"(1 / {name}^2 = {beta} is not a finite positive number)"
+        )
+
+
+def max_scaled_spread(dtype, num_points: int, dim: int) -> float:
+    """The largest spread D = (max - min) / sigma that Gaussian-kernel scores accept in ``dtype``.
+
+    A squared distance |x_i - mu_k|^2 / sigma^2 over p coordinates is at most p D^2 (D the
+    largest per-coordinate spread of the data and atoms, in units of sigma), and a
+    log-likelihood adds up N such terms (halved), beside terms of the same size. Requiring
+    4 N p D^2 <= finfo(dtype).max keeps every such sum at least a factor 2 below overflow:
+    D <= sqrt(finfo.max / (4 N p)), about 6.7e153 / sqrt(N p) in float64 and 9.2e18 / sqrt(N p)
+    in float32.
+    """
+    finfo_max = float(np.finfo(dtype).max)
+    return float(np.sqrt(finfo_max / (4.0 * max(int(num_points), 1) * max(int(dim), 1))))
+
+
+def check_scaled_spread(name: str, points, sigma, dtype, *, others=()) -> None:
+    """Raise if the squared distances between ``points`` and atoms overflow ``dtype``.
+
+    ``points`` are the data (N, p); ``others`` are ``(name, (M, p) array)`` pairs of atoms or
+    grid points that enter the same distances. The spread is (max - min) per coordinate over
+    the data and all of ``others``, in units of ``sigma``, and must not exceed
+    ``max_scaled_spread(dtype, N, p)``. The error names the data when they alone exceed it,
+    else the first of ``others`` that takes the spread over it. Values beyond the range of
+    ``dtype`` (float64 data computed in float32 when ``jax_enable_x64`` is off) are refused
+    first. Skipped when any value is traced.
+    """
+    if any(is_traced(a) for a in (points, sigma, *(arr for _, arr in others))):
+        return
+    pts = np.asarray(points, dtype=np.float64)
+    n, p = pts.shape
+    finfo_max = float(np.finfo(dtype).max)
+    for label, arr in ((name, pts), *others):
+        arr = np.asarray(arr, dtype=np.float64)
+        if arr.size and np.max(np.abs(arr)) > finfo_max:
+            raise ValueError(
+                f"{label}: values up to {np.max(np.abs(arr)):.2g} overflow "
+                f"{np.dtype(dtype).name} (enable jax_enable_x64 to compute in float64)"
+            )
+    limit = max_scaled_spread(dtype, n, p)
+    scale = float(sigma)
+    lo, hi = pts.min(axis=0), pts.max(axis=0)
+    culprit, label = name, ""
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = float(np.max(hi - lo)) / scale
+        for other, arr in others:
+            if not spread <= limit:
+                break
+            arr = np.asarray(arr, dtype=np.float64).reshape(-1, p)
+            if arr.shape[0]:
+                lo, hi = np.minimum(lo, arr.min(axis=0)), np.maximum(hi, arr.max(axis=0))
+                spread = float(np.max(hi - lo)) / scale
+                culprit, label = other, f" of {name} and {other}"
+    if not spread <= limit:
+        raise ValueError(
+            f"{culprit}: spread (max - min) / sigma{label} = {spread:.2g} exceeds {limit:.2g} "
+            f"for {np.dtype(dtype).name} (N = {n}, p = {p}): the squared distances overflow; "
+            "rescale the data or sigma"
+        )

@@ -11,6 +11,7 @@ Shape convention: scalar data travel as ``(N,)`` with atoms ``(K,)``; p-dimensio
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -71,8 +72,12 @@ def sparse_means(
     num_nonzero = _checks.check_positive_int("num_nonzero", num_nonzero, minimum=0)
     if num_nonzero > num_points:
         raise ValueError(f"num_nonzero: must be <= num_points ({num_points}), got {num_nonzero}")
+    mean_arr = _checks.as_float_array("mean", mean)
+    if mean_arr.ndim != 0:
+        raise ValueError(f"mean: expected a number, got shape {tuple(mean_arr.shape)}")
+    _checks.check_finite("mean", mean_arr)
     frac = num_nonzero / num_points
-    return DiscreteMeasure(jnp.array([0.0, float(mean)]), jnp.array([1.0 - frac, frac]))
+    return DiscreteMeasure(jnp.array([0.0, float(mean_arr)]), jnp.array([1.0 - frac, frac]))
 
 
 def ring(num_atoms: int = 8, radius: float = 3.0) -> DiscreteMeasure:
@@ -99,10 +104,22 @@ def get_measure(name: str, **kwargs) -> DiscreteMeasure:
     """The named ground-truth measure (see ``MEASURES``), with optional keyword settings."""
     if not isinstance(name, str) or name not in MEASURES:
         raise ValueError(f"measure: unknown measure {name!r}; known: {sorted(MEASURES)}")
+    settings = inspect.signature(MEASURES[name]).parameters
+    for setting in kwargs:
+        if setting not in settings:
+            raise ValueError(
+                f"{setting}: not a setting of the measure {name!r}; its settings: "
+                f"{list(settings) or 'none'}"
+            )
     return MEASURES[name](**kwargs)
 
 
 # ----------------------------------------------------------------------------- simulator
+
+
+# |eps| of a standard normal draw never reaches 10 in float64 or float32 sampling (the inverse-CDF
+# method used by jax.random.normal gives at most about 8.3)
+NOISE_REACH = 10.0
 
 
 def simulate(
@@ -125,6 +142,13 @@ def simulate(
     measure = check_measure("measure", measure)
     sigma = _checks.check_positive_scalar("sigma", sigma)
     num_points = _checks.check_positive_int("num_points", num_points)
+    limit = float(jnp.finfo(measure.atoms.dtype).max)
+    reach = float(jnp.max(jnp.abs(measure.atoms))) + NOISE_REACH * sigma
+    if not reach <= limit:
+        raise ValueError(
+            f"sigma: {sigma} is too large for {measure.atoms.dtype}: x = z + sigma eps would "
+            f"overflow (|z| + {NOISE_REACH:g} sigma = {reach:.3g} > {limit:.3g})"
+        )
     key_c, key_e = jax.random.split(key)
     labels = jax.random.categorical(key_c, jnp.log(measure.weights), shape=(num_points,))
     z = measure.atoms[labels]
@@ -133,6 +157,14 @@ def simulate(
 
 
 # ----------------------------------------------------------------------------- NumPyro program
+
+
+def _check_sigma_for(sigma, points, dtype) -> None:
+    """sigma against concrete data: 1 / sigma^2 finite in the dtype, and the spread of the
+    data in units of sigma small enough that the Gaussian log densities do not overflow
+    (``_checks.check_scaled_spread``)."""
+    _checks.check_sigma_range("sigma", sigma, dtype)
+    _checks.check_scaled_spread("x", points, sigma, dtype)
 
 
 class SortedNormal(dist.Distribution):
@@ -259,8 +291,9 @@ def deconvolution_model(
             )
     if x is not None:
         if not _checks.is_traced(x):
-            _checks.as_points("x", x)
+            points, _ = _checks.as_points("x", x)
             x = jnp.asarray(x)
+            _check_sigma_for(sigma, points, x.dtype)
         if x.ndim not in (1, 2):
             raise ValueError(f"x: expected shape (N,) or (N, p), got {tuple(x.shape)}")
         data_dim = None if x.ndim == 1 else x.shape[1]

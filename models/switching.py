@@ -24,6 +24,9 @@ The filters live in ``inference.filters``.
 from __future__ import annotations
 
 import functools
+import inspect
+import numbers
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import jax
@@ -201,14 +204,24 @@ def maneuvering_target(
     constant-velocity model, ``(3.0, -3.0)`` adds a right turn. Constant velocity stays with
     probability 0.95 and leaves to each turn equally; a turn stays with 0.90 and returns to
     constant velocity with 0.10; s_1 follows the stationary distribution.
+
+    Raises ``ValueError`` naming the argument for a dt or measurement_sigma that is not a
+    finite number > 0, a sigma_a that is not two finite numbers >= 0, a turn rate that is not
+    finite, or an unknown process_noise.
     """
     noise = {
         "discrete": white_noise_acceleration,
         "continuous": continuous_white_noise_acceleration,
     }
-    if process_noise not in noise:
+    if not isinstance(process_noise, str) or process_noise not in noise:
         raise ValueError(f"process_noise: expected one of {list(noise)}, got {process_noise!r}")
-    rates = (turn_rate_deg,) if turn_rates_deg is None else tuple(turn_rates_deg)
+    dt = _checks.check_positive_scalar("dt", dt)
+    measurement_sigma = _checks.check_positive_scalar("measurement_sigma", measurement_sigma)
+    sigma_a = _finite_numbers("sigma_a", sigma_a, length=2, minimum=0.0)
+    if turn_rates_deg is None:
+        rates = _finite_numbers("turn_rate_deg", (turn_rate_deg,))
+    else:
+        rates = _finite_numbers("turn_rates_deg", turn_rates_deg)
     m = 1 + len(rates)
     trans = np.zeros((m, m))
     trans[0, 0] = 0.95 if m > 1 else 1.0
@@ -239,11 +252,38 @@ SCENARIOS = {
 }
 
 
+def _finite_numbers(name: str, value, *, length: int | None = None, minimum=None) -> tuple:
+    """A sequence of finite real numbers (each >= ``minimum`` when given) as a tuple of floats."""
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ValueError(f"{name}: expected a sequence of numbers, got {value!r}")
+    values = tuple(value)
+    if length is not None and len(values) != length:
+        raise ValueError(f"{name}: expected {length} numbers, got {len(values)}")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
+            raise ValueError(f"{name}: expected finite numbers, got {v!r}")
+        if minimum is not None and v < minimum:
+            raise ValueError(f"{name}: must be >= {minimum}, got {v!r}")
+        out.append(float(v))
+    return tuple(out)
+
+
 def get_scenario(name: str, **kwargs) -> SwitchingParams:
-    """A named scenario's parameters (see ``SCENARIOS``)."""
-    if name not in SCENARIOS:
+    """A named scenario's parameters (see ``SCENARIOS``); ``kwargs`` go to its constructor
+    (``maneuvering_target``: dt, turn_rate_deg, sigma_a, measurement_sigma, turn_rates_deg).
+
+    Raises ``ValueError`` naming ``name`` for an unknown scenario, ``TypeError`` naming the
+    keyword for one the scenario does not take, and the constructor's ``ValueError`` for a bad
+    value."""
+    if not isinstance(name, str) or name not in SCENARIOS:
         raise ValueError(f"name: unknown scenario {name!r}; known: {list(SCENARIOS)}")
-    return SCENARIOS[name](**kwargs)
+    make = SCENARIOS[name]
+    options = inspect.signature(make).parameters
+    for key in kwargs:
+        if key not in options:
+            raise TypeError(f"{key}: not an option of scenario {name!r}; options: {list(options)}")
+    return make(**kwargs)
 
 
 # ----------------------------------------------------------------------------- simulation

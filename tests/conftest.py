@@ -47,11 +47,39 @@ def three_atom_comparison(three_atom_data):
     )
 
 
+def _group(item) -> str:
+    fixtures = getattr(item, "fixturenames", ())
+    return "three_atom_comparison" if "three_atom_comparison" in fixtures else item.path.name
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Groups for ``pytest -n 2 --dist loadgroup`` (what ``make test`` runs): each file's tests
     stay on one worker, so module fixtures are built once, and every test that uses the
-    session's ``three_atom_comparison`` shares one worker, so that comparison is run once."""
+    session's ``three_atom_comparison`` shares one worker, so that comparison is run once.
+
+    ``tryfirst``: xdist reads the ``xdist_group`` markers in its own hook, so they must be
+    there before it runs."""
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        group = "three_atom_comparison" if "three_atom_comparison" in fixtures else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session):
+    """Make the groups take effect on pytest >= 9.2 (pytest-xdist issue #1386).
+
+    On a loadgroup worker, xdist tells the scheduler an item's group by appending ``@group``
+    to its node id. It writes the legacy ``_nodeid`` field, which pytest 9.2's structured ids
+    no longer read, so every test was scheduled on its own: the session fixture was built on
+    both workers and each file's module fixtures and compiled functions twice. Here the suffix
+    is written where pytest 9.2 reads it, only where it is missing, before xdist's own
+    ``pytest_collection_finish`` sends the ids to the scheduler (``tryfirst``)."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    for item in session.items:
+        group = "_".join(sorted({str(m.args[0]) for m in item.iter_markers("xdist_group")}))
+        if not group or item.nodeid.endswith(f"@{group}"):
+            continue
+        node_id = getattr(item, "_id", None)
+        if node_id is not None and hasattr(node_id, "parse"):
+            item._id = type(node_id).parse(f"{item.nodeid}@{group}")

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from inference import cli, user_runs
+from inference import cli, outputs, user_runs
 from inference.cli import main
 from inference.compare import compare_deconvolution
 from inference.filters import imm_filter
@@ -462,7 +462,7 @@ def test_a_failing_run_writes_nothing(dec_csv, tmp_path, capsys, monkeypatch):
         assert sorted(p.name for p in tmp.iterdir())[-1] == "z_hat.csv"
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(user_runs, "publish_folder", broken)
+    monkeypatch.setattr(outputs, "publish_folder", broken)
     code, stdout, err = run(["deconvolve", path, "--sigma", 1, "--out", out], capsys)
     assert code == 1 and "cannot write the output: [Errno 28] No space left on device" in err
     assert stdout == ""

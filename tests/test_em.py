@@ -1,8 +1,8 @@
 """EM for Gaussian deconvolution against independent NumPy/SciPy computations.
 
 The references below never call the library's kernels: densities are written out as
-log N(x; mu, s^2 I) = -|x - mu|^2 / (2 s^2) - p/2 log(2 pi s^2) (the library uses the expanded
-dot-product form), normalised by scipy's logsumexp.
+log N(x; mu, s^2 I) = -|x - mu|^2 / (2 s^2) - p/2 log(2 pi s^2) in NumPy float64, normalised by
+scipy's logsumexp.
 """
 
 import jax
@@ -321,7 +321,7 @@ def test_em_step_far_atom_stays_finite():
 
 @pytest.mark.parametrize("shift", [0.0, 1e3])
 def test_fit_em_is_translation_equivariant_in_float64(shift):
-    """Fitting x + c gives the atoms of x shifted by c (the E-step is centred internally)."""
+    """Fitting x + c gives the atoms of x shifted by c (scores from differences)."""
     _, x = simulate(jax.random.key(5), "three-atoms", 1.0, 200)
     x = np.asarray(x)
     base = em.fit_em(x, 1.0, max_iters=50, tol=0.0)
@@ -334,7 +334,8 @@ def test_fit_em_is_translation_equivariant_in_float64(shift):
 
 def test_float32_far_from_the_origin():
     """In float32, data centred at 1000 give the same responsibilities, posterior means and
-    log-likelihood as data centred at 0, to float32 accuracy (no cancellation in beta <x, mu>)."""
+    log-likelihood as data centred at 0, to float32 accuracy (the scores come from the
+    differences x_i - mu_k)."""
     _, x = simulate(jax.random.key(6), "three-atoms", 1.0, 400)
     x32 = np.asarray(x, np.float32)
     atoms = np.array([-2.1, 0.2, 2.9], np.float32)
@@ -479,3 +480,45 @@ def test_sharded_over_four_devices_in_a_fresh_process():
     assert d_one < 1e-12 and d_dense < 1e-12
     assert diff_lines[1] == "True"
     assert float(diff_lines[2]) < 1e-13
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def test_e_step_attention_log_normalizer_contract(vector_problem):
+    """``e_step_attention`` (used inside jit by inference.gibbs and inference.invariants) keeps
+    its contract: log p(x_i) = log_normalizer_i - beta |x_i - c|^2 / 2 - p log(2 pi s^2) / 2
+    with c = mean of x, and A, z_hat as ``posterior``."""
+    x, atoms, weights, sigma = vector_problem
+    att = em.e_step_attention(jnp.asarray(x), jnp.asarray(atoms), jnp.asarray(weights), sigma)
+    centred = x - x.mean(axis=0)
+    point_ll = (
+        np.asarray(att.log_normalizer)
+        - 0.5 * np.sum(centred**2, axis=1) / sigma**2
+        - 0.5 * x.shape[1] * np.log(2 * np.pi * sigma**2)
+    )
+    expected = logsumexp(ref_log_joint(x, atoms, weights, sigma), axis=1)
+    np.testing.assert_allclose(point_ll, expected, rtol=1e-12)
+    z_hat, resp = em.posterior(x, atoms, weights, sigma)
+    np.testing.assert_allclose(att.weights, resp, atol=1e-14)
+    np.testing.assert_allclose(att.output, z_hat, atol=1e-14)
+
+
+@pytest.mark.parametrize("block_size", [None, 4])
+def test_kernels_support_grad_vmap_and_jit(vector_problem, block_size):
+    """grad of log p(x) in the atoms is sum_i A_ik (x_i - mu_k) / sigma^2 (Fisher's identity);
+    jacfwd / jacrev through em_step, vmap over atoms and jit over the data all run."""
+    x, atoms, weights, sigma = vector_problem
+    stream = {"block_size": block_size, "num_devices": 1 if block_size else None}
+    grad = jax.grad(lambda m: em.log_likelihood(x, m, weights, sigma, **stream))(jnp.asarray(atoms))
+    a = ref_responsibilities(x, atoms, weights, sigma)
+    expected = np.sum(a[:, :, None] * (x[:, None, :] - atoms[None]), axis=0) / sigma**2
+    np.testing.assert_allclose(grad, expected, atol=1e-12)
+    for jac in (jax.jacfwd, jax.jacrev):
+        j = jac(lambda m: em.em_step(x, m, weights, sigma, **stream)[0])(jnp.asarray(atoms))
+        assert j.shape == atoms.shape * 2 and np.all(np.isfinite(j))
+    batch = jnp.stack([atoms, atoms + 0.5])
+    z = jax.vmap(lambda m: em.posterior_mean(x, m, weights, sigma, **stream))(batch)
+    np.testing.assert_allclose(z[1], em.posterior_mean(x, atoms + 0.5, weights, sigma), atol=1e-12)
+    ll = jax.jit(lambda data: em.log_likelihood(data, atoms, weights, sigma, **stream))(x)
+    assert float(ll) == pytest.approx(ref_log_likelihood(x, atoms, weights, sigma), rel=1e-12)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from inference import report
+from inference import outputs, report
 from inference.cli import main
 from inference.compare import METHODS
 from inference.mcmc import diagnostics
@@ -169,7 +169,7 @@ def test_failed_publish_restores_the_old_report(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "rename", failing_rename)
     with pytest.raises(OSError, match="disk full"):
-        report.publish_folder(fresh, target)
+        outputs.publish_folder(fresh, target)
     assert (target / "index.html").read_text() == "old report"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".small.tmp-x", "small"]
 
