@@ -398,7 +398,7 @@ def run_gibbs(
     if ordered and not scalar:
         raise ValueError("ordered: only available for scalar data passed as shape (N,)")
     # the EM checks cover sigma (including 1 / sigma^2 overflowing in x's dtype)
-    xs, _, _, s, _ = _check_problem(points, np.zeros((1, p)), np.ones(1), sigma)
+    xs, _, _, s, _ = _check_problem(points, None, None, sigma)
     dtype = xs.dtype
 
     start_atoms = _check_init(init, points, num_atoms, num_chains, scalar)
