@@ -1,6 +1,7 @@
 """The report: `attnbayes report --quick` writes every section, figure and table; results.csv
 and the DataTrees load back and agree; a failed run leaves nothing behind."""
 
+import functools
 import os
 import re
 import stat
@@ -17,13 +18,28 @@ from inference.compare import METHODS
 from inference.mcmc import diagnostics
 from inference.report import SECTIONS, write_report
 
+# Smaller than `--quick` where no check below depends on the size: fewer points and NUTS
+# draws, a shorter maneuvering target with fewer Gibbs draws, and K in {1, 3} for PSIS-LOO.
+# Compilation dominates the run, so this saves runtime only (about 10 s of 150).
+SMALL_SCENARIO = report.SCENARIOS[0]._replace(num_points=(100, 1000), nuts_draws=(100, 1000))
+SMALL_SWITCHING = report.SWITCHING._replace(num_steps=(40, 200), gibbs_draws=(100, 1000))
+SMALL_ATOM_COUNTS = ((1, 3), report.ATOM_COUNTS[1])
+
 
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory):
-    """`attnbayes report --quick` run once, in-process (it shares this process's compiled
-    functions), into a fresh folder."""
+    """`attnbayes report --quick` run once, in-process, into a fresh folder, with the sizes
+    above (the CLI's `write_report` is given them; everything else is the command's)."""
     out = tmp_path_factory.mktemp("reports")
-    status = main(["report", "--quick", "--out", str(out), "--seed", "1"])
+    small = functools.partial(
+        write_report,
+        scenarios=(SMALL_SCENARIO,),
+        switching=SMALL_SWITCHING,
+        atom_counts=SMALL_ATOM_COUNTS,
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report, "write_report", small)
+        status = main(["report", "--quick", "--out", str(out), "--seed", "1"])
     assert status == 0
     folder = next(p for p in out.iterdir() if not p.name.startswith("."))
     return out, folder
@@ -78,7 +94,7 @@ def test_results_csv_and_datatrees_load_back(quick_report):
     assert list(results.columns) == ["section", "scenario", "method", "metric", "value"]
     assert {sid for sid, _ in SECTIONS} == set(results.section)
     assert np.isfinite(results.value).all()
-    assert value_of(results, "data", "three-atoms", "num_points") == 200
+    assert value_of(results, "data", "three-atoms", "num_points") == SMALL_SCENARIO.num_points[0]
     methods = results.query("section == 'methods' and scenario == 'three-atoms'").method
     assert set(methods) == set(METHODS)
 
@@ -146,6 +162,8 @@ def test_failed_report_leaves_nothing(tmp_path, monkeypatch):
 
     (tmp_path / "small").mkdir()
     (tmp_path / "small" / "index.html").write_text("old report")
+    # an earlier report of ours (its run.json), which the guard lets a new run replace
+    (tmp_path / "small" / outputs.MANIFEST).write_text(outputs.manifest_json("report"))
     monkeypatch.setattr(report, "run_scenario", boom)
     with pytest.raises(RuntimeError, match="simulation failed"):
         write_report(tmp_path, name="small", quick=True)
