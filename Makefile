@@ -44,7 +44,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	ATTNBAYES_NB_N=200 $(PY) -m pytest -q -n 2 --dist loadgroup tests --nbmake notebooks
+	ATTNBAYES_NB_N=200 $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests --nbmake notebooks
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

@@ -439,7 +439,14 @@ def test_debug_shows_the_traceback(dec_csv, out, capsys, monkeypatch):
 def test_a_real_sigint_mid_run_exits_130_and_leaves_nothing(dec_csv, tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "inference.cli", "deconvolve", str(dec_csv), "--sigma", "1"]
+    # An ignored SIGINT is inherited (a background job of a non-interactive shell, as CI may run
+    # the tests, ignores it), and Python then installs no KeyboardInterrupt handler: give the
+    # child the handler a terminal's Python has.
+    start = (
+        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "runpy.run_module('inference.cli', run_name='__main__', alter_sys=True)"
+    )
+    cmd = [sys.executable, "-c", start, "deconvolve", str(dec_csv), "--sigma", "1"]
     cmd += ["--method", "gibbs", "--draws", "100000", "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env)
     seen = []
