@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from statsmodels.nonparametric.kernel_regression import KernelReg  # noqa: E402
 
-from inference.kernel_regression import leave_one_out, select_bandwidth  # noqa: E402
+from attnbayes.inference.kernel_regression import leave_one_out, select_bandwidth  # noqa: E402
 
 
 def d2l_data(n: int, seed: int):

@@ -20,8 +20,8 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 from scipy.special import logsumexp  # noqa: E402
 
-from inference.em import em_step  # noqa: E402
-from models.deconvolution import simulate  # noqa: E402
+from attnbayes.inference.deconvolution.em import em_step  # noqa: E402
+from attnbayes.models.deconvolution import simulate  # noqa: E402
 
 
 def numpy_em_step(x, atoms, weights, sigma):

@@ -22,7 +22,7 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-from inference.npmle import npmle, npmle_posterior  # noqa: E402
+from attnbayes.inference.deconvolution.kiefer_wolfowitz import npmle, npmle_posterior  # noqa: E402
 
 N = 1000
 SIGMA = 1.0

@@ -25,8 +25,8 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-from inference.npmle import npmle  # noqa: E402
-from models.deconvolution import simulate  # noqa: E402
+from attnbayes.inference.deconvolution.kiefer_wolfowitz import npmle  # noqa: E402
+from attnbayes.models.deconvolution import simulate  # noqa: E402
 
 SIGMA = 1.0
 METHODS = ("mixsqp", "squarem", "em")

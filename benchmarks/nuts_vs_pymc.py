@@ -7,7 +7,7 @@ Both samplers get the same data and the same prior:
     w ~ Dirichlet(1_K),   mu ~ N(atom_loc, atom_scale^2) iid restricted to mu_1 < ... < mu_K,
     x_i ~ sum_k w_k N(mu_k, sigma^2),
 
-with atom_loc = mean(x) and atom_scale = 2 sd(x) + sigma, as ``inference.compare`` sets them.
+with atom_loc = mean(x) and atom_scale = 2 sd(x) + sigma, as ``attnbayes.inference.deconvolution.comparison`` sets them.
 NumPyro writes the atoms' prior as ``SortedNormal`` (K! prod N on the sorted region), PyMC as a
 Normal with the ``ordered`` transform (prod N on the sorted region): the same posterior, since
 the two densities differ by the constant K!.
@@ -142,8 +142,8 @@ def run_numpyro(x, settings: dict) -> tuple[dict, dict]:
     import jax.monitoring
     import numpyro.infer
 
-    from inference.mcmc import run_nuts
-    from models.deconvolution import deconvolution_model, model_dims
+    from attnbayes.inference.mcmc import run_nuts
+    from attnbayes.models.deconvolution import deconvolution_model, model_dims
 
     compile_events = ("/jax/core/compile/",)
     events: list[tuple[float, float]] = []  # (end time, duration)
@@ -234,7 +234,7 @@ def main() -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from models.deconvolution import simulate
+    from attnbayes.models.deconvolution import simulate
 
     _, x = simulate(jax.random.PRNGKey(20261122), "three-atoms", SIGMA, args.num_points)
     x = np.asarray(x, dtype=np.float64)

@@ -41,7 +41,7 @@ def child(mode: str, n: int, block_size: int, x64: bool, out_path: str) -> None:
     import numpy as np
 
     sys.path.insert(0, ROOT)
-    from inference.attention import attend
+    from attnbayes.inference.attention import attend
 
     kq, kk, kv = jax.random.split(jax.random.PRNGKey(0), 3)
     q = jax.random.normal(kq, (n, 2))

@@ -56,8 +56,8 @@ def child(mode: str, n: int, block_size: int, out_path: str) -> None:
     import numpy as np
 
     sys.path.insert(0, ROOT)
-    from inference.em import em_step
-    from models.deconvolution import simulate
+    from attnbayes.inference.deconvolution.em import em_step
+    from attnbayes.models.deconvolution import simulate
 
     _, x = simulate(jax.random.PRNGKey(0), "ring", SIGMA, n)
     x = np.asarray(x)

@@ -1,6 +1,6 @@
 """The switching-model filters (IMM, GPB2, GPB1; JAX) against filterpy's IMMEstimator.
 
-The "maneuvering-target" scenario (``models.switching.maneuvering_target``: M = 2 modes, d = 4,
+The "maneuvering-target" scenario (``attnbayes.models.switching.maneuvering_target``: M = 2 modes, d = 4,
 o = 2), float64. filterpy starts from a prior (x0, P0, mu0) at time 0 and predicts first; our
 filters update first, so they are started from filterpy's first prediction (pi0 = mu0 Pi,
 m0_j = F_j x0 + b_j, P0_j = F_j P0 F_j^T + Q_j), which makes ``imm_filter`` and filterpy's
@@ -42,9 +42,9 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 from filterpy.kalman import IMMEstimator, KalmanFilter  # noqa: E402
 
-from inference import filters  # noqa: E402
-from inference.kalman import check_inputs  # noqa: E402
-from models.switching import maneuvering_target, simulate  # noqa: E402
+from attnbayes.inference.switching import filters  # noqa: E402
+from attnbayes.inference.switching.kalman import check_inputs  # noqa: E402
+from attnbayes.models.switching import maneuvering_target, simulate  # noqa: E402
 
 # filterpy's prior at time 0 (the target starts near the origin at 10 per step along x)
 X0 = np.array([0.0, 10.0, 0.0, 0.0])

@@ -30,9 +30,9 @@ jax.config.update("jax_enable_x64", True)
 import arviz as az  # noqa: E402
 import numpy as np  # noqa: E402
 
-from inference.mcmc import diagnostics  # noqa: E402
-from inference.switching_gibbs import run_switching_gibbs  # noqa: E402
-from models.switching import maneuvering_target, simulate  # noqa: E402
+from attnbayes.inference.diagnostics import diagnostics  # noqa: E402
+from attnbayes.inference.switching.gibbs import run_switching_gibbs  # noqa: E402
+from attnbayes.models.switching import maneuvering_target, simulate  # noqa: E402
 
 
 def _run(params, obs, mode_sampler, args, seed):

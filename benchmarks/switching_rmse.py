@@ -1,13 +1,13 @@
 """Tracking accuracy of the switching-model filters on the maneuvering target, over many seeds.
 
-The "maneuvering-target" scenario (``models.switching.maneuvering_target``: constant velocity
+The "maneuvering-target" scenario (``attnbayes.models.switching.maneuvering_target``: constant velocity
 and a 3 deg/s coordinated turn, state [px, vx, py, vy], position measured with sigma = 10),
 float64. For each seed s = 0..S-1, ``simulate(jax.random.key(s), params, T)`` draws the modes,
 the states and the observations; every filter runs with the true parameters (the model's own
 initial distribution, so no filter has an advantage in its start). The filters:
 
-- ``gpb1_filter``, ``gpb2_filter``, ``imm_filter`` (``inference.filters``);
-- ``rbpf`` (``inference.rbpf``, locally optimal proposal, systematic resampling at ESS < N/2)
+- ``gpb1_filter``, ``gpb2_filter``, ``imm_filter`` (``attnbayes.inference.switching.filters``);
+- ``rbpf`` (``attnbayes.inference.switching.particle``, locally optimal proposal, systematic resampling at ESS < N/2)
   with each of ``--particles``, keyed by ``fold_in(key(s), 1)``; skipped, with a message, when
   the module is absent;
 - the known-mode Kalman filter: a Kalman filter along the true mode sequence (written here from
@@ -40,9 +40,9 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from inference.filters import gpb1_filter, gpb2_filter, imm_filter  # noqa: E402
-from inference.kalman import kalman_predict, kalman_update  # noqa: E402
-from models.switching import SwitchingParams, maneuvering_target, simulate  # noqa: E402
+from attnbayes.inference.switching.filters import gpb1_filter, gpb2_filter, imm_filter  # noqa: E402
+from attnbayes.inference.switching.kalman import kalman_predict, kalman_update  # noqa: E402
+from attnbayes.models.switching import SwitchingParams, maneuvering_target, simulate  # noqa: E402
 
 POS, VEL = np.array([0, 2]), np.array([1, 3])
 
@@ -124,8 +124,8 @@ def main() -> None:
     runs = {}
     for name, f in (("GPB1", gpb1_filter), ("GPB2", gpb2_filter), ("IMM", imm_filter)):
         runs[name] = (lambda k, m, y, f=f: (lambda r: (r.mean, r.mode_probs))(f(params, y)), 0)
-    if importlib.util.find_spec("inference.rbpf") is not None:
-        from inference.rbpf import rbpf
+    if importlib.util.find_spec("attnbayes.inference.switching.particle") is not None:
+        from attnbayes.inference.switching.particle import rbpf
 
         for n in args.particles:
             runs[f"RBPF N={n}"] = (
@@ -133,7 +133,7 @@ def main() -> None:
                 1,
             )
     else:
-        print("RBPF skipped: inference.rbpf is not there")
+        print("RBPF skipped: attnbayes.inference.switching.particle is not there")
     kf_params = SwitchingParams(*(jnp.asarray(a, jnp.float64) for a in params))
     runs["known-mode KF"] = (lambda k, m, y: (known_mode_kalman(kf_params, m, y), None), 0)
 

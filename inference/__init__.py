@@ -1,0 +1,43 @@
+"""Algorithms: each takes arrays or parameters and returns a typed result.
+
+A sub-package per reading of attention:
+
+- ``attention``: scores, maps onto the simplex (softmax, sparsemax, entmax), pooling, streamed
+  attention and the exponential-family view;
+- ``deconvolution``: EM (iterated attention), the Kiefer-Wolfowitz NPMLE, exact and approximate
+  Gibbs, permutation-invariant summaries, and the comparison of all of them;
+- ``switching``: Kalman blocks, GPB1/GPB2/IMM/exact filters, smoothers, the Rao-Blackwellised
+  particle filter, Gibbs sampling, and their comparison;
+- ``kernel_regression``: Nadaraya-Watson attention pooling and bandwidth selection;
+
+and shared modules: ``mcmc`` (NUTS to an ArviZ DataTree), ``diagnostics`` (R-hat, ESS),
+``model_comparison`` (PSIS-LOO, leave-future-out), ``methods`` (the method registry) and
+``sampling`` (random variates the samplers share). Sub-packages are imported on first use.
+"""
+
+import importlib
+
+_SUBMODULES = (
+    "attention",
+    "deconvolution",
+    "diagnostics",
+    "kernel_regression",
+    "mcmc",
+    "methods",
+    "model_comparison",
+    "sampling",
+    "switching",
+)
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted((*globals(), *_SUBMODULES))
+
+
+__all__ = list(_SUBMODULES)

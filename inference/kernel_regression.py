@@ -53,9 +53,8 @@ import numpy as np
 import optax
 from scipy import optimize
 
-from inference.attention import _check_bandwidth as _check_attention_bandwidth
-from inference.attention import scored_attention
-from models import _checks
+from .. import validation
+from .attention import scored_attention
 
 KERNELS = ("gaussian", "boxcar", "epanechnikov", "triangular", "tricube")
 COMPACT_KERNELS = ("boxcar", "epanechnikov", "triangular", "tricube")
@@ -195,24 +194,24 @@ def _check_kernel(kernel) -> str:
 
 def _check_bandwidth(bandwidth, dim: int, dtype, name: str = "bandwidth"):
     """A scalar or (d,) bandwidth, finite and > 0 (no bools), returned as (d,)."""
-    return _check_attention_bandwidth(bandwidth, dim, dtype, name)
+    return validation.check_bandwidth(name, bandwidth, dim, dtype)
 
 
 def _check_block_size(block_size):
     if block_size is not None:
-        _checks.check_positive_int("block_size", block_size)
+        validation.check_positive_int("block_size", block_size)
     return block_size
 
 
 def _check_data(keys, values, queries=None):
     """keys (n,) | (n, d), values (n,) | (n, m), queries (Q,) | (Q, d) -> 2-D arrays."""
-    k, _ = _checks.as_points("keys", keys)
-    v, scalar_values = _checks.as_points("values", values)
+    k, _ = validation.as_points("keys", keys)
+    v, scalar_values = validation.as_points("values", values)
     if v.shape[0] != k.shape[0]:
         raise ValueError(f"values: {v.shape[0]} rows do not match the {k.shape[0]} keys")
     arrays = [k, v]
     if queries is not None:
-        q, _ = _checks.as_points("queries", queries)
+        q, _ = validation.as_points("queries", queries)
         if q.shape[1] != k.shape[1]:
             raise ValueError(
                 f"queries: dimension {q.shape[1]} does not match the keys' {k.shape[1]} "
@@ -254,11 +253,11 @@ def _check_spread(keys, queries, dtype) -> None:
 
 
 def _as_dtype(a, dtype):
-    return a.astype(dtype) if _checks.is_traced(a) else np.asarray(a, dtype)
+    return a.astype(dtype) if validation.is_traced(a) else np.asarray(a, dtype)
 
 
 def _any_traced(*values) -> bool:
-    return any(_checks.is_traced(x) for x in values)
+    return any(validation.is_traced(x) for x in values)
 
 
 # ----------------------------------------------------------------------------- Nadaraya-Watson
@@ -273,8 +272,8 @@ def kernel_scores(queries, keys, *, kernel: str = "gaussian", bandwidth) -> jax.
         bandwidth: scalar or (d,), > 0.
     """
     kernel = _check_kernel(kernel)
-    k, _ = _checks.as_points("keys", keys)
-    q, _ = _checks.as_points("queries", queries)
+    k, _ = validation.as_points("keys", keys)
+    q, _ = validation.as_points("queries", queries)
     if q.shape[1] != k.shape[1]:
         raise ValueError(f"queries: dimension {q.shape[1]} does not match the keys' {k.shape[1]}")
     dtype = np.dtype(jnp.result_type(q.dtype, k.dtype))
@@ -324,7 +323,7 @@ def nadaraya_watson(
     inv_h = 1 / _check_bandwidth(bandwidth, k.shape[1], dtype)
     score_fn = LOG_KERNEL_SCORES[kernel]
     out, empty, num_empty = _nadaraya_watson(score_fn, inv_h, q, k, v, block_size, scalar_values)
-    if _checks.is_traced(num_empty):
+    if validation.is_traced(num_empty):
         return _fill_empty_windows(out, empty, q, k, v, inv_h, block_size)
     if int(num_empty):
         warnings.warn(
@@ -598,11 +597,11 @@ def leave_one_out(
         log_h = np.log(h[:1] if collapse else h)
         score, pred, num_empty = _loo_dense_jit(kernel, log_h, _loo_data(kernel, k, v, collapse))
     else:
-        log_h = jnp.log(h) if _checks.is_traced(h) else np.log(h)
+        log_h = jnp.log(h) if validation.is_traced(h) else np.log(h)
         score, pred, num_empty = _loo_blocked_jit(
             LOG_KERNEL_SCORES[kernel], log_h, k, v, block_size
         )
-    return LeaveOneOut(score, _checks.restore_shape(pred, scalar_values), num_empty)
+    return LeaveOneOut(score, validation.restore_shape(pred, scalar_values), num_empty)
 
 
 # ----------------------------------------------------------------------------- bandwidth selection
@@ -760,7 +759,7 @@ def select_bandwidth(
         scale = np.full(d, math.sqrt(np.mean(scale**2)))
     if method == "loo-cv":
         lo, hi = _check_bounds(bounds)
-        num_grid = _checks.check_positive_int("num_grid", num_grid, minimum=3)
+        num_grid = validation.check_positive_int("num_grid", num_grid, minimum=3)
         block_size = _check_block_size(block_size)
         res = _select_loo_cv(kernel, k, v, scale, per_coordinate, lo, hi, num_grid, block_size)
         _warn_if_wider_than_range(res.bandwidth, k)
@@ -772,11 +771,11 @@ def select_bandwidth(
         )
     if key is None:
         raise ValueError("key: method='gradient' needs a jax.random key for the held-out split")
-    key = _checks.check_key("key", key)
+    key = validation.check_key("key", key)
     if isinstance(holdout, bool) or not (isinstance(holdout, float | int) and 0 < holdout < 1):
         raise ValueError(f"holdout: expected a fraction in (0, 1), got {holdout!r}")
-    learning_rate = _checks.check_positive_scalar("learning_rate", learning_rate)
-    num_steps = _checks.check_positive_int("num_steps", num_steps)
+    learning_rate = validation.check_positive_scalar("learning_rate", learning_rate)
+    num_steps = validation.check_positive_int("num_steps", num_steps)
     if init is None:
         h0 = 1.06 * scale * n ** (-1.0 / (4 + d))
     else:

@@ -13,18 +13,14 @@ from __future__ import annotations
 import inspect
 import numbers
 import time
-import warnings
-from typing import NamedTuple
 
 import arviz as az
 import jax
-import numpy as np
-import pandas as pd
 import xarray as xr
 from numpyro.handlers import seed, substitute, trace, uncondition
 from numpyro.infer import MCMC, NUTS, Predictive, init_to_uniform, init_to_value
 
-from models import _checks
+from .. import validation
 
 CHAIN_METHODS = ("parallel", "sequential", "vectorized")
 EXTRA_FIELDS = (
@@ -74,8 +70,8 @@ def check_sampler_sizes(
     message names both options (``names``, e.g. ``("--draws", "--chains")``).
     """
     draws_name, chains_name = names
-    num_samples = _checks.check_positive_int(draws_name, num_samples)
-    num_chains = _checks.check_positive_int(chains_name, num_chains)
+    num_samples = validation.check_positive_int(draws_name, num_samples)
+    num_chains = validation.check_positive_int(chains_name, num_chains)
     prefix = f"{draws_name}/{chains_name}: {what + ': ' if what else ''}"
     sizes = f"{num_chains} chain(s) x {num_samples} draws"
     if num_chains < MIN_CHAINS:
@@ -151,11 +147,11 @@ def run_nuts(
     """
     if not callable(model):
         raise ValueError(f"model: expected a NumPyro program (a callable), got {model!r}")
-    num_warmup = _checks.check_positive_int("num_warmup", num_warmup, minimum=0)
-    num_samples = _checks.check_positive_int("num_samples", num_samples)
-    num_chains = _checks.check_positive_int("num_chains", num_chains)
-    max_tree_depth = _checks.check_positive_int("max_tree_depth", max_tree_depth)
-    _checks.check_key("key", key)
+    num_warmup = validation.check_positive_int("num_warmup", num_warmup, minimum=0)
+    num_samples = validation.check_positive_int("num_samples", num_samples)
+    num_chains = validation.check_positive_int("num_chains", num_chains)
+    max_tree_depth = validation.check_positive_int("max_tree_depth", max_tree_depth)
+    validation.check_key("key", key)
     if (
         isinstance(target_accept_prob, bool)
         or not isinstance(target_accept_prob, numbers.Real)
@@ -216,101 +212,3 @@ def run_nuts(
         target_accept_prob=float(target_accept_prob),
     )
     return datatree
-
-
-class Diagnostics(NamedTuple):
-    """Convergence diagnostics of an MCMC DataTree.
-
-    Attributes:
-        table: one row per scalar element (index "name[i,j]"): r_hat (rank-normalised split
-            R-hat), ess_bulk, ess_tail. Elements constant over all draws (R-hat undefined,
-            e.g. a CDF below every atom) are left out and counted in ``num_constant``. The
-            max/min properties propagate NaN: a quantity that varies but has no finite
-            diagnostic is a failure, not something to skip.
-        num_divergences: divergent transitions after warmup, over all chains.
-        num_constant: scalar elements left out because they never vary.
-        num_chains, num_draws: sizes of the posterior.
-    """
-
-    table: pd.DataFrame
-    num_divergences: int
-    num_constant: int
-    num_chains: int
-    num_draws: int
-
-    @property
-    def max_r_hat(self) -> float:
-        return float(self.table["r_hat"].max(skipna=False))
-
-    @property
-    def min_ess_bulk(self) -> float:
-        return float(self.table["ess_bulk"].min(skipna=False))
-
-    @property
-    def min_ess_tail(self) -> float:
-        return float(self.table["ess_tail"].min(skipna=False))
-
-
-def _element_labels(name: str, da: xr.DataArray) -> list[str]:
-    if da.ndim == 0:
-        return [name]
-    index = pd.MultiIndex.from_product([da[d].values for d in da.dims])
-    return [f"{name}[{','.join(str(v) for v in item)}]" for item in index]
-
-
-def diagnostics(datatree: xr.DataTree, var_names: list[str] | None = None) -> Diagnostics:
-    """R-hat and bulk/tail ESS of every scalar element of the posterior, and divergences.
-
-    Uses ArviZ's rank-normalised split R-hat and ESS (Vehtari et al. 2021).
-    """
-    if not isinstance(datatree, xr.DataTree) or "posterior" not in datatree.children:
-        raise ValueError("datatree: expected an ArviZ DataTree with a 'posterior' group")
-    posterior = datatree["posterior"].to_dataset()
-    names = list(posterior.data_vars) if var_names is None else list(var_names)
-    unknown = [n for n in names if n not in posterior.data_vars]
-    if unknown:
-        raise ValueError(f"var_names: not in the posterior: {unknown}")
-    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        r_hat = az.rhat(datatree, var_names=names)
-        ess_bulk = az.ess(datatree, var_names=names, method="bulk")
-        ess_tail = az.ess(datatree, var_names=names, method="tail")
-    frames, num_constant = [], 0
-    for name in names:
-        da = posterior[name]
-        constant = np.asarray(da.max(("chain", "draw")) == da.min(("chain", "draw"))).ravel()
-        labels = _element_labels(name, r_hat[name])
-        frame = pd.DataFrame(
-            {
-                "r_hat": np.asarray(r_hat[name]).ravel(),
-                "ess_bulk": np.asarray(ess_bulk[name]).ravel(),
-                "ess_tail": np.asarray(ess_tail[name]).ravel(),
-            },
-            index=labels,
-        )
-        num_constant += int(constant.sum())
-        frames.append(frame[~constant])
-    table = pd.concat(frames) if frames else pd.DataFrame(columns=["r_hat", "ess_bulk", "ess_tail"])
-    num_div = 0
-    if "sample_stats" in datatree.children and "diverging" in datatree["sample_stats"]:
-        num_div = int(np.asarray(datatree["sample_stats"]["diverging"]).sum())
-    return Diagnostics(
-        table=table,
-        num_divergences=num_div,
-        num_constant=num_constant,
-        num_chains=int(posterior.sizes["chain"]),
-        num_draws=int(posterior.sizes["draw"]),
-    )
-
-
-__all__ = [
-    "CHAIN_METHODS",
-    "MIN_CHAINS",
-    "MIN_DRAWS_PER_CHAIN",
-    "MIN_TOTAL_DRAWS_LOO",
-    "Diagnostics",
-    "check_sampler_sizes",
-    "diagnostics",
-    "run_nuts",
-    "sampler_sizes",
-]

@@ -33,14 +33,15 @@ import pandas as pd
 import xarray as xr
 from arviz_stats.loo.wrapper import SamplingWrapper
 
-from inference.filters import _one_step_log_predictive
-from inference.gibbs import run_gibbs
-from inference.kalman import check_inputs
-from inference.mcmc import check_sampler_sizes, diagnostics, sampler_sizes
-from inference.switching_gibbs import run_switching_gibbs
-from models import _checks
-from models.deconvolution import deconvolution_model
-from models.switching import SwitchingParams, SwitchingPriors, check_params, check_priors
+from .. import validation
+from ..models.deconvolution import deconvolution_model
+from ..models.switching import SwitchingParams, SwitchingPriors, check_params, check_priors
+from .deconvolution.gibbs import run_gibbs
+from .diagnostics import diagnostics
+from .mcmc import check_sampler_sizes, sampler_sizes
+from .switching.filters import one_step_log_predictive_unchecked
+from .switching.gibbs import run_switching_gibbs
+from .switching.kalman import check_inputs
 
 
 def loo_compare(datatrees: dict[str, xr.DataTree], **kwargs) -> pd.DataFrame:
@@ -101,15 +102,15 @@ def compare_num_atoms(
         sampler_kwargs: passed to the sampler (e.g. num_warmup, num_samples, num_chains).
         progress: called with a message before each fit.
     """
-    from inference.mcmc import run_nuts
+    from .mcmc import run_nuts
 
-    _checks.check_key("key", key)
-    ks = [_checks.check_positive_int("num_atoms", k) for k in np.atleast_1d(num_atoms).tolist()]
+    validation.check_key("key", key)
+    ks = [validation.check_positive_int("num_atoms", k) for k in np.atleast_1d(num_atoms).tolist()]
     if len(set(ks)) < 2:
         raise ValueError(f"num_atoms: need at least two distinct K, got {ks}")
     if sampler not in ("gibbs", "nuts"):
         raise ValueError(f"sampler: expected 'gibbs' or 'nuts', got {sampler!r}")
-    x = np.asarray(_checks.as_float_array("x", x))
+    x = np.asarray(validation.as_float_array("x", x))
     kwargs = dict(sampler_kwargs or {})
     sizes = sampler_sizes(run_gibbs if sampler == "gibbs" else run_nuts, kwargs)
     check_sampler_sizes(sizes["num_samples"], sizes["num_chains"], loo=True, what=sampler)
@@ -171,7 +172,7 @@ def default_switching_priors(num_modes: int) -> SwitchingPriors:
     prior on Pi when M = 1), and inverse-gamma(3, 2) scales of every Q_j and R_j (prior mean
     1: the scenario's matrices, and a 90% interval of roughly 0.3 to 2.6 times them).
     """
-    m = _checks.check_positive_int("num_modes", num_modes)
+    m = validation.check_positive_int("num_modes", num_modes)
     conc = None if m == 1 else 1.0 + 9.0 * np.eye(m)
     return SwitchingPriors(conc, (3.0, 2.0), (3.0, 2.0))
 
@@ -207,7 +208,7 @@ def draw_params(params: SwitchingParams, posterior: xr.Dataset | xr.DataTree) ->
 @jax.jit
 def _batched_log_predictive(params, observations):
     flat = jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), params)
-    out = jax.vmap(lambda p: _one_step_log_predictive(p, observations, "imm"))(flat)
+    out = jax.vmap(lambda p: one_step_log_predictive_unchecked(p, observations, "imm"))(flat)
     return out.reshape(params.initial_probs.shape[:2] + out.shape[1:])
 
 
@@ -313,10 +314,10 @@ def switching_lfo(
         (``ELPDDataLFO`` with pointwise elpd_i and pareto_k, the full-data DataTree with its
         ``log_likelihood`` group, the number of Gibbs fits made).
     """
-    _checks.check_key("key", key)
+    validation.check_key("key", key)
     params, obs = check_inputs(params, observations)
     num_steps = obs.shape[0]
-    min_observations = _checks.check_positive_int("min_observations", min_observations)
+    min_observations = validation.check_positive_int("min_observations", min_observations)
     if min_observations >= num_steps:
         raise ValueError(
             f"min_observations: must be below the {num_steps} observations, got {min_observations}"
@@ -382,7 +383,7 @@ def compare_num_modes(
     """
     if not isinstance(candidates, dict) or len(candidates) < 2:
         raise ValueError("candidates: expected a dict of at least two named SwitchingParams")
-    _checks.check_key("key", key)
+    validation.check_key("key", key)
     checked = {}
     for name, p in candidates.items():
         checked[name], obs = check_inputs(p, observations)

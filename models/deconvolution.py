@@ -22,7 +22,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 from numpyro.distributions import constraints
 
-from models import _checks
+from .. import validation
 
 PRIORS = ("dirichlet", "dp", "uniform-weights")
 
@@ -43,11 +43,11 @@ def check_measure(name: str, measure: DiscreteMeasure) -> DiscreteMeasure:
     """Validate a ``DiscreteMeasure`` (shapes, finiteness, weights on the simplex)."""
     if not isinstance(measure, DiscreteMeasure):
         raise ValueError(f"{name}: expected a DiscreteMeasure or a measure name, got {measure!r}")
-    atoms = _checks.as_float_array(f"{name}.atoms", measure.atoms)
+    atoms = validation.as_float_array(f"{name}.atoms", measure.atoms)
     if atoms.ndim not in (1, 2) or atoms.shape[0] == 0:
         raise ValueError(f"{name}.atoms: expected shape (K,) or (K, p), got {tuple(atoms.shape)}")
-    _checks.check_finite(f"{name}.atoms", atoms)
-    weights = _checks.check_weights(f"{name}.weights", measure.weights, size=atoms.shape[0])
+    validation.check_finite(f"{name}.atoms", atoms)
+    weights = validation.check_weights(f"{name}.weights", measure.weights, size=atoms.shape[0])
     return DiscreteMeasure(jnp.asarray(atoms), jnp.asarray(weights))
 
 
@@ -68,14 +68,14 @@ def sparse_means(
     means equal ``mean`` and the rest are zero; drawing z_i iid from this measure gives k
     nonzero means on average.
     """
-    num_points = _checks.check_positive_int("num_points", num_points)
-    num_nonzero = _checks.check_positive_int("num_nonzero", num_nonzero, minimum=0)
+    num_points = validation.check_positive_int("num_points", num_points)
+    num_nonzero = validation.check_positive_int("num_nonzero", num_nonzero, minimum=0)
     if num_nonzero > num_points:
         raise ValueError(f"num_nonzero: must be <= num_points ({num_points}), got {num_nonzero}")
-    mean_arr = _checks.as_float_array("mean", mean)
+    mean_arr = validation.as_float_array("mean", mean)
     if mean_arr.ndim != 0:
         raise ValueError(f"mean: expected a number, got shape {tuple(mean_arr.shape)}")
-    _checks.check_finite("mean", mean_arr)
+    validation.check_finite("mean", mean_arr)
     frac = num_nonzero / num_points
     return DiscreteMeasure(jnp.array([0.0, float(mean_arr)]), jnp.array([1.0 - frac, frac]))
 
@@ -86,8 +86,8 @@ def ring(num_atoms: int = 8, radius: float = 3.0) -> DiscreteMeasure:
     With |x| and |mu| both near R the EM key bias -|mu|^2 / (2 sigma^2) is (nearly) constant
     and the E-step is plain softmax attention.
     """
-    num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
-    radius = _checks.check_positive_scalar("radius", radius)
+    num_atoms = validation.check_positive_int("num_atoms", num_atoms)
+    radius = validation.check_positive_scalar("radius", radius)
     angles = 2.0 * jnp.pi * jnp.arange(num_atoms) / num_atoms
     atoms = radius * jnp.stack([jnp.cos(angles), jnp.sin(angles)], axis=-1)
     return DiscreteMeasure(atoms, jnp.full((num_atoms,), 1.0 / num_atoms))
@@ -136,12 +136,12 @@ def simulate(
     Returns:
         ``(z, x)``, each (N,) if the atoms are (K,), else (N, p).
     """
-    _checks.check_key("key", key)
+    validation.check_key("key", key)
     if isinstance(measure, str):
         measure = get_measure(measure)
     measure = check_measure("measure", measure)
-    sigma = _checks.check_positive_scalar("sigma", sigma)
-    num_points = _checks.check_positive_int("num_points", num_points)
+    sigma = validation.check_positive_scalar("sigma", sigma)
+    num_points = validation.check_positive_int("num_points", num_points)
     limit = float(jnp.finfo(measure.atoms.dtype).max)
     reach = float(jnp.max(jnp.abs(measure.atoms))) + NOISE_REACH * sigma
     if not reach <= limit:
@@ -162,9 +162,9 @@ def simulate(
 def _check_sigma_for(sigma, points, dtype) -> None:
     """sigma against concrete data: 1 / sigma^2 finite in the dtype, and the spread of the
     data in units of sigma small enough that the Gaussian log densities do not overflow
-    (``_checks.check_scaled_spread``)."""
-    _checks.check_sigma_range("sigma", sigma, dtype)
-    _checks.check_scaled_spread("x", points, sigma, dtype)
+    (``validation.check_scaled_spread``)."""
+    validation.check_sigma_range("sigma", sigma, dtype)
+    validation.check_scaled_spread("x", points, sigma, dtype)
 
 
 class SortedNormal(dist.Distribution):
@@ -274,13 +274,13 @@ def deconvolution_model(
     ``prior="dp"`` also ``dp_concentration`` () and ``sticks`` (K - 1,), and ``weights`` is
     then a deterministic site (as it is with ``prior="uniform-weights"``).
     """
-    _checks.check_positive_scalar("sigma", sigma)
-    num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
+    validation.check_positive_scalar("sigma", sigma)
+    num_atoms = validation.check_positive_int("num_atoms", num_atoms)
     if prior not in PRIORS:
         raise ValueError(f"prior: unknown prior {prior!r}; known: {list(PRIORS)}")
-    _checks.check_positive_scalar("concentration", concentration)
-    _checks.check_positive_scalar("dp_shape", dp_shape)
-    _checks.check_positive_scalar("dp_rate", dp_rate)
+    validation.check_positive_scalar("concentration", concentration)
+    validation.check_positive_scalar("dp_shape", dp_shape)
+    validation.check_positive_scalar("dp_rate", dp_rate)
     if prior == "dp":
         if num_atoms < 2:
             raise ValueError(f"num_atoms: prior='dp' needs at least 2 atoms, got {num_atoms}")
@@ -290,8 +290,8 @@ def deconvolution_model(
                 "exchangeable, so sorting the atoms would change the model)"
             )
     if x is not None:
-        if not _checks.is_traced(x):
-            points, _ = _checks.as_points("x", x)
+        if not validation.is_traced(x):
+            points, _ = validation.as_points("x", x)
             x = jnp.asarray(x)
             _check_sigma_for(sigma, points, x.dtype)
         if x.ndim not in (1, 2):
@@ -307,15 +307,15 @@ def deconvolution_model(
     else:
         if num_points is None:
             raise ValueError("num_points: required when x is None")
-        num_points = _checks.check_positive_int("num_points", num_points)
+        num_points = validation.check_positive_int("num_points", num_points)
         if dim is not None:
-            dim = _checks.check_positive_int("dim", dim)
+            dim = validation.check_positive_int("dim", dim)
     if ordered and dim is not None:
         raise ValueError("ordered: only available for scalar data passed as shape (N,)")
-    atom_scale = _checks.check_positive_scalar("atom_scale", atom_scale)
-    if not _checks.is_traced(atom_loc):
-        loc = _checks.as_float_array("atom_loc", atom_loc)
-        _checks.check_finite("atom_loc", loc)
+    atom_scale = validation.check_positive_scalar("atom_scale", atom_scale)
+    if not validation.is_traced(atom_loc):
+        loc = validation.as_float_array("atom_loc", atom_loc)
+        validation.check_finite("atom_loc", loc)
         allowed = [()] if dim is None else [(), (dim,)]
         if tuple(loc.shape) not in allowed:
             raise ValueError(

@@ -31,7 +31,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from models import _checks
+from .. import validation
 
 
 class ConditionalMoments(NamedTuple):
@@ -47,8 +47,8 @@ class ConditionalMoments(NamedTuple):
 
 
 def _check_pairs(keys, values):
-    k, _ = _checks.as_points("keys", keys)
-    v, scalar_values = _checks.as_points("values", values)
+    k, _ = validation.as_points("keys", keys)
+    v, scalar_values = validation.as_points("values", values)
     if v.shape[0] != k.shape[0]:
         raise ValueError(f"values: {v.shape[0]} rows do not match the {k.shape[0]} keys")
     dtype = jnp.result_type(k.dtype, v.dtype)
@@ -56,11 +56,11 @@ def _check_pairs(keys, values):
 
 
 def _check_bandwidth(bandwidth, dim: int, dtype):
-    return jnp.asarray(_checks.check_bandwidth("bandwidth", bandwidth, dim, dtype))
+    return jnp.asarray(validation.check_bandwidth("bandwidth", bandwidth, dim, dtype))
 
 
 def _check_queries(queries, dim: int, dtype):
-    q, _ = _checks.as_points("queries", queries)
+    q, _ = validation.as_points("queries", queries)
     if q.shape[1] != dim:
         raise ValueError(f"queries: dimension {q.shape[1]} does not match the keys' {dim}")
     return jnp.asarray(q, dtype)
@@ -71,7 +71,7 @@ def component_posterior(keys, queries, *, bandwidth) -> jax.Array:
 
     Computed from the mixture's own component densities (``numpyro`` ``Normal.log_prob``).
     """
-    k, _ = _checks.as_points("keys", keys)
+    k, _ = validation.as_points("keys", keys)
     dtype = jnp.result_type(k.dtype, float)
     k = jnp.asarray(k, dtype)
     h = _check_bandwidth(bandwidth, k.shape[1], dtype)
@@ -110,7 +110,7 @@ def conditional_moments(
     """
     k, v, scalar_values = _check_pairs(keys, values)
     if value_scale != 0:
-        value_scale = _checks.check_positive_scalar("value_scale", value_scale)
+        value_scale = validation.check_positive_scalar("value_scale", value_scale)
     h = _check_bandwidth(bandwidth, k.shape[1], k.dtype)
     q = _check_queries(queries, k.shape[1], k.dtype)
     mean, cov = _conditional_moments(k, v, q, h, jnp.asarray(value_scale, k.dtype))
@@ -146,8 +146,8 @@ def kernel_joint_model(
     Sites: ``component`` (D,), ``k`` (D,) or (D, d), ``v`` (D,) or (D, m), in the keys' and
     values' conventions.
     """
-    key_arr, scalar_keys = _checks.as_points("keys", keys)
-    val_arr, scalar_values = _checks.as_points("values", values)
+    key_arr, scalar_keys = validation.as_points("keys", keys)
+    val_arr, scalar_values = validation.as_points("values", values)
     if val_arr.shape[0] != key_arr.shape[0]:
         raise ValueError(
             f"values: {val_arr.shape[0]} rows do not match the {key_arr.shape[0]} keys"
@@ -155,10 +155,10 @@ def kernel_joint_model(
     dtype = jnp.result_type(key_arr.dtype, val_arr.dtype)
     key_arr, val_arr = jnp.asarray(key_arr, dtype), jnp.asarray(val_arr, dtype)
     h = _check_bandwidth(bandwidth, key_arr.shape[1], dtype)
-    value_scale = _checks.check_positive_scalar("value_scale", value_scale)
+    value_scale = validation.check_positive_scalar("value_scale", value_scale)
     for name, obs in (("k", k), ("v", v)):
-        if obs is not None and not _checks.is_traced(obs):
-            _checks.check_finite(name, _checks.as_float_array(name, obs))
+        if obs is not None and not validation.is_traced(obs):
+            validation.check_finite(name, validation.as_float_array(name, obs))
     num_draws = _num_draws(num_draws, k, v)
     n = key_arr.shape[0]
     centres_k = key_arr[:, 0] if scalar_keys else key_arr
@@ -186,14 +186,14 @@ def kernel_conditional_model(keys, values, query, *, bandwidth, value_scale: flo
     Sites: ``component`` (D,), ``v`` (D,) or (D, m).
     """
     key_arr, val_arr, scalar_values = _check_pairs(keys, values)
-    q = _checks.as_float_array("query", query)
+    q = validation.as_float_array("query", query)
     if q.ndim > 1:
         raise ValueError(f"query: expected a scalar or shape (d,), got {tuple(q.shape)}")
     if q.size != key_arr.shape[1]:
         raise ValueError(f"query: expected {key_arr.shape[1]} coordinate(s), got {q.size}")
     q = jnp.reshape(jnp.asarray(q, key_arr.dtype), (1, -1))
-    value_scale = _checks.check_positive_scalar("value_scale", value_scale)
-    num_draws = _checks.check_positive_int("num_draws", num_draws)
+    value_scale = validation.check_positive_scalar("value_scale", value_scale)
+    num_draws = validation.check_positive_int("num_draws", num_draws)
     probs = component_posterior(key_arr, q, bandwidth=bandwidth)[0]
     centres_v = val_arr[:, 0] if scalar_values else val_arr
     with numpyro.plate("draws", num_draws):
@@ -212,7 +212,7 @@ def _num_draws(num_draws, k, v) -> int:
         if not sizes:
             raise ValueError("num_draws: required when neither k nor v is observed")
         num_draws = next(iter(sizes.values()))
-    num_draws = _checks.check_positive_int("num_draws", num_draws)
+    num_draws = validation.check_positive_int("num_draws", num_draws)
     for name, size in sizes.items():
         if size != num_draws:
             raise ValueError(f"{name}: {size} observed draws do not match num_draws={num_draws}")

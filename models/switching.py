@@ -38,7 +38,7 @@ from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
-from models import _checks
+from .. import validation
 
 
 class SwitchingParams(NamedTuple):
@@ -88,11 +88,11 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
     if not isinstance(params, SwitchingParams):
         raise ValueError(f"{name}: expected a SwitchingParams, got {type(params).__name__}")
     fields = {
-        f: np.asarray(_checks.as_float_array(f"{name}.{f}", getattr(params, f)))
+        f: np.asarray(validation.as_float_array(f"{name}.{f}", getattr(params, f)))
         for f in SwitchingParams._fields
     }
     for f, arr in fields.items():
-        _checks.check_finite(f"{name}.{f}", arr)
+        validation.check_finite(f"{name}.{f}", arr)
     pi0, trans = fields["initial_probs"], fields["transition_matrix"]
     if pi0.ndim != 1 or pi0.shape[0] < 1:
         raise ValueError(f"{name}.initial_probs: expected shape (M,), got {pi0.shape}")
@@ -118,7 +118,7 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
     for f, shape in expected.items():
         if fields[f].shape != shape:
             raise ValueError(f"{name}.{f}: expected shape {shape}, got {fields[f].shape}")
-    _checks.check_weights(f"{name}.initial_probs", pi0)
+    validation.check_weights(f"{name}.initial_probs", pi0)
     if np.any(trans < 0) or not np.allclose(trans.sum(axis=1), 1.0, atol=1e-5):
         raise ValueError(
             f"{name}.transition_matrix: rows must be probability vectors "
@@ -215,8 +215,8 @@ def maneuvering_target(
     }
     if not isinstance(process_noise, str) or process_noise not in noise:
         raise ValueError(f"process_noise: expected one of {list(noise)}, got {process_noise!r}")
-    dt = _checks.check_positive_scalar("dt", dt)
-    measurement_sigma = _checks.check_positive_scalar("measurement_sigma", measurement_sigma)
+    dt = validation.check_positive_scalar("dt", dt)
+    measurement_sigma = validation.check_positive_scalar("measurement_sigma", measurement_sigma)
     sigma_a = _finite_numbers("sigma_a", sigma_a, length=2, minimum=0.0)
     if turn_rates_deg is None:
         rates = _finite_numbers("turn_rate_deg", (turn_rate_deg,))
@@ -339,11 +339,11 @@ def simulate(key, params: SwitchingParams | str, num_steps: int):
     ``params`` is a ``SwitchingParams`` or a scenario name. x_1 comes from the initial
     distribution of s_1 with no dynamics step before it; y_t is emitted under s_t.
     """
-    _checks.check_key("key", key)
+    validation.check_key("key", key)
     if isinstance(params, str):
         params = get_scenario(params)
     params = check_params("params", params)
-    num_steps = _checks.check_positive_int("num_steps", num_steps)
+    num_steps = validation.check_positive_int("num_steps", num_steps)
     arrays = SwitchingParams(*(jnp.asarray(a) for a in params))
     return _simulate(key, arrays, num_steps)
 
@@ -370,13 +370,13 @@ class SwitchingPriors(NamedTuple):
 
 
 def _positive_array(name: str, value, shapes) -> np.ndarray:
-    arr = _checks.as_float_array(name, value)
-    if _checks.is_traced(arr):
+    arr = validation.as_float_array(name, value)
+    if validation.is_traced(arr):
         return arr
     if arr.shape not in shapes:
         expected = " or ".join(str(s) for s in shapes)
         raise ValueError(f"{name}: expected shape {expected}, got {arr.shape}")
-    _checks.check_finite(name, arr)
+    validation.check_finite(name, arr)
     if np.any(arr <= 0):
         raise ValueError(f"{name}: must be > 0, got {arr}")
     return arr
@@ -455,7 +455,7 @@ def _log_joint(params: SwitchingParams, states, observations):
 
 
 def _is_traced_tree(tree) -> bool:
-    return any(_checks.is_traced(a) for a in jax.tree_util.tree_leaves(tree))
+    return any(validation.is_traced(a) for a in jax.tree_util.tree_leaves(tree))
 
 
 def _check_definite(name: str, covs: np.ndarray, jitter: float = 0.0) -> None:
@@ -473,10 +473,10 @@ def _check_definite(name: str, covs: np.ndarray, jitter: float = 0.0) -> None:
 
 
 def _check_series(name: str, value, width: int, what: str, *, allow_nan: bool):
-    arr = _checks.as_float_array(name, value)
+    arr = validation.as_float_array(name, value)
     if arr.ndim != 2 or arr.shape[1] != width or arr.shape[0] < 1:
         raise ValueError(f"{name}: expected shape (T, {width}) ({what}), got {tuple(arr.shape)}")
-    if not _checks.is_traced(arr):
+    if not validation.is_traced(arr):
         bad = np.isinf(arr) if allow_nan else ~np.isfinite(arr)
         if np.any(bad):
             extra = " (use a NaN row for a missing observation)" if allow_nan else ""
@@ -576,7 +576,7 @@ def switching_model(
         num_steps = y.shape[0]
     elif num_steps is None:
         raise ValueError("num_steps: required when y is None")
-    num_steps = _checks.check_positive_int("num_steps", num_steps)
+    num_steps = validation.check_positive_int("num_steps", num_steps)
 
     dtype = jnp.asarray(params.initial_means).dtype if y is None else jnp.asarray(y).dtype
     arrays = SwitchingParams(*(jnp.asarray(a, dtype) for a in params))

@@ -59,12 +59,12 @@ from IPython.display import display
 
 with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that ipywidgets is absent
     warnings.filterwarnings("ignore", message="IProgress not found")
-    from inference import em
-    from inference.attention import softmax_attention
-    from inference.compare import compare_deconvolution
-    from inference.invariants import measure_cdf
-    from inference.mcmc import diagnostics
-    from models.deconvolution import get_measure, simulate
+    from attnbayes.inference.attention import softmax_attention
+    from attnbayes.inference.deconvolution import em
+    from attnbayes.inference.deconvolution.comparison import compare_deconvolution
+    from attnbayes.inference.deconvolution.invariants import measure_cdf
+    from attnbayes.inference.diagnostics import diagnostics
+    from attnbayes.models.deconvolution import get_measure, simulate
 
 jax.config.update("jax_enable_x64", True)
 

@@ -62,6 +62,14 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
+from inference.simplex import (
+    entmax15,
+    entmax_bisect,
+    regularised_argmax,
+    regularised_objective,
+    softmax,
+    sparsemax,
+)
 from matplotlib.colors import ListedColormap
 
 from inference.attention import (
@@ -71,14 +79,6 @@ from inference.attention import (
     key_moments,
     log_partition,
     scored_attention,
-)
-from inference.simplex import (
-    entmax15,
-    entmax_bisect,
-    regularised_argmax,
-    regularised_objective,
-    softmax,
-    sparsemax,
 )
 
 jax.config.update("jax_enable_x64", True)

@@ -69,9 +69,9 @@ from IPython.display import display
 
 with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that ipywidgets is absent
     warnings.filterwarnings("ignore", message="IProgress not found")
-    from inference.attention import softmax_attention
-    from inference.compare import compare_switching
-    from inference.filters import (
+    from attnbayes.inference.attention import softmax_attention
+    from attnbayes.inference.switching import compare_switching
+    from attnbayes.inference.switching.filters import (
         attention_as_imm_step,
         exact_filter,
         exact_smoother,
@@ -82,8 +82,8 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
         kim_smoother,
         rbpf,
     )
-    from inference.switching_gibbs import run_switching_gibbs
-    from models.switching import get_scenario, simulate
+    from attnbayes.inference.switching.gibbs import run_switching_gibbs
+    from attnbayes.models.switching import get_scenario, simulate
 
 jax.config.update("jax_enable_x64", True)
 pd.set_option("display.width", 120)

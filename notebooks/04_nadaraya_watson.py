@@ -43,7 +43,7 @@
 #
 # This notebook checks the attention identities, selects $h$ by leave-one-out
 # cross-validation (against brute force and statsmodels), follows the error as $n$ grows, and
-# reads $\hat f_h$ as the conditional mean of a kernel-density joint law (`models.kernel_joint`).
+# reads $\hat f_h$ as the conditional mean of a kernel-density joint law (`attnbayes.models.kernel_joint`).
 #
 # Data: $k_i \sim U(0, 1)$, $f(x) = \cos(2\pi x) + \tfrac12\cos(6\pi x)$, $\sigma = 0.4$; $f$ has
 # zero slope at both ends, so the local-constant estimator's $O(h)$ boundary bias
@@ -63,8 +63,9 @@ import numpy as np
 from scipy.special import logsumexp
 from statsmodels.nonparametric.kernel_regression import KernelReg
 
-from inference.attention import attend, neg_sq_distance_scores
-from inference.kernel_regression import (
+from attnbayes.inference.attention import attend, neg_sq_distance_scores
+from attnbayes.inference.attention.simplex import softmax
+from attnbayes.inference.kernel_regression import (
     KERNELS,
     EmptyWindowWarning,
     kernel_scores,
@@ -72,14 +73,13 @@ from inference.kernel_regression import (
     nadaraya_watson,
     select_bandwidth,
 )
-from inference.simplex import softmax
 
 with warnings.catch_warnings():  # numpyro imports tqdm.auto, which warns that ipywidgets is absent
     warnings.filterwarnings("ignore", message="IProgress not found")
     from numpyro.infer import Predictive
     from numpyro.infer.util import log_likelihood
 
-    from models.kernel_joint import (
+    from attnbayes.models.kernel_joint import (
         component_posterior,
         conditional_mean,
         conditional_moments,

@@ -52,9 +52,9 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
     warnings.filterwarnings("ignore", message="IProgress not found")
     import arviz_plots as azp
     import arviz_stats as azs
-
     from inference.gibbs import run_gibbs
     from inference.invariants import INVARIANT_NAMES, add_invariants, measure_cdf
+
     from inference.mcmc import diagnostics, run_nuts
     from inference.model_comparison import compare_num_atoms, compare_num_modes, loo_compare
     from models import deconvolution, switching

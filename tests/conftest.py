@@ -10,8 +10,8 @@ jax.config.update("jax_enable_x64", True)
 
 import pytest  # noqa: E402
 
-from inference.compare import METHODS, compare_deconvolution  # noqa: E402
-from models.deconvolution import simulate, three_atoms  # noqa: E402
+from attnbayes.inference.deconvolution.comparison import METHODS, compare_deconvolution  # noqa: E402
+from attnbayes.models.deconvolution import simulate, three_atoms  # noqa: E402
 
 THREE_ATOMS_SIGMA = 1.0
 

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import logsumexp
 
-from models.switching import SwitchingParams
+from attnbayes.models.switching import SwitchingParams
 
 LOG_2PI = np.log(2.0 * np.pi)
 

@@ -7,7 +7,7 @@ import pytest
 from scipy.special import logsumexp
 from scipy.special import softmax as np_softmax
 
-from inference.attention import dot_product_scores, softmax, softmax_attention
+from attnbayes.inference.attention import dot_product_scores, softmax, softmax_attention
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_mismatched_value_rows_raise(qkv):
 
 
 def test_additive_scores_brute_force():
-    from inference.attention import additive_scores
+    from attnbayes.inference.attention import additive_scores
 
     rng = np.random.default_rng(10)
     q, k = rng.normal(size=(4, 3)), rng.normal(size=(6, 5))
@@ -179,7 +179,7 @@ def test_additive_scores_brute_force():
 
 
 def test_neg_sq_distance_scores_per_coordinate():
-    from inference.attention import neg_sq_distance_scores
+    from attnbayes.inference.attention import neg_sq_distance_scores
 
     rng = np.random.default_rng(11)
     q, k, h = rng.normal(size=(5, 2)), rng.normal(size=(8, 2)), np.array([0.5, 2.0])
@@ -196,7 +196,7 @@ def test_neg_sq_distance_scores_per_coordinate():
 
 
 def test_log_partition_gradient_and_hessian_are_key_moments():
-    from inference.attention import key_moments, log_partition
+    from attnbayes.inference.attention import key_moments, log_partition
 
     rng = np.random.default_rng(12)
     keys, q = rng.normal(size=(9, 4)), rng.normal(size=4)
@@ -209,7 +209,7 @@ def test_log_partition_gradient_and_hessian_are_key_moments():
     np.testing.assert_allclose(m, mean, atol=1e-12)
     np.testing.assert_allclose(c, cov, atol=1e-12)
     # the gradient is attention pooling with values = keys
-    from inference.attention import attend
+    from attnbayes.inference.attention import attend
 
     np.testing.assert_allclose(
         attend(q[None], keys, keys, scale=1.0)[0], jax.grad(log_partition)(q, keys), atol=1e-12
@@ -218,7 +218,7 @@ def test_log_partition_gradient_and_hessian_are_key_moments():
 
 @pytest.mark.parametrize(("nq", "nk", "block"), [(37, 101, 16), (5, 3, 8), (64, 64, 64)])
 def test_streamed_attend_equals_dense(nq, nk, block):
-    from inference.attention import attend
+    from attnbayes.inference.attention import attend
 
     rng = np.random.default_rng(nq + nk)
     q, k, v = rng.normal(size=(nq, 2)), rng.normal(size=(nk, 2)) * 3, rng.normal(size=(nk, 3))
@@ -236,7 +236,8 @@ def test_streamed_attend_equals_dense(nq, nk, block):
 
 
 def test_streamed_attention_log_normalizer_and_empty_rows():
-    from inference.attention import _dot_product, scored_attention
+    from attnbayes.inference.attention import scored_attention
+    from attnbayes.inference.attention.scores import _dot_product
 
     rng = np.random.default_rng(13)
     q, k, v = rng.normal(size=(10, 3)), rng.normal(size=(23, 3)), rng.normal(size=(23, 2))
@@ -253,7 +254,7 @@ def test_streamed_attention_log_normalizer_and_empty_rows():
 
 
 def test_attend_sparse_weights_and_errors():
-    from inference.attention import attend, entmax15, sparsemax
+    from attnbayes.inference.attention import attend, entmax15, sparsemax
 
     rng = np.random.default_rng(14)
     q, k, v = rng.normal(size=(6, 4)), rng.normal(size=(9, 4)), rng.normal(size=(9, 2))
@@ -282,7 +283,7 @@ def test_attend_sparse_weights_and_errors():
 
 
 def test_gaussian_scores_are_accurate_far_from_the_origin_in_float32():
-    from inference.attention import neg_sq_distance_scores
+    from attnbayes.inference.attention import neg_sq_distance_scores
 
     x = (1000.0 + np.linspace(0, 0.01, 5)).astype(np.float32)[:, None]
     got = np.asarray(neg_sq_distance_scores(jnp.asarray(x), jnp.asarray(x), 0.001))
@@ -291,7 +292,8 @@ def test_gaussian_scores_are_accurate_far_from_the_origin_in_float32():
 
 
 def test_gradient_through_streamed_attention_equals_dense():
-    from inference.attention import _dot_product, scored_attention
+    from attnbayes.inference.attention import scored_attention
+    from attnbayes.inference.attention.scores import _dot_product
 
     rng = np.random.default_rng(15)
     q, k, v = rng.normal(size=(19, 3)), rng.normal(size=(45, 3)), rng.normal(size=(45, 2))
@@ -310,7 +312,7 @@ def test_gradient_through_streamed_attention_equals_dense():
 
 
 def test_attend_refuses_a_non_finite_scale():
-    from inference.attention import attend
+    from attnbayes.inference.attention import attend
 
     q = np.ones((2, 2))
     with pytest.raises(ValueError, match="^scale"):

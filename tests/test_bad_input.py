@@ -1,6 +1,6 @@
 """The bad-input catalogue of the ``attnbayes`` commands: every fault a user met, as a test.
 
-Each case runs ``inference.cli.main`` in-process (one real Ctrl-C in a subprocess) and asserts
+Each case runs ``attnbayes.app.cli.main`` in-process (one real Ctrl-C in a subprocess) and asserts
 the exit status, a one-line message naming the option or quantity, and that nothing was
 written or deleted. The library's own catalogues are beside it: ``test_validation.py`` and
 ``test_bad_input_{attention,deconvolution,switching}.py``.
@@ -24,24 +24,28 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import inference.compare
-import inference.filters
-import inference.rbpf
-import inference.report
-import inference.switching_comparison
-import inference.switching_gibbs
-from inference import outputs
-from inference.cli import main
-from inference.compare import DeconvolutionComparison, compare_deconvolution
-from inference.mcmc import (
+import attnbayes.app.report
+import attnbayes.app.report.runners
+import attnbayes.inference.deconvolution.comparison
+import attnbayes.inference.switching.comparison
+import attnbayes.inference.switching.filters
+import attnbayes.inference.switching.gibbs
+import attnbayes.inference.switching.particle
+from attnbayes.app import outputs
+from attnbayes.app.cli import main
+from attnbayes.app.user_data import InputError, params_document
+from attnbayes.inference.deconvolution.comparison import (
+    DeconvolutionComparison,
+    compare_deconvolution,
+)
+from attnbayes.inference.diagnostics import diagnostics
+from attnbayes.inference.mcmc import (
     MIN_CHAINS,
     MIN_DRAWS_PER_CHAIN,
     MIN_TOTAL_DRAWS_LOO,
     check_sampler_sizes,
-    diagnostics,
 )
-from inference.user_data import InputError, params_document
-from models.switching import get_scenario
+from attnbayes.models.switching import get_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,12 +117,14 @@ def no_computation(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("computation started on input that should have been refused")
 
-    monkeypatch.setattr(inference.compare, "compare_deconvolution", refuse)
+    monkeypatch.setattr(
+        attnbayes.inference.deconvolution.comparison, "compare_deconvolution", refuse
+    )
     for name in ("imm_filter", "gpb1_filter", "gpb2_filter"):
-        monkeypatch.setattr(inference.filters, name, refuse)
-    monkeypatch.setattr(inference.rbpf, "rbpf", refuse)
-    monkeypatch.setattr(inference.switching_gibbs, "run_switching_gibbs", refuse)
-    monkeypatch.setattr(inference.report, "run_scenario", refuse)
+        monkeypatch.setattr(attnbayes.inference.switching.filters, name, refuse)
+    monkeypatch.setattr(attnbayes.inference.switching.particle, "rbpf", refuse)
+    monkeypatch.setattr(attnbayes.inference.switching.gibbs, "run_switching_gibbs", refuse)
+    monkeypatch.setattr(attnbayes.app.report.runners, "run_scenario", refuse)
 
 
 def _raiser(exc):
@@ -174,9 +180,15 @@ def test_the_guard_is_one_function_for_all_three_commands(out, monkeypatch, data
         return real(out_dir, name)
 
     monkeypatch.setattr(outputs, "check_target", spy)
-    monkeypatch.setattr(inference.report, "run_scenario", _raiser(Started("report")))
-    monkeypatch.setattr(inference.compare, "compare_deconvolution", _raiser(Started("dec")))
-    monkeypatch.setattr(inference.filters, "imm_filter", _raiser(Started("filter")))
+    monkeypatch.setattr(attnbayes.app.report.runners, "run_scenario", _raiser(Started("report")))
+    monkeypatch.setattr(
+        attnbayes.inference.deconvolution.comparison,
+        "compare_deconvolution",
+        _raiser(Started("dec")),
+    )
+    monkeypatch.setattr(
+        attnbayes.inference.switching.filters, "imm_filter", _raiser(Started("filter"))
+    )
     for command, argv in COMMANDS.items():
         code, _, err = run([*argv(data), "--out", out, "--name", f"n-{command}"], capsys)
         assert code == 1 and "Started" in err  # the guard passed, then computation began
@@ -225,7 +237,9 @@ def test_the_report_replaces_a_legacy_report_after_the_guard(out, capsys, monkey
     legacy.mkdir()
     (legacy / "index.html").write_text("<title>attnbayes report</title>")
     (legacy / "results.csv").write_text("section,scenario,method,metric,value\n")
-    monkeypatch.setattr(inference.report, "run_scenario", _raiser(Started("simulating")))
+    monkeypatch.setattr(
+        attnbayes.app.report.runners, "run_scenario", _raiser(Started("simulating"))
+    )
     code, _, err = run(["report", "--quick", "--out", out], capsys)
     assert code == 1 and "Started: simulating" in one_line(err)  # accepted, then computing
     assert listing(out) == [
@@ -266,7 +280,9 @@ def _nan_comparison(x, sigma, *, methods, **kwargs):
 
 
 def test_deconvolve_publishes_nothing_that_is_not_finite(dec_csv, out, capsys, monkeypatch):
-    monkeypatch.setattr(inference.compare, "compare_deconvolution", _nan_comparison)
+    monkeypatch.setattr(
+        attnbayes.inference.deconvolution.comparison, "compare_deconvolution", _nan_comparison
+    )
     code, stdout, err = run(["deconvolve", dec_csv, "--sigma", 1, "--out", out], capsys)
     assert code == 1 and stdout == ""
     assert one_line(err) == (
@@ -295,7 +311,7 @@ def test_report_fails_on_a_non_finite_table(out, capsys, monkeypatch):
         {"method": ["nuts", "nuts"], "metric": ["mse_z", "heldout_lpd"], "value": [0.5, np.nan]}
     )
     bad = (DeconvolutionComparison(table, {}), np.zeros(3), np.zeros(3), None)
-    monkeypatch.setattr(inference.report, "run_scenario", lambda *a, **k: bad)
+    monkeypatch.setattr(attnbayes.app.report.runners, "run_scenario", lambda *a, **k: bad)
     code, _, err = run(["report", "--quick", "--out", out], capsys)
     assert code == 1
     assert one_line(err) == (
@@ -354,8 +370,16 @@ def test_filter_gibbs_refuses_too_few_draws(track_csv, out, capsys, no_computati
 
 
 def test_compare_deconvolution_checks_sizes_before_sampling(monkeypatch):
-    monkeypatch.setattr(inference.compare, "run_nuts", _raiser(AssertionError("sampling")))
-    monkeypatch.setattr(inference.compare, "run_gibbs", _raiser(AssertionError("sampling")))
+    monkeypatch.setattr(
+        attnbayes.inference.deconvolution.comparison,
+        "run_nuts",
+        _raiser(AssertionError("sampling")),
+    )
+    monkeypatch.setattr(
+        attnbayes.inference.deconvolution.comparison,
+        "run_gibbs",
+        _raiser(AssertionError("sampling")),
+    )
     x = np.linspace(-2.0, 2.0, 30)
     key = jax.random.PRNGKey(0)
     for method, kwargs, pattern in (
@@ -410,9 +434,9 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_nothing(
     command, data, out, capsys, monkeypatch
 ):
     stop = _raiser(KeyboardInterrupt())
-    monkeypatch.setattr(inference.compare, "compare_deconvolution", stop)
-    monkeypatch.setattr(inference.filters, "imm_filter", stop)
-    monkeypatch.setattr(inference.report, "run_scenario", stop)
+    monkeypatch.setattr(attnbayes.inference.deconvolution.comparison, "compare_deconvolution", stop)
+    monkeypatch.setattr(attnbayes.inference.switching.filters, "imm_filter", stop)
+    monkeypatch.setattr(attnbayes.app.report.runners, "run_scenario", stop)
     code, stdout, err = run([*COMMANDS[command](data), "--out", out], capsys)
     assert (code, stdout) == (130, "")
     assert one_line(err) == "attnbayes: interrupted; nothing written"
@@ -421,7 +445,9 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_nothing(
 
 def test_debug_shows_the_traceback(dec_csv, out, capsys, monkeypatch):
     monkeypatch.setattr(
-        inference.compare, "compare_deconvolution", _raiser(TypeError("unexpected thing"))
+        attnbayes.inference.deconvolution.comparison,
+        "compare_deconvolution",
+        _raiser(TypeError("unexpected thing")),
     )
     argv = ["deconvolve", dec_csv, "--sigma", 1, "--out", out]
     code, _, err = run(argv, capsys)
@@ -444,7 +470,7 @@ def test_a_real_sigint_mid_run_exits_130_and_leaves_nothing(dec_csv, tmp_path):
     # child the handler a terminal's Python has.
     start = (
         "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "runpy.run_module('inference.cli', run_name='__main__', alter_sys=True)"
+        "runpy.run_module('attnbayes.app.cli', run_name='__main__', alter_sys=True)"
     )
     cmd = [sys.executable, "-c", start, "deconvolve", str(dec_csv), "--sigma", "1"]
     cmd += ["--method", "gibbs", "--draws", "100000", "--out", str(out)]
@@ -503,7 +529,7 @@ def test_em_that_would_not_fit_in_memory_is_refused_with_the_alternatives(
 
 def test_memory_refusal_at_the_size_of_the_report(capsys):
     """40,000 rows (the size that died allocating 38 GB) under a 24 GB limit: refused."""
-    from inference.user_runs import check_em_memory
+    from attnbayes.app.user_runs import check_em_memory
 
     with pytest.raises(InputError, match=r"^--method em: .* N = 40000 rows .* needs about"):
         check_em_memory((40_000, 1), None, memory_limit=24 * 2**30)
@@ -563,19 +589,19 @@ def _disk_full(tmp, target):
 
 EXIT_TABLE = [
     # (command, situation, patches {module: {name: stub}}, extra argv, exit status)
-    ("report", "success", {inference.report: {"write_report": _ok_report}}, [], 0),
+    ("report", "success", {attnbayes.app.report: {"write_report": _ok_report}}, [], 0),
     ("report", "bad input", {}, ["--name", "a/b"], 2),
     (
         "report",
         "fails computing",
-        {inference.report: {"run_scenario": _raiser(ValueError("x"))}},
+        {attnbayes.app.report.runners: {"run_scenario": _raiser(ValueError("x"))}},
         [],
         1,
     ),
     (
         "report",
         "interrupted",
-        {inference.report: {"run_scenario": _raiser(KeyboardInterrupt())}},
+        {attnbayes.app.report.runners: {"run_scenario": _raiser(KeyboardInterrupt())}},
         [],
         130,
     ),
@@ -584,7 +610,11 @@ EXIT_TABLE = [
     (
         "deconvolve",
         "fails computing",
-        {inference.compare: {"compare_deconvolution": _raiser(ValueError("x"))}},
+        {
+            attnbayes.inference.deconvolution.comparison: {
+                "compare_deconvolution": _raiser(ValueError("x"))
+            }
+        },
         [],
         1,
     ),
@@ -592,7 +622,11 @@ EXIT_TABLE = [
     (
         "deconvolve",
         "interrupted",
-        {inference.compare: {"compare_deconvolution": _raiser(KeyboardInterrupt())}},
+        {
+            attnbayes.inference.deconvolution.comparison: {
+                "compare_deconvolution": _raiser(KeyboardInterrupt())
+            }
+        },
         [],
         130,
     ),
@@ -601,7 +635,7 @@ EXIT_TABLE = [
     (
         "filter",
         "fails computing",
-        {inference.filters: {"imm_filter": _raiser(FloatingPointError("x"))}},
+        {attnbayes.inference.switching.filters: {"imm_filter": _raiser(FloatingPointError("x"))}},
         [],
         1,
     ),
@@ -609,7 +643,7 @@ EXIT_TABLE = [
     (
         "filter",
         "interrupted",
-        {inference.filters: {"imm_filter": _raiser(KeyboardInterrupt())}},
+        {attnbayes.inference.switching.filters: {"imm_filter": _raiser(KeyboardInterrupt())}},
         [],
         130,
     ),
@@ -642,7 +676,9 @@ def test_sigterm_exits_143_and_leaves_nothing(dec_csv, out, capsys, monkeypatch)
         time.sleep(5)  # the handler raises before this ends
         raise AssertionError("SIGTERM was not handled")
 
-    monkeypatch.setattr(inference.compare, "compare_deconvolution", terminate)
+    monkeypatch.setattr(
+        attnbayes.inference.deconvolution.comparison, "compare_deconvolution", terminate
+    )
     code, _, err = run(["deconvolve", dec_csv, "--sigma", 1, "--out", out], capsys)
     assert code == 143 and one_line(err) == "attnbayes: terminated; nothing written"
     assert listing(out) == ["keep.txt"]
@@ -684,11 +720,14 @@ COMPARE_SWITCHING_CASES = {
 
 @pytest.mark.parametrize("case", list(COMPARE_SWITCHING_CASES))
 def test_compare_switching_refuses_bad_arguments_before_running(case, monkeypatch):
-    from inference.switching_comparison import compare_switching
+    from attnbayes.inference.switching.comparison import compare_switching
 
     for name in ("imm_filter", "gpb1_filter", "gpb2_filter", "exact_filter", "rbpf"):
         monkeypatch.setattr(
-            inference.switching_comparison, name, _raiser(AssertionError("ran")), raising=True
+            attnbayes.inference.switching.comparison,
+            name,
+            _raiser(AssertionError("ran")),
+            raising=True,
         )
     params = get_scenario("maneuvering-target")
     kwargs, pattern = COMPARE_SWITCHING_CASES[case]
@@ -698,7 +737,7 @@ def test_compare_switching_refuses_bad_arguments_before_running(case, monkeypatc
 
 
 def test_compare_switching_refuses_to_tabulate_an_overflowed_filter(explosive_series):
-    from inference.switching_comparison import compare_switching
+    from attnbayes.inference.switching.comparison import compare_switching
 
     params, y = explosive_series
     with pytest.raises(FloatingPointError, match=r"^imm: non-finite .* from step 15\d"):
@@ -708,7 +747,7 @@ def test_compare_switching_refuses_to_tabulate_an_overflowed_filter(explosive_se
 
 
 def test_switching_gibbs_refuses_to_return_non_finite_draws(explosive_series):
-    from inference.switching_gibbs import run_switching_gibbs
+    from attnbayes.inference.switching.gibbs import run_switching_gibbs
 
     params, y = explosive_series
     with pytest.raises(FloatingPointError, match=r"^run_switching_gibbs: non-finite .* from step"):

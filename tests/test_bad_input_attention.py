@@ -2,8 +2,8 @@
 
 The project's standard: a ``ValueError`` raised before tracing whose message starts with the
 argument's name; never a cryptic traceback, a silent NaN or a wrong answer. This catalogue
-covers every public function of ``inference.simplex``, ``inference.attention`` and
-``inference.kernel_regression`` against NaN / inf, empty, wrong-rank, complex and non-numeric
+covers every public function of ``attnbayes.inference.attention.simplex``, ``attnbayes.inference.attention`` and
+``attnbayes.inference.kernel_regression`` against NaN / inf, empty, wrong-rank, complex and non-numeric
 arrays, bad scalars and names, and scores that overflow. Every array is tiny and every case
 raises before JAX runs, so each takes milliseconds.
 
@@ -26,8 +26,7 @@ import numpy as np
 import pytest
 from test_validation import _jax_frames, full_tracebacks  # noqa: F401 (a fixture)
 
-from inference.attention import (
-    _dot_product,
+from attnbayes.inference.attention import (
     additive_scores,
     attend,
     dot_product_scores,
@@ -37,13 +36,8 @@ from inference.attention import (
     scored_attention,
     softmax_attention,
 )
-from inference.kernel_regression import (
-    kernel_scores,
-    leave_one_out,
-    nadaraya_watson,
-    select_bandwidth,
-)
-from inference.simplex import (
+from attnbayes.inference.attention.scores import _dot_product
+from attnbayes.inference.attention.simplex import (
     entmax15,
     entmax_bisect,
     regularised_argmax,
@@ -51,6 +45,12 @@ from inference.simplex import (
     regulariser_value,
     softmax,
     sparsemax,
+)
+from attnbayes.inference.kernel_regression import (
+    kernel_scores,
+    leave_one_out,
+    nadaraya_watson,
+    select_bandwidth,
 )
 
 # ----------------------------------------------------------------------------- tiny inputs
@@ -150,7 +150,7 @@ BAD_NAMES = {"unknown": "bogus", "none": None, "int": 3}
 
 
 def _simplex_maps():
-    """Every weight map of inference.simplex, as f(scores, temperature=..., axis=...)."""
+    """Every weight map of attnbayes.inference.attention.simplex, as f(scores, temperature=..., axis=...)."""
     return {
         "softmax": softmax,
         "sparsemax": sparsemax,
@@ -189,7 +189,7 @@ def _qk_calls(q=Q, k=K, **kw):
 
 
 def _kr_calls(keys=XK, values=YK, queries=XQ, **kw):
-    """Every public function of inference.kernel_regression on one problem."""
+    """Every public function of attnbayes.inference.kernel_regression on one problem."""
     bandwidth = kw.pop("bandwidth", 0.7)
     return {
         "kernel_scores": lambda: kernel_scores(queries, keys, bandwidth=bandwidth, **kw),
@@ -213,7 +213,7 @@ def _cases():
     def add(label, call, pattern):
         cases.append((label, call, pattern))
 
-    # --------------------------------------------------------------- inference.simplex
+    # --------------------------------------------------------------- attnbayes.inference.attention.simplex
     for fn_name, fn in _simplex_maps().items():
         for label, s in bad_arrays(S, wrong_rank=np.float64(1.0), neg_inf_allowed=True).items():
             if label == "ragged":
@@ -322,7 +322,7 @@ def _cases():
         )
     add("regulariser_value-axis", lambda: regulariser_value(P3, axis=2), "^axis: ")
 
-    # --------------------------------------------------------------- inference.attention
+    # --------------------------------------------------------------- attnbayes.inference.attention
     for label, q in bad_arrays(Q, wrong_rank=Q[0]).items():
         for fn, call in _qk_calls(q=q).items():
             add(f"{fn}-queries-{label}", call, "^queries: ")
@@ -493,7 +493,7 @@ def _cases():
     )
     add("key_moments-overflow", lambda: key_moments(np.array([HUGE, 0.0]), k_huge), "^query: ")
 
-    # --------------------------------------------------------------- inference.kernel_regression
+    # --------------------------------------------------------------- attnbayes.inference.kernel_regression
     for label, k in bad_arrays(XK, wrong_rank=np.zeros((5, 1, 1))).items():
         for fn, call in _kr_calls(keys=k).items():
             add(f"{fn}-keys-{label}", call, "^keys: ")

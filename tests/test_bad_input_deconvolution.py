@@ -3,7 +3,7 @@
 The project's standard: a ``ValueError`` (or ``TypeError``) raised before tracing whose message
 starts with the argument's name; never a cryptic traceback, a silent NaN or a wrong answer.
 ``tests/test_validation.py`` holds the older EM catalogue; this one covers what it does not:
-every public function of ``inference.em``, ``inference.npmle`` and ``models.deconvolution``
+every public function of ``attnbayes.inference.deconvolution.em``, ``attnbayes.inference.deconvolution.kiefer_wolfowitz`` and ``attnbayes.models.deconvolution``
 against huge values, NaN/inf, empty, complex and wrong-rank arrays and bad scalars. Every
 array is tiny, so each case runs in milliseconds.
 
@@ -12,10 +12,10 @@ Also here, the regression tests of issue 12:
 - finding 2: data (and atoms or grid points) whose spread in units of sigma makes the squared
   distances overflow are refused, naming the argument and the limit; just inside the limit
   every entry point returns finite numbers; under ``jax.jit`` (no checks) the overflow shows
-  as NaN / -inf, and ``inference.em.check_problem`` refuses the concrete inputs;
+  as NaN / -inf, and ``attnbayes.inference.deconvolution.em.check_problem`` refuses the concrete inputs;
 - finding 5: one outlier 1e6 sigma away leaves the float32 fit of the bulk within 1e-3 sigma of
   the float64 fit (dense, streamed and sharded);
-- finding 9: ``inference.em.estep_memory_bytes`` against XLA's compiled memory analysis.
+- finding 9: ``attnbayes.inference.deconvolution.em.estep_memory_bytes`` against XLA's compiled memory analysis.
 """
 
 import jax
@@ -25,16 +25,16 @@ import numpyro
 import pytest
 from test_validation import _jax_frames, full_tracebacks  # noqa: F401 (a fixture)
 
-from inference import em
-from inference.npmle import (
+from attnbayes import validation
+from attnbayes.inference.deconvolution import em
+from attnbayes.inference.deconvolution.kiefer_wolfowitz import (
     NPMLEResult,
     default_grid,
     npmle,
     npmle_gradient,
     npmle_posterior,
 )
-from models import _checks
-from models.deconvolution import (
+from attnbayes.models.deconvolution import (
     DiscreteMeasure,
     check_measure,
     deconvolution_model,
@@ -487,7 +487,7 @@ def _cases():
     )
     add("npmle_posterior-result-none", lambda: npmle_posterior(X1, 1.0, None), "^result: ")
 
-    # --- models.deconvolution: simulate, get_measure, DiscreteMeasure, deconvolution_model
+    # --- attnbayes.models.deconvolution: simulate, get_measure, DiscreteMeasure, deconvolution_model
     for label, n in (("zero", 0), ("negative", -2), ("float", 2.5), ("bool", True)):
         add(
             f"simulate-num_points-{label}",
@@ -620,7 +620,7 @@ def test_just_inside_the_spread_limit_every_entry_point_is_finite(dtype, dim):
     covers the sum over p coordinates and the log-likelihood's sum over N points, even with
     every point far from the only atom (log p(x) about -N p D^2 / 2 = -0.1 finfo.max)."""
     n = 4
-    d = 0.9 * _checks.max_scaled_spread(dtype, n, dim)
+    d = 0.9 * validation.max_scaled_spread(dtype, n, dim)
     x = np.zeros((n, dim), dtype)
     x[:, 0] = [0.0, 0.5, 1.0, d]
     far_atom = np.full((1, dim), 0.0, dtype)
@@ -676,7 +676,7 @@ def test_under_jit_the_checks_cannot_run_and_overflow_gives_nan():
 
 
 def test_spread_message_names_the_limit():
-    limit = _checks.max_scaled_spread(np.float64, 4, 1)
+    limit = validation.max_scaled_spread(np.float64, 4, 1)
     with pytest.raises(ValueError) as excinfo:
         em.fit_em(X1_HUGE, 1.0)
     message = str(excinfo.value)

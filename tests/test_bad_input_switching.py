@@ -10,7 +10,7 @@ parameters and bad scalars. Every array is tiny and every case is refused before
 each runs in milliseconds.
 
 Also here, finding 8 of issue 12: on valid but explosive dynamics the filters overflow and,
-running compiled, cannot raise; ``inference.filters.check_filter_result`` raises
+running compiled, cannot raise; ``attnbayes.inference.switching.filters.check_filter_result`` raises
 ``FloatingPointError`` naming the first non-finite step. The step is computed independently
 (a NumPy recursion of the variance that the observations do not reach) and checked for every
 filter, the smoothers and the RBPF. A model that is explosive along observed directions stays
@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from test_validation import _jax_frames, full_tracebacks  # noqa: F401 (a fixture)
 
-from inference.filters import (
+from attnbayes.inference.switching.comparison import compare_switching
+from attnbayes.inference.switching.filters import (
     FilterResult,
     SmootherResult,
     attention_as_imm_step,
@@ -39,9 +40,8 @@ from inference.filters import (
     one_step_log_predictive,
     rbpf,
 )
-from inference.switching_comparison import compare_switching
-from inference.switching_gibbs import run_switching_gibbs
-from models.switching import (
+from attnbayes.inference.switching.gibbs import run_switching_gibbs
+from attnbayes.models.switching import (
     SwitchingParams,
     SwitchingPriors,
     get_scenario,

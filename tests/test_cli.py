@@ -1,5 +1,5 @@
 """``attnbayes deconvolve`` and ``attnbayes filter`` on users' files, run in-process through
-``inference.cli.main``: the documented outputs, their agreement with the library, and the
+``attnbayes.app.cli.main``: the documented outputs, their agreement with the library, and the
 refusal of malformed input (exit status 2, a message naming line and column, no output)."""
 
 import json
@@ -12,14 +12,14 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from inference import cli, outputs, user_runs
-from inference.cli import main
-from inference.compare import compare_deconvolution
-from inference.filters import imm_filter
-from inference.rbpf import rbpf
-from inference.smoothers import kim_smoother
-from inference.user_data import PARAMS_FIELDS, read_params, read_table
-from models.switching import SCENARIOS, get_scenario
+from attnbayes.app import cli, outputs, user_runs
+from attnbayes.app.cli import main
+from attnbayes.app.user_data import PARAMS_FIELDS, read_params, read_table
+from attnbayes.inference.deconvolution.comparison import compare_deconvolution
+from attnbayes.inference.switching.filters import imm_filter
+from attnbayes.inference.switching.particle import rbpf
+from attnbayes.inference.switching.smoothers import kim_smoother
+from attnbayes.models.switching import SCENARIOS, get_scenario
 
 SIGMA = 1.0
 MISSING_STEPS = (4, 5, 17)
@@ -75,7 +75,7 @@ def listing(folder):
 def test_help_lists_commands_options_defaults_and_exit_statuses(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # no wrapping inside the option texts
     done = subprocess.run(
-        [sys.executable, "-m", "inference.cli", "--help"],
+        [sys.executable, "-m", "attnbayes.app.cli", "--help"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -127,7 +127,7 @@ def test_help_lists_commands_options_defaults_and_exit_statuses(capsys, monkeypa
 def test_cli_names_agree_with_the_library():
     import inspect
 
-    from inference.report import write_report
+    from attnbayes.app.report import write_report
 
     assert inspect.signature(write_report).parameters["name"].default == cli.REPORT_NAME
     assert cli.FILTER_SCENARIOS == tuple(SCENARIOS)
@@ -359,16 +359,18 @@ def no_jax_work(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("JAX work started on bad input")
 
-    import inference.compare
-    import inference.filters
-    import inference.rbpf
-    import inference.switching_gibbs
+    import attnbayes.inference.deconvolution.comparison
+    import attnbayes.inference.switching.filters
+    import attnbayes.inference.switching.gibbs
+    import attnbayes.inference.switching.particle
 
-    monkeypatch.setattr(inference.compare, "compare_deconvolution", refuse)
+    monkeypatch.setattr(
+        attnbayes.inference.deconvolution.comparison, "compare_deconvolution", refuse
+    )
     for name in ("imm_filter", "gpb1_filter", "gpb2_filter"):
-        monkeypatch.setattr(inference.filters, name, refuse)
-    monkeypatch.setattr(inference.rbpf, "rbpf", refuse)
-    monkeypatch.setattr(inference.switching_gibbs, "run_switching_gibbs", refuse)
+        monkeypatch.setattr(attnbayes.inference.switching.filters, name, refuse)
+    monkeypatch.setattr(attnbayes.inference.switching.particle, "rbpf", refuse)
+    monkeypatch.setattr(attnbayes.inference.switching.gibbs, "run_switching_gibbs", refuse)
 
 
 DECONVOLVE_CASES = {
@@ -470,7 +472,7 @@ def test_a_failing_run_writes_nothing(dec_csv, tmp_path, capsys, monkeypatch):
 
 
 def _params_doc():
-    from inference.user_data import params_document
+    from attnbayes.app.user_data import params_document
 
     return params_document(get_scenario("maneuvering-target"))
 

@@ -5,10 +5,10 @@ import jax
 import numpy as np
 import pytest
 
-from inference import em
-from inference.compare import METHODS, compare_deconvolution
-from inference.invariants import add_invariants, measure_cdf
-from models.deconvolution import DiscreteMeasure
+from attnbayes.inference.deconvolution import em
+from attnbayes.inference.deconvolution.comparison import METHODS, compare_deconvolution
+from attnbayes.inference.deconvolution.invariants import add_invariants, measure_cdf
+from attnbayes.models.deconvolution import DiscreteMeasure
 
 
 def _fake_posterior(atoms, weights):
@@ -169,7 +169,7 @@ def test_heldout_lpd_brute_force():
     draws of that density (the posterior predictive), against SciPy."""
     from scipy.stats import multivariate_normal
 
-    from inference.compare import _heldout_lpd, _mixture_lpd
+    from attnbayes.inference.deconvolution.comparison import _heldout_lpd, _mixture_lpd
 
     rng = np.random.default_rng(5)
     held = rng.normal(size=(40, 2))

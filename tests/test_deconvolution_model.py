@@ -12,7 +12,7 @@ from numpyro.infer.util import log_density
 from scipy import integrate, special, stats
 from scipy.special import logsumexp
 
-from models.deconvolution import (
+from attnbayes.models.deconvolution import (
     DiscreteMeasure,
     SortedNormal,
     check_measure,

@@ -15,9 +15,9 @@ from hypothesis.extra import numpy as hnp
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
 
-from inference import em
-from inference.attention import softmax_attention
-from models.deconvolution import simulate
+from attnbayes.inference.attention import softmax_attention
+from attnbayes.inference.deconvolution import em
+from attnbayes.models.deconvolution import simulate
 
 # ----------------------------------------------------------------------------- references
 
@@ -438,9 +438,9 @@ _FOUR_DEVICE_SCRIPT = """
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
-from inference import em
-from inference.em import _em_step
-from models.deconvolution import simulate
+from attnbayes.inference.deconvolution import em
+from attnbayes.inference.deconvolution.em import _em_step
+from attnbayes.models.deconvolution import simulate
 
 assert jax.local_device_count() == 4, jax.local_device_count()
 _, x = simulate(jax.random.key(5), "ring", 0.5, 103)
@@ -486,7 +486,7 @@ def test_sharded_over_four_devices_in_a_fresh_process():
 
 
 def test_e_step_attention_log_normalizer_contract(vector_problem):
-    """``e_step_attention`` (used inside jit by inference.gibbs and inference.invariants) keeps
+    """``e_step_attention`` (used inside jit by attnbayes.inference.deconvolution.gibbs and attnbayes.inference.deconvolution.invariants) keeps
     its contract: log p(x_i) = log_normalizer_i - beta |x_i - c|^2 / 2 - p log(2 pi s^2) / 2
     with c = mean of x, and A, z_hat as ``posterior``."""
     x, atoms, weights, sigma = vector_problem

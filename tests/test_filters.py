@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from inference.attention import softmax_attention
-from inference.filters import (
+from attnbayes.inference.attention import softmax_attention
+from attnbayes.inference.switching.filters import (
     FilterResult,
     attention_as_imm_step,
     exact_filter,
@@ -15,7 +15,7 @@ from inference.filters import (
     imm_filter,
     kalman_filter,
 )
-from models.switching import SwitchingParams, maneuvering_target, simulate
+from attnbayes.models.switching import SwitchingParams, maneuvering_target, simulate
 
 
 def one_mode(params: SwitchingParams, mode: int) -> SwitchingParams:
@@ -129,7 +129,7 @@ def test_kalman_filter_on_the_turning_mode_of_the_scenario():
 
 
 def kalman_filter_jit(params, obs):
-    from inference.kalman import _kalman_filter
+    from attnbayes.inference.switching.kalman import _kalman_filter
 
     return _kalman_filter(SwitchingParams(*(jax.numpy.asarray(a) for a in params)), obs)
 
@@ -393,7 +393,7 @@ def test_exact_filter_log_likelihood_equals_the_model_density():
     from numpyro.infer.util import log_density
     from switching_bruteforce import log_posterior_density, random_switching_params
 
-    from models.switching import switching_model
+    from attnbayes.models.switching import switching_model
 
     rng = np.random.default_rng(8)
     params = random_switching_params(rng, M=2, d=2, o=1)

@@ -20,10 +20,11 @@ from numpyro.infer.util import log_density
 from scipy import stats
 from scipy.special import gammaln, logsumexp
 
-from inference import em, gibbs
-from inference.invariants import INVARIANT_NAMES, add_invariants
-from inference.mcmc import diagnostics
-from models.deconvolution import deconvolution_model, model_dims
+from attnbayes.inference import sampling
+from attnbayes.inference.deconvolution import em, gibbs
+from attnbayes.inference.deconvolution.invariants import INVARIANT_NAMES, add_invariants
+from attnbayes.inference.diagnostics import diagnostics
+from attnbayes.models.deconvolution import deconvolution_model, model_dims
 
 GROUPS = ("posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data")
 NUM_SAMPLES = 200  # one compiled configuration for every fast run on the three-atom data
@@ -268,7 +269,7 @@ def test_atoms_conditional_matches_numpy(p):
 
 @pytest.mark.parametrize("alpha", [0.05, 1.0, 7.5, 301.0])
 def test_log_gamma_draws_are_gamma(alpha):
-    draws = jax.jit(gibbs._log_gamma)(jax.random.PRNGKey(4), np.full((4000,), alpha))
+    draws = jax.jit(sampling.log_gamma)(jax.random.PRNGKey(4), np.full((4000,), alpha))
     assert np.all(np.isfinite(np.asarray(draws)))  # tiny alpha: very negative, never -inf
     result = stats.kstest(np.asarray(draws), lambda t: stats.gamma(alpha).cdf(np.exp(t)))
     assert result.pvalue > 1e-3, result

@@ -1,7 +1,7 @@
 """Nadaraya-Watson as attention, bandwidth selection and the kernel joint, against references.
 
 References: statsmodels ``KernelReg`` (local constant, same bandwidth; its ``cv_ls``
-bandwidth), brute-force NumPy loops written out here, ``inference.attention``'s
+bandwidth), brute-force NumPy loops written out here, ``attnbayes.inference.attention``'s
 ``neg_sq_distance_scores``, and Monte Carlo draws from the NumPyro kernel-joint program.
 """
 
@@ -19,9 +19,9 @@ from numpyro.infer import Predictive
 from statsmodels.nonparametric import kernels as sm_kernels
 from statsmodels.nonparametric.kernel_regression import KernelReg
 
-from inference import kernel_regression as kr
-from inference.attention import neg_sq_distance_scores, softmax
-from inference.kernel_regression import (
+from attnbayes.inference import kernel_regression as kr
+from attnbayes.inference.attention import neg_sq_distance_scores, softmax
+from attnbayes.inference.kernel_regression import (
     COMPACT_KERNELS,
     KERNELS,
     EmptyWindowWarning,
@@ -30,7 +30,7 @@ from inference.kernel_regression import (
     nadaraya_watson,
     select_bandwidth,
 )
-from models.kernel_joint import (
+from attnbayes.models.kernel_joint import (
     component_posterior,
     conditional_mean,
     conditional_moments,
@@ -614,7 +614,7 @@ def test_leave_one_out_and_model_reject_bad_input():
 def test_dense_loo_gradient_is_finite_at_small_bandwidths():
     """The diagonal is masked before exponentiation: exp of it overflowed and 0 * inf gave a
     NaN gradient, which the per-coordinate L-BFGS-B search would have been fed."""
-    from inference.kernel_regression import _loo_data, _loo_dense_value_and_grad
+    from attnbayes.inference.kernel_regression import _loo_data, _loo_dense_value_and_grad
 
     rng = np.random.default_rng(21)
     x = rng.uniform(0, 10, (40, 2))
@@ -626,7 +626,7 @@ def test_dense_loo_gradient_is_finite_at_small_bandwidths():
 
 
 def test_kernel_joint_refuses_a_bandwidth_whose_inverse_square_overflows():
-    from models.kernel_joint import conditional_mean
+    from attnbayes.models.kernel_joint import conditional_mean
 
     x, y = np.linspace(0, 1, 5), np.arange(5.0)
     with pytest.raises(ValueError, match="^bandwidth"):

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from inference.npmle import npmle, npmle_posterior
+from attnbayes.inference.deconvolution.kiefer_wolfowitz import npmle, npmle_posterior
 
 N, REPS = 1000, 40
 # (k, mu): GMLEB by interior point, Koenker & Mizera (2014), Table 2

@@ -9,8 +9,9 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 
-from inference.mcmc import diagnostics, run_nuts
-from models.deconvolution import three_atoms
+from attnbayes.inference.diagnostics import diagnostics
+from attnbayes.inference.mcmc import run_nuts
+from attnbayes.models.deconvolution import three_atoms
 
 GROUPS = ("posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data")
 

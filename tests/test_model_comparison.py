@@ -6,17 +6,17 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from inference import model_comparison as mc
-from inference.filters import (
+from attnbayes.inference import model_comparison as mc
+from attnbayes.inference.switching.filters import (
     gpb1_filter,
     gpb2_filter,
     imm_filter,
     kalman_filter,
     one_step_log_predictive,
 )
-from models.deconvolution import simulate
-from models.switching import SwitchingPriors, coordinated_turn, maneuvering_target
-from models.switching import simulate as simulate_switching
+from attnbayes.models.deconvolution import simulate
+from attnbayes.models.switching import SwitchingPriors, coordinated_turn, maneuvering_target
+from attnbayes.models.switching import simulate as simulate_switching
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,15 @@ from scipy.optimize import minimize
 from scipy.special import logsumexp
 from scipy.stats import norm
 
-from inference import em
-from inference.npmle import (
+from attnbayes.inference.deconvolution import em
+from attnbayes.inference.deconvolution.kiefer_wolfowitz import (
     NPMLEResult,
     default_grid,
     npmle,
     npmle_gradient,
     npmle_posterior,
 )
-from models.deconvolution import simulate
+from attnbayes.models.deconvolution import simulate
 
 N1, N2, G = 200, 150, 40
 SIGMA1, SIGMA2 = 1.0, 0.5

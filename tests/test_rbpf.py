@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from switching_bruteforce import enumerate_posterior, random_switching_params
 
-from inference.kalman import FilterResult, kalman_filter
-from inference.rbpf import rbpf, systematic_resample
+from attnbayes.inference.switching.kalman import FilterResult, kalman_filter
+from attnbayes.inference.switching.particle import rbpf, systematic_resample
 
 NUM_PARTICLES = 2500  # per run; the accuracy test averages REPLICATES runs
 REPLICATES = 8

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from inference import outputs, report
-from inference.cli import main
-from inference.compare import METHODS
-from inference.mcmc import diagnostics
-from inference.report import SECTIONS, write_report
+from attnbayes.app import outputs, report
+from attnbayes.app.cli import main
+from attnbayes.app.report import SECTIONS, write_report
+from attnbayes.inference.deconvolution.comparison import METHODS
+from attnbayes.inference.diagnostics import diagnostics
 
 # Smaller than `--quick` where no check below depends on the size: fewer points and NUTS
 # draws, a shorter maneuvering target with fewer Gibbs draws, and K in {1, 3} for PSIS-LOO.
@@ -164,7 +164,7 @@ def test_failed_report_leaves_nothing(tmp_path, monkeypatch):
     (tmp_path / "small" / "index.html").write_text("old report")
     # an earlier report of ours (its run.json), which the guard lets a new run replace
     (tmp_path / "small" / outputs.MANIFEST).write_text(outputs.manifest_json("report"))
-    monkeypatch.setattr(report, "run_scenario", boom)
+    monkeypatch.setattr(report.runners, "run_scenario", boom)
     with pytest.raises(RuntimeError, match="simulation failed"):
         write_report(tmp_path, name="small", quick=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small"]

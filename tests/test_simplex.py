@@ -9,7 +9,7 @@ import pytest
 from jax.test_util import check_grads
 from scipy.optimize import minimize
 
-from inference.simplex import (
+from attnbayes.inference.attention.simplex import (
     entmax15,
     entmax_bisect,
     regularised_argmax,

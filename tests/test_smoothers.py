@@ -12,15 +12,15 @@ import pytest
 from scipy.special import logsumexp
 from switching_bruteforce import enumerate_posterior, random_switching_params
 
-from inference.kalman import FilterResult, kalman_filter
-from inference.smoothers import (
+from attnbayes.inference.switching.kalman import FilterResult, kalman_filter
+from attnbayes.inference.switching.smoothers import (
     SmootherResult,
     exact_smoother,
     fixed_modes_smoother,
     kalman_smoother,
     kim_smoother,
 )
-from models.switching import SwitchingParams, maneuvering_target, simulate
+from attnbayes.models.switching import SwitchingParams, maneuvering_target, simulate
 
 FIELDS = ("mode_probs", "means", "covs", "mean", "cov")
 
@@ -243,7 +243,7 @@ def test_kim_smoother_equals_the_recursions_written_out(maneuver):
     """M = 2 with different F_j and Q_j (rank 2), from the exact and the IMM filter: the
     vectorised backward pass is Kim's recursion term by term (the RTS pair steps, the joint
     mode weights and the collapse), not just close to the exact smoother."""
-    from inference.filters import imm_filter
+    from attnbayes.inference.switching.filters import imm_filter
 
     params, _, y, filt, _ = maneuver
     for base in (filt, imm_filter(params, y)):
@@ -297,7 +297,7 @@ def test_kim_smoother_mode_probs_exact_in_the_hmm_limit(maneuver):
 
 def test_kim_smoother_from_the_imm_filter(maneuver):
     """Kim's smoother fed the IMM filter."""
-    from inference.filters import imm_filter
+    from attnbayes.inference.switching.filters import imm_filter
 
     params, _, y, _, exact = maneuver
     imm = imm_filter(params, y)

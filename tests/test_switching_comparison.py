@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from switching_bruteforce import enumerate_posterior, random_switching_params
 
-from inference.compare import compare_switching
-from inference.switching_comparison import SWITCHING_METHODS, default_switching_methods
-from models.switching import maneuvering_target, simulate
+from attnbayes.inference.switching import compare_switching
+from attnbayes.inference.switching.comparison import SWITCHING_METHODS, default_switching_methods
+from attnbayes.models.switching import maneuvering_target, simulate
 
 NUM_STEPS = 6
 

@@ -1,11 +1,11 @@
-"""Gibbs sampling of the switching state-space model (``inference.switching_gibbs``).
+"""Gibbs sampling of the switching state-space model (``attnbayes.inference.switching.gibbs``).
 
 Checked against dense Gaussian computations written out here in NumPy/SciPy: the collapsed
 single-site conditionals p(s_t | s_{-t}, y) against normalising p(s, y) over s_t (log p(y | s)
 from the dense joint of (x, y) given s), the Kalman FFBS draws against the dense conditional of
 x | s, y, the conditional mode sampler against p(s | x, y) enumerated over histories, the
 conjugate parameter draws against SciPy's Beta and inverse-gamma laws, ``lp`` against SciPy
-log-densities (and, summed over histories, against ``models.switching.switching_log_joint``),
+log-densities (and, summed over histories, against ``attnbayes.models.switching.switching_log_joint``),
 and short chains against the exact smoothing posterior of ``switching_bruteforce``. Slow: the
 maneuvering-target scenario (R-hat of every state coordinate), and with priors on Pi, c, r the
 posterior means against NUTS on ``switching_model``.
@@ -24,10 +24,11 @@ from scipy import stats
 from scipy.special import logsumexp
 from switching_bruteforce import enumerate_posterior, random_switching_params
 
-from inference import switching_gibbs as sg
-from inference.kalman import check_inputs, kalman_update
-from inference.mcmc import diagnostics, run_nuts
-from models.switching import (
+from attnbayes.inference.diagnostics import diagnostics
+from attnbayes.inference.mcmc import run_nuts
+from attnbayes.inference.switching import gibbs as sg
+from attnbayes.inference.switching.kalman import check_inputs, kalman_update
+from attnbayes.models.switching import (
     SwitchingParams,
     SwitchingPriors,
     maneuvering_target,

@@ -17,8 +17,8 @@ from switching_bruteforce import (
     random_switching_params,
 )
 
-from inference.kalman import kalman_filter
-from models.switching import (
+from attnbayes.inference.switching.kalman import kalman_filter
+from attnbayes.models.switching import (
     SwitchingParams,
     SwitchingPriors,
     check_params,
@@ -91,7 +91,7 @@ def test_simulate_shapes_and_laws():
 
 
 def simulate_jit(key, params):
-    from models.switching import _simulate
+    from attnbayes.models.switching import _simulate
 
     arrays = SwitchingParams(*(jax.numpy.asarray(a) for a in params))
     return _simulate(key, arrays, 400)

@@ -1,6 +1,6 @@
 """Bad input is refused with a ValueError naming the argument, before JAX sees it.
 
-Also: the 1-D Wasserstein distance and the discrete posterior intervals of ``inference.compare``
+Also: the 1-D Wasserstein distance and the discrete posterior intervals of ``attnbayes.inference.deconvolution.comparison``
 against SciPy and a brute-force loop.
 """
 
@@ -10,9 +10,18 @@ import numpy as np
 import pytest
 from scipy.stats import wasserstein_distance
 
-from inference import em
-from inference.compare import compare_deconvolution, discrete_posterior_intervals, wasserstein1
-from models.deconvolution import DiscreteMeasure, deconvolution_model, get_measure, simulate
+from attnbayes.inference.deconvolution import em
+from attnbayes.inference.deconvolution.comparison import (
+    compare_deconvolution,
+    discrete_posterior_intervals,
+    wasserstein1,
+)
+from attnbayes.models.deconvolution import (
+    DiscreteMeasure,
+    deconvolution_model,
+    get_measure,
+    simulate,
+)
 
 X1 = np.array([-1.0, 0.5, 2.0, 3.0])  # (N,) with N = 4
 A1 = np.array([-1.0, 2.0])

@@ -24,7 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.kalman import (
+from ... import validation
+from ...models.switching import SwitchingParams
+from .kalman import (
     FilterResult,
     _kalman_filter,
     check_inputs,
@@ -35,8 +37,6 @@ from inference.kalman import (
     normalise_log_weights,
     symmetrise,
 )
-from models import _checks
-from models.switching import SwitchingParams
 
 
 class SmootherResult(NamedTuple):
@@ -251,7 +251,7 @@ def exact_smoother(
             values are not used).
         max_histories: refuse (``ValueError``) when M^T exceeds this.
     """
-    max_histories = _checks.check_positive_int("max_histories", max_histories)
+    max_histories = validation.check_positive_int("max_histories", max_histories)
     params, obs = check_inputs(params, observations)
     m, t_max = params.initial_probs.shape[0], obs.shape[0]
     if m**t_max > max_histories:
@@ -302,7 +302,7 @@ def fixed_modes_smoother(params: SwitchingParams, observations, modes) -> Smooth
     """
     params, obs = check_inputs(params, observations)
     m, t_max = params.initial_probs.shape[0], obs.shape[0]
-    if not _checks.is_traced(modes):
+    if not validation.is_traced(modes):
         arr = np.asarray(modes)
         if arr.dtype == object or not (
             np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.bool_)
@@ -378,13 +378,13 @@ def _check_filtered(filtered, num_steps: int, num_modes: int, dim: int, dtype) -
     }
     out = {}
     for field, shape in expected.items():
-        arr = _checks.as_float_array(f"filtered.{field}", getattr(filtered, field))
+        arr = validation.as_float_array(f"filtered.{field}", getattr(filtered, field))
         if tuple(arr.shape) != shape:
             raise ValueError(
                 f"filtered.{field}: expected shape {shape} (T, M, d from params and "
                 f"observations), got {tuple(arr.shape)}"
             )
-        if not _checks.is_traced(arr):
+        if not validation.is_traced(arr):
             arr = np.asarray(arr)
             if field != "log_likelihood" and not np.all(np.isfinite(arr)):
                 per_step = np.isfinite(arr.reshape(num_steps, -1)).all(axis=1)

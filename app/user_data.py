@@ -476,7 +476,7 @@ def read_params(path):
     Raises:
         InputError: naming the file and the field (JSON syntax errors: line and column).
     """
-    from models.switching import SwitchingParams, check_params
+    from ..models.switching import SwitchingParams, check_params
 
     path = str(path)
     text = _decode(path, _read_bytes(path))

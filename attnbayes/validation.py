@@ -139,6 +139,10 @@ def check_bandwidth(name: str, bandwidth, dim: int, dtype):
 
     Returns it broadcast to (dim,) in ``dtype`` (a NumPy array, or a JAX array when traced).
     """
+    if isinstance(bandwidth, bool | np.bool_) or (
+        isinstance(bandwidth, np.ndarray | jax.Array) and bandwidth.dtype == bool
+    ):
+        raise ValueError(f"{name}: expected a positive number, got {bandwidth!r}")
     h = bandwidth if is_traced(bandwidth) else as_float_array(name, bandwidth)
     if h.ndim > 1 or (h.ndim == 1 and h.shape[0] != dim):
         raise ValueError(

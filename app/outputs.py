@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from inference.user_data import InputError
+from .user_data import InputError
 
 MANIFEST = "run.json"
 # folders left by killed runs: .NAME.tmp-PID-XXXX (assembling) and .NAME.old-PID (publish_folder)

@@ -26,7 +26,7 @@ same block by block.
 
 Bad input is refused before tracing (``check_problem``): non-finite values, wrong shapes, a
 sigma out of range, and a spread (max - min) / sigma of the data and atoms so large that the
-squared distances overflow (``models._checks.max_scaled_spread``: sqrt(finfo.max / (4 N p)),
+squared distances overflow (``models.validation.max_scaled_spread``: sqrt(finfo.max / (4 N p)),
 about 1e153 in float64 and 1e18 in float32 for small N p). Under ``jax.jit`` the arguments are
 tracers and these checks cannot run: inputs they would refuse then give NaN results (NaN
 posterior means, responsibilities, atoms, weights and log-likelihood). Call ``check_problem``
@@ -47,8 +47,8 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from inference.attention import Attention, _streamed_softmax_attention
-from models import _checks
+from ... import validation
+from ..attention import Attention, streamed_softmax_attention
 
 INITS = ("data",)
 
@@ -91,7 +91,7 @@ def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) 
     concrete arguments it runs ``check_problem`` first (and wants x as (N, p)); on tracers no
     check can run, and inputs it would refuse give NaN.
     """
-    if not any(_checks.is_traced(a) for a in (x, atoms, weights, sigma)):
+    if not any(validation.is_traced(a) for a in (x, atoms, weights, sigma)):
         if np.ndim(x) != 2:
             raise ValueError(
                 f"x: e_step_attention takes points of shape (N, p), got shape {np.shape(x)}"
@@ -242,7 +242,7 @@ def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, colu
     log_weights = jnp.log(weights)
 
     def on_rows(xp, valid, atoms, log_weights, sigma):
-        out, lse = _streamed_softmax_attention(
+        out, lse = streamed_softmax_attention(
             _log_kernel, sigma, xp, atoms, atoms, log_weights, block_size
         )
         # all scores -inf (overflow; only under jit, where the checks cannot run): NaN, not 0
@@ -341,11 +341,11 @@ def _streamed_posterior_mean(x, atoms, weights, sigma, block_size, num_devices=1
 def _check_streaming(block_size, num_devices) -> tuple[int | None, int]:
     """Validate (block_size, num_devices); default: every local device when streaming."""
     if block_size is not None:
-        block_size = _checks.check_positive_int("block_size", block_size)
+        block_size = validation.check_positive_int("block_size", block_size)
     available = jax.local_device_count()
     if num_devices is None:
         return block_size, (available if block_size is not None else 1)
-    num_devices = _checks.check_positive_int("num_devices", num_devices)
+    num_devices = validation.check_positive_int("num_devices", num_devices)
     if num_devices > available:
         raise ValueError(
             f"num_devices: {num_devices} requested but only {available} local device(s) exist "
@@ -397,9 +397,9 @@ def estep_memory_bytes(
     Example: N = K = 40,000 in float64 needs about 25.6 GB dense, and about 23 MB with
     ``block_size=1024``.
     """
-    n = _checks.check_positive_int("num_points", num_points)
-    k = _checks.check_positive_int("num_atoms", num_atoms)
-    p = _checks.check_positive_int("dim", dim)
+    n = validation.check_positive_int("num_points", num_points)
+    k = validation.check_positive_int("num_atoms", num_atoms)
+    p = validation.check_positive_int("dim", dim)
     try:
         dt = np.dtype(dtype)
     except TypeError:
@@ -408,7 +408,7 @@ def estep_memory_bytes(
         raise ValueError(f"dtype: expected float32 or float64, got {dt.name}")
     if block_size is None:
         return dt.itemsize * (2 * n * k + 4 * (n + k) * (p + 1))
-    b = _checks.check_positive_int("block_size", block_size)
+    b = validation.check_positive_int("block_size", block_size)
     n_pad, k_pad = -(-n // b) * b, -(-k // b) * b
     return dt.itemsize * (2 * b * b + 5 * (n_pad + k_pad) * (p + 1))
 
@@ -424,11 +424,11 @@ def _check_problem(x, atoms, weights, sigma, *, names=("atoms", "weights")):
     sigma alone (and returns ``None`` for atoms and weights).
     """
     atoms_name, weights_name = names
-    points, scalar = _checks.as_points("x", x)
+    points, scalar = validation.as_points("x", x)
     dtype = jax.dtypes.canonicalize_dtype(points.dtype)
     atoms_arr = None
     if atoms is not None:
-        atoms_arr = _checks.as_float_array(atoms_name, atoms)
+        atoms_arr = validation.as_float_array(atoms_name, atoms)
         if atoms_arr.ndim != (1 if scalar else 2):
             raise ValueError(
                 f"{atoms_name}: expected shape {'(K,)' if scalar else '(K, p)'} to match x of "
@@ -441,12 +441,12 @@ def _check_problem(x, atoms, weights, sigma, *, names=("atoms", "weights")):
             raise ValueError(
                 f"{atoms_name}: have {atoms_arr.shape[1]} coordinates but x has {points.shape[1]}"
             )
-        _checks.check_finite(atoms_name, atoms_arr)
-        weights = _checks.check_weights(weights_name, weights, size=atoms_arr.shape[0])
-    sigma = _checks.check_positive_scalar("sigma", sigma)
-    _checks.check_sigma_range("sigma", sigma, dtype)
+        validation.check_finite(atoms_name, atoms_arr)
+        weights = validation.check_weights(weights_name, weights, size=atoms_arr.shape[0])
+    sigma = validation.check_positive_scalar("sigma", sigma)
+    validation.check_sigma_range("sigma", sigma, dtype)
     others = () if atoms_arr is None else ((atoms_name, atoms_arr),)
-    _checks.check_scaled_spread("x", points, sigma, dtype, others=others)
+    validation.check_scaled_spread("x", points, sigma, dtype, others=others)
     if atoms_arr is None:
         return jnp.asarray(points, dtype), None, None, jnp.asarray(sigma, dtype), scalar
     return (
@@ -472,7 +472,7 @@ def check_problem(x, sigma, *, atoms=None, weights=None) -> None:
     x (N,) or (N, p), finite and non-empty; sigma a finite number > 0 with 1 / sigma^2 finite
     in x's dtype; atoms (K,) / (K, p) matching x and finite, weights on the simplex (default
     1/K); and the spread (max - min) / sigma of x and the atoms at most
-    ``models._checks.max_scaled_spread(dtype, N, p)`` = sqrt(finfo.max / (4 N p)), beyond
+    ``models.validation.max_scaled_spread(dtype, N, p)`` = sqrt(finfo.max / (4 N p)), beyond
     which the squared distances |x_i - mu_k|^2 / sigma^2 and the log-likelihood overflow
     (EM's own atoms stay inside the data's range, so ``fit_em`` needs only x checked).
 
@@ -498,7 +498,7 @@ def posterior(x, atoms, weights, sigma) -> tuple[jax.Array, jax.Array]:
     """
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
     z_mean, resp = _posterior(xs, mus, ws, s)
-    return _checks.restore_shape(z_mean, scalar), resp
+    return validation.restore_shape(z_mean, scalar), resp
 
 
 def responsibilities(x, atoms, weights, sigma) -> jax.Array:
@@ -543,7 +543,7 @@ def em_step(
     update_weights = _check_flag("update_weights", update_weights)
     block_size, num_devices = _check_streaming(block_size, num_devices)
     new_atoms, new_weights = _em_step(xs, mus, ws, s, update_weights, block_size, num_devices)
-    return _checks.restore_shape(new_atoms, scalar), new_weights
+    return validation.restore_shape(new_atoms, scalar), new_weights
 
 
 def log_likelihood(
@@ -573,9 +573,9 @@ def posterior_mean(
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
     block_size, num_devices = _check_streaming(block_size, num_devices)
     if block_size is None:
-        return _checks.restore_shape(_posterior(xs, mus, ws, s)[0], scalar)
+        return validation.restore_shape(_posterior(xs, mus, ws, s)[0], scalar)
     z_mean = _streamed_posterior_mean(xs, mus, ws, s, block_size, num_devices)
-    return _checks.restore_shape(z_mean, scalar)
+    return validation.restore_shape(z_mean, scalar)
 
 
 def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
@@ -584,12 +584,12 @@ def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
     ``init="data"`` with K = N (the default) puts mu_k^0 = x_k. With K < N it takes the K data
     points at evenly spaced ranks along the first coordinate (deterministic, spread out).
     """
-    points, scalar = _checks.as_points("x", x)
+    points, scalar = validation.as_points("x", x)
     n = points.shape[0]
     if isinstance(init, str):
         if init not in INITS:
             raise ValueError(f"init: unknown initialisation {init!r}; known: {list(INITS)}")
-        k = n if num_atoms is None else _checks.check_positive_int("num_atoms", num_atoms)
+        k = n if num_atoms is None else validation.check_positive_int("num_atoms", num_atoms)
         if k > n:
             raise ValueError(f"num_atoms: init='data' needs num_atoms <= N = {n}, got {k}")
         if k == n:
@@ -598,8 +598,8 @@ def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
             order = np.argsort(np.asarray(points[:, 0]), kind="stable")
             ranks = np.round(np.linspace(0, n - 1, k)).astype(int)
             chosen = np.asarray(points)[order[ranks]]
-        return _checks.restore_shape(jnp.asarray(chosen), scalar)
-    start = _checks.as_float_array("init", init)
+        return validation.restore_shape(jnp.asarray(chosen), scalar)
+    start = validation.as_float_array("init", init)
     if start.ndim != (1 if scalar else 2) or (not scalar and start.shape[1] != points.shape[1]):
         raise ValueError(
             f"init: initial atoms must have shape {'(K,)' if scalar else f'(K, {points.shape[1]})'}"
@@ -609,7 +609,7 @@ def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
         raise ValueError("init: is empty (K = 0)")
     if num_atoms is not None and start.shape[0] != num_atoms:
         raise ValueError(f"num_atoms: {num_atoms} does not match init with {start.shape[0]} rows")
-    _checks.check_finite("init", start)
+    validation.check_finite("init", start)
     return jnp.asarray(start)
 
 
@@ -658,7 +658,7 @@ def fit_em(
     k = start.shape[0]
     if weights is None:
         weights = np.full((k,), 1.0 / k)
-    max_iters = _checks.check_positive_int("max_iters", max_iters, minimum=0)
+    max_iters = validation.check_positive_int("max_iters", max_iters, minimum=0)
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0:
         raise ValueError(f"tol: must be a number >= 0, got {tol!r}")
     update_weights = _check_flag("update_weights", update_weights)
@@ -677,7 +677,7 @@ def fit_em(
     )
     num_iters = int(t)
     return EMResult(
-        atoms=_checks.restore_shape(atoms, scalar),
+        atoms=validation.restore_shape(atoms, scalar),
         weights=weights,
         log_likelihood_trace=trace[: num_iters + 1],
         num_iters=num_iters,
@@ -685,13 +685,8 @@ def fit_em(
     )
 
 
-# The Kiefer-Wolfowitz NPMLE (weights on a fixed grid) lives in its own module; DESIGN names it
-# ``inference.em.npmle``, so it is re-exported here (``inference.npmle`` imports em lazily).
-from inference.npmle import NPMLEResult, npmle  # noqa: E402
-
 __all__ = [
     "EMResult",
-    "NPMLEResult",
     "check_problem",
     "e_step_attention",
     "em_step",
@@ -699,7 +694,6 @@ __all__ = [
     "fit_em",
     "initial_atoms",
     "log_likelihood",
-    "npmle",
     "posterior",
     "posterior_mean",
     "responsibilities",

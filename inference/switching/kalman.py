@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import _checks
-from models.switching import SwitchingParams, check_params
+from ... import validation
+from ...models.switching import SwitchingParams, check_params
 
 
 class FilterResult(NamedTuple):
@@ -139,17 +139,17 @@ def check_inputs(params, observations, *, num_modes=None):
     m = params.initial_probs.shape[0]
     if num_modes is not None and m != num_modes:
         raise ValueError(f"params: expected {num_modes} mode(s), got M = {m}")
-    obs = _checks.as_float_array("observations", observations)
+    obs = validation.as_float_array("observations", observations)
     o = params.emission_matrices.shape[1]
     if obs.ndim != 2 or obs.shape[1] != o or obs.shape[0] < 1:
         raise ValueError(f"observations: expected shape (T, {o}), got {tuple(obs.shape)}")
-    if not _checks.is_traced(obs) and np.any(np.isinf(np.asarray(obs))):
+    if not validation.is_traced(obs) and np.any(np.isinf(np.asarray(obs))):
         raise ValueError("observations: contain +-inf (use a NaN row for a missing observation)")
     dtype = jax.dtypes.canonicalize_dtype(obs.dtype)
     # NumPy arrays: jit moves them to the device; nine jnp.asarray calls cost as much as the
     # whole filter on one short series
     return SwitchingParams(*(np.asarray(a, dtype) for a in params)), (
-        obs if _checks.is_traced(obs) else np.asarray(obs, dtype)
+        obs if validation.is_traced(obs) else np.asarray(obs, dtype)
     )
 
 

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from inference.em import e_step_attention
-from models import _checks
+from ... import validation
+from .em import e_step_attention
 
 INVARIANT_NAMES = ("z_mean", "nu_cdf", "log_lik_total")
 
@@ -78,8 +78,8 @@ def add_invariants(
     Adds ``z_mean`` and ``z_draw`` (chain, draw, point[, coord]), ``nu_cdf`` (chain, draw,
     cdf_point) for scalar data, and ``log_lik_total`` (chain, draw).
     """
-    points, scalar = _checks.as_points("x", x)
-    sigma = _checks.check_positive_scalar("sigma", sigma)
+    points, scalar = validation.as_points("x", x)
+    sigma = validation.check_positive_scalar("sigma", sigma)
     post = datatree["posterior"].to_dataset()
     for name in ("atoms", "weights"):
         if name not in post:
@@ -114,7 +114,7 @@ def add_invariants(
         if cdf_points is None:
             lo, hi = float(points.min()) - 3 * sigma, float(points.max()) + 3 * sigma
             cdf_points = np.linspace(lo, hi, 101)
-        grid = _checks.as_float_array("cdf_points", cdf_points)
+        grid = validation.as_float_array("cdf_points", cdf_points)
         if grid.ndim != 1:
             raise ValueError(f"cdf_points: expected shape (G,), got {tuple(grid.shape)}")
         cdf = measure_cdf(jnp.asarray(post["atoms"].values), jnp.asarray(weights), grid)

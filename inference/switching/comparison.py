@@ -27,6 +27,7 @@ smallest bulk/tail ESS over the state means and, for NUTS, the divergences.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import Callable
@@ -37,29 +38,28 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from inference.filters import (
+from ... import validation
+from ...models.switching import SwitchingParams, switching_dims, switching_model
+from .. import methods as registry
+from ..diagnostics import diagnostics
+from ..mcmc import check_sampler_sizes, run_nuts
+from .filters import (
     check_filter_result,
-    exact_filter,
-    gpb1_filter,
-    gpb2_filter,
     imm_filter,
 )
-from inference.kalman import check_inputs
-from inference.mcmc import check_sampler_sizes, diagnostics, run_nuts
-from inference.rbpf import rbpf
-from inference.smoothers import exact_smoother, fixed_modes_smoother, kim_smoother
-from inference.switching_gibbs import run_switching_gibbs
-from models import _checks
-from models.switching import SwitchingParams, switching_dims, switching_model
+from .gibbs import run_switching_gibbs
+from .kalman import check_inputs
+from .particle import rbpf
+from .smoothers import exact_smoother, fixed_modes_smoother, kim_smoother
 
-FILTERS = ("gpb1", "gpb2", "imm", "rbpf", "exact")
-SMOOTHERS = ("kim-gpb2", "kim-imm", "exact-smoother", "known-modes")
-SWITCHING_SAMPLERS = ("gibbs", "nuts")
-SWITCHING_METHODS = (*FILTERS, *SMOOTHERS, *SWITCHING_SAMPLERS)
+SWITCHING_METHODS = registry.method_names("switching")
+_KINDS = {m: registry.get_method("switching", m) for m in SWITCHING_METHODS}
+FILTERS = tuple(m for m, spec in _KINDS.items() if spec.target == "filter")
+SMOOTHERS = tuple(
+    m for m, spec in _KINDS.items() if spec.target == "smoother" and spec.returns == "intervals"
+)
+SWITCHING_SAMPLERS = tuple(m for m, spec in _KINDS.items() if spec.returns == "draws")
 EXACT_METHODS = ("exact", "exact-smoother")
-# sampler settings when not given (gibbs_kwargs / nuts_kwargs override them)
-GIBBS_SIZES = {"num_warmup": 300, "num_samples": 1000, "num_chains": 4}
-NUTS_SETTINGS = {"num_warmup": 500, "num_samples": 500, "num_chains": 2, "dense_mass": True}
 INTERVAL_PROBS = (0.5, 0.9)
 _Z = {0.5: 0.6744897501960817, 0.9: 1.6448536269514722}
 
@@ -158,8 +158,98 @@ def _check_truth(name, value, shape, integer=False, num_modes=None):
                 f"{name}: mode labels must be in 0..{num_modes - 1}, got {arr.min()}..{arr.max()}"
             )
         return arr
-    _checks.check_finite(name, _checks.as_float_array(name, arr))
+    validation.check_finite(name, validation.as_float_array(name, arr))
     return arr.astype(np.float64)
+
+
+class _Problem(NamedTuple):
+    """What every method of the comparison sees; ``filtered`` caches each filter's (result,
+    seconds) for the smoothers built on it."""
+
+    params: SwitchingParams
+    obs: np.ndarray
+    modes_true: np.ndarray | None
+    max_histories: int
+    num_modes: int
+    filtered: dict
+
+
+def _filter(p: _Problem, name: str):
+    """The filter ``name`` run once per comparison (cached), checked: (result, seconds)."""
+    if name not in p.filtered:
+        fn = registry.get_method("switching", name).fit
+        kwargs = {"max_histories": p.max_histories} if name == "exact" else {}
+        res, sec = _timed(fn, p.params, p.obs, **kwargs)
+        check_filter_result(res, name=name, params=p.params)
+        p.filtered[name] = (res, sec)
+    return p.filtered[name]
+
+
+def _run_filter(p: _Problem, key, opts, name) -> SwitchingFit:
+    res, sec = _filter(p, name)
+    return _gaussian_fit("filter", res, sec)
+
+
+def _run_rbpf(p: _Problem, key, opts) -> SwitchingFit:
+    res, sec = _timed(rbpf, key, p.params, p.obs, opts["num_particles"])
+    check_filter_result(res, name="rbpf", params=p.params)
+    return _gaussian_fit("filter", res, sec)
+
+
+def _run_kim(p: _Problem, key, opts, base) -> SwitchingFit:
+    filt, sec_f = _filter(p, base)
+    res, sec = _timed(kim_smoother, p.params, p.obs, filt)
+    return _gaussian_fit("smoother", res, sec + sec_f)
+
+
+def _run_exact_smoother(p: _Problem, key, opts) -> SwitchingFit:
+    res, sec = _timed(exact_smoother, p.params, p.obs, max_histories=p.max_histories)
+    return _gaussian_fit("smoother", res, sec)
+
+
+def _run_known_modes(p: _Problem, key, opts) -> SwitchingFit:
+    res, sec = _timed(fixed_modes_smoother, p.params, p.obs, p.modes_true)
+    return _gaussian_fit("smoother", res, sec)
+
+
+def _run_gibbs(p: _Problem, key, opts) -> SwitchingFit:
+    tree, sec = _timed(run_switching_gibbs, key, p.params, p.obs, **opts)
+    return _sampler_fit(tree, p.num_modes, sec)
+
+
+def _run_nuts(p: _Problem, key, opts) -> SwitchingFit:
+    jitter = opts.pop("jitter", _default_jitter(p.params))
+    opts.setdefault("init_values", _nuts_init(p.params, p.obs))
+    tree, sec = _timed(
+        run_nuts,
+        switching_model,
+        key,
+        p.obs,
+        params=p.params,
+        jitter=jitter,
+        dims=switching_dims(opts.get("priors")),
+        posterior_predictive=False,
+        **opts,
+    )
+    tree["posterior"].attrs["jitter"] = jitter
+    return _sampler_fit(tree, p.num_modes, sec)
+
+
+# each registered method's runner: (problem, key or None, settings) -> SwitchingFit
+_RUNNERS = {
+    "gpb1": functools.partial(_run_filter, name="gpb1"),
+    "gpb2": functools.partial(_run_filter, name="gpb2"),
+    "imm": functools.partial(_run_filter, name="imm"),
+    "rbpf": _run_rbpf,
+    "exact": functools.partial(_run_filter, name="exact"),
+    "kim-gpb2": functools.partial(_run_kim, base="gpb2"),
+    "kim-imm": functools.partial(_run_kim, base="imm"),
+    "exact-smoother": _run_exact_smoother,
+    "known-modes": _run_known_modes,
+    "gibbs": _run_gibbs,
+    "nuts": _run_nuts,
+}
+assert tuple(_RUNNERS) == SWITCHING_METHODS, "every registered switching method has a runner"
 
 
 def default_switching_methods(num_modes: int, num_steps: int, *, max_histories: int = 2**12):
@@ -181,7 +271,7 @@ def compare_switching(
     modes_true=None,
     methods=None,
     key: jax.Array | None = None,
-    num_particles: int = 1000,
+    num_particles: int | None = None,
     max_histories: int = 2**12,
     gibbs_kwargs: dict | None = None,
     nuts_kwargs: dict | None = None,
@@ -197,11 +287,13 @@ def compare_switching(
         methods: any of ``SWITCHING_METHODS``; default ``default_switching_methods`` (plus
             "known-modes" when ``modes_true`` is given).
         key: ``jax.random`` key for "rbpf", "gibbs" and "nuts".
-        num_particles: RBPF particles.
+        num_particles: RBPF particles (default: the method registry's, 1000).
         max_histories: the exact methods refuse M^T above this.
-        gibbs_kwargs: for ``run_switching_gibbs`` (default 4 chains x (300 + 1000) sweeps).
-        nuts_kwargs: for ``run_nuts`` and the model (default 2 chains x (500 + 500), dense mass
-            matrix, started at the Kim-IMM smoothed means; ``jitter`` for a singular Q).
+        gibbs_kwargs: for ``run_switching_gibbs`` (default, the method registry's
+            (``attnbayes.inference.methods``): 4 chains x (300 + 1000) sweeps).
+        nuts_kwargs: for ``run_nuts`` and the model (default, the registry's: 2 chains x
+            (500 + 500), dense mass matrix; started at the Kim-IMM smoothed means; ``jitter``
+            for a singular Q).
         progress: called with a short message before each method (e.g. ``print``).
 
     Returns:
@@ -211,7 +303,7 @@ def compare_switching(
     m, d, t_max = params.initial_probs.shape[0], params.initial_means.shape[1], obs.shape[0]
     states_true = _check_truth("states_true", states_true, (t_max, d))
     modes_true = _check_truth("modes_true", modes_true, (t_max,), integer=True, num_modes=m)
-    max_histories = _checks.check_positive_int("max_histories", max_histories)
+    max_histories = validation.check_positive_int("max_histories", max_histories)
     for arg, value, takers in (
         ("gibbs_kwargs", gibbs_kwargs, (run_switching_gibbs,)),
         ("nuts_kwargs", nuts_kwargs, (run_nuts, switching_model)),
@@ -248,70 +340,29 @@ def compare_switching(
     if any(x in ("rbpf", *SWITCHING_SAMPLERS) for x in methods):
         if key is None:
             raise ValueError("key: a jax.random key is required for 'rbpf', 'gibbs' and 'nuts'")
-        _checks.check_key("key", key)
-    num_particles = _checks.check_positive_int("num_particles", num_particles)
-    gibbs_opts = {**GIBBS_SIZES, **(gibbs_kwargs or {})}
-    nuts_opts = {**NUTS_SETTINGS, **(nuts_kwargs or {})}
-    for method, opts in (("gibbs", gibbs_opts), ("nuts", nuts_opts)):
+        validation.check_key("key", key)
+    if num_particles is None:
+        num_particles = registry.get_method("switching", "rbpf").defaults["num_particles"]
+    num_particles = validation.check_positive_int("num_particles", num_particles)
+    opts = {method: registry.settings("switching", method) for method in SWITCHING_METHODS}
+    opts["gibbs"].update(gibbs_kwargs or {})
+    opts["nuts"].update(nuts_kwargs or {})
+    opts["rbpf"]["num_particles"] = num_particles
+    for method in SWITCHING_SAMPLERS:
         if method in methods:  # their R-hat and ESS go into the table
-            check_sampler_sizes(opts["num_samples"], opts["num_chains"], what=method)
+            check_sampler_sizes(
+                opts[method]["num_samples"], opts[method]["num_chains"], what=method
+            )
     say = progress or (lambda message: None)
     keys = {}
     if key is not None:
         keys = dict(zip(("rbpf", "gibbs", "nuts"), jax.random.split(key, 3), strict=True))
 
+    problem = _Problem(params, obs, modes_true, max_histories, m, {})
     fits: dict[str, SwitchingFit] = {}
-    filtered = {}
     for method in methods:
         say(f"{method}: running")
-        if method in ("gpb1", "gpb2", "imm", "exact"):
-            fn = {"gpb1": gpb1_filter, "gpb2": gpb2_filter, "imm": imm_filter}.get(method)
-            if fn is None:
-                res, sec = _timed(exact_filter, params, obs, max_histories=max_histories)
-            else:
-                res, sec = _timed(fn, params, obs)
-            check_filter_result(res, name=method, params=params)
-            filtered[method] = (res, sec)
-            fits[method] = _gaussian_fit("filter", res, sec)
-        elif method == "rbpf":
-            res, sec = _timed(rbpf, keys["rbpf"], params, obs, num_particles)
-            check_filter_result(res, name=method, params=params)
-            fits[method] = _gaussian_fit("filter", res, sec)
-        elif method in ("kim-gpb2", "kim-imm"):
-            base = method.removeprefix("kim-")
-            if base not in filtered:
-                fn = gpb2_filter if base == "gpb2" else imm_filter
-                filtered[base] = _timed(fn, params, obs)
-                check_filter_result(filtered[base][0], name=base, params=params)
-            filt, sec_f = filtered[base]
-            res, sec = _timed(kim_smoother, params, obs, filt)
-            fits[method] = _gaussian_fit("smoother", res, sec + sec_f)
-        elif method == "exact-smoother":
-            res, sec = _timed(exact_smoother, params, obs, max_histories=max_histories)
-            fits[method] = _gaussian_fit("smoother", res, sec)
-        elif method == "known-modes":
-            res, sec = _timed(fixed_modes_smoother, params, obs, modes_true)
-            fits[method] = _gaussian_fit("smoother", res, sec)
-        elif method == "gibbs":
-            tree, sec = _timed(run_switching_gibbs, keys["gibbs"], params, obs, **gibbs_opts)
-            fits[method] = _sampler_fit(tree, m, sec)
-        else:  # nuts
-            opts = dict(nuts_opts)
-            jitter = opts.pop("jitter", _default_jitter(params))
-            opts.setdefault("init_values", _nuts_init(params, obs))
-            tree, sec = _timed(
-                run_nuts,
-                switching_model,
-                keys["nuts"],
-                obs,
-                params=params,
-                jitter=jitter,
-                dims=switching_dims(opts.get("priors")),
-                posterior_predictive=False,
-                **opts,
-            )
-            tree["posterior"].attrs["jitter"] = jitter
-            fits[method] = _sampler_fit(tree, m, sec)
+        fits[method] = _RUNNERS[method](problem, keys.get(method), dict(opts[method]))
 
     references = {}
     for target, exact_name in (("filter", "exact"), ("smoother", "exact-smoother")):

@@ -71,7 +71,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import _checks
+from ... import validation
+from .em import _check_problem, _posterior
+from .intervals import discrete_posterior_intervals
 
 METHODS = ("mixsqp", "squarem", "em")
 DEFAULT_MAX_ITERS = {"mixsqp": 1_000, "squarem": 20_000, "em": 200_000}
@@ -358,14 +360,14 @@ def _gradient(x, grid, sigma, w):
 
 
 def _check_sigma(sigma, dtype):
-    sigma = _checks.check_positive_scalar("sigma", sigma)
-    _checks.check_bandwidth("sigma", sigma, 1, dtype)  # 1 / sigma^2 must be finite
+    sigma = validation.check_positive_scalar("sigma", sigma)
+    validation.check_bandwidth("sigma", sigma, 1, dtype)  # 1 / sigma^2 must be finite
     return sigma
 
 
 def _check_grid(grid, points, scalar, *, inside: bool):
     """A user grid in the convention of x, as (G, p); inside the data's bounding box if asked."""
-    arr = _checks.as_float_array("grid", grid)
+    arr = validation.as_float_array("grid", grid)
     p = points.shape[1]
     if arr.ndim != (1 if scalar else 2) or (not scalar and arr.shape[1] != p):
         raise ValueError(
@@ -375,7 +377,7 @@ def _check_grid(grid, points, scalar, *, inside: bool):
         )
     if arr.shape[0] == 0:
         raise ValueError("grid: is empty (G = 0)")
-    _checks.check_finite("grid", arr)
+    validation.check_finite("grid", arr)
     arr = arr[:, None] if scalar else arr
     if inside:
         lo, hi = points.min(axis=0), points.max(axis=0)
@@ -428,8 +430,8 @@ def default_grid(x, grid_size: int = 300):
 
     Returns (G,) or (G, p), like ``x``.
     """
-    points, scalar = _checks.as_points("x", x)
-    grid_size = _checks.check_positive_int("grid_size", grid_size, minimum=2)
+    points, scalar = validation.as_points("x", x)
+    grid_size = validation.check_positive_int("grid_size", grid_size, minimum=2)
     with np.errstate(over="ignore"):
         spread = np.max(points.max(axis=0) - points.min(axis=0))
     if not np.isfinite(spread):
@@ -496,16 +498,16 @@ def npmle(
             checks); for "mixsqp" also when the grid is so coarse for ``sigma`` that the start
             leaves some x_i with an underflowing likelihood (use "squarem" then).
     """
-    points, scalar = _checks.as_points("x", x)
+    points, scalar = validation.as_points("x", x)
     dtype = jax.dtypes.canonicalize_dtype(points.dtype)
     sigma = _check_sigma(sigma, dtype)
-    grid_size = _checks.check_positive_int("grid_size", grid_size, minimum=2)
+    grid_size = validation.check_positive_int("grid_size", grid_size, minimum=2)
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method: unknown method {method!r}; known: {list(METHODS)}")
     tol = _check_tol(tol, dtype)
     if max_iters is None:
         max_iters = DEFAULT_MAX_ITERS[method]
-    max_iters = min(_checks.check_positive_int("max_iters", max_iters, minimum=0), 2**31 - 1)
+    max_iters = min(validation.check_positive_int("max_iters", max_iters, minimum=0), 2**31 - 1)
     if target_log_likelihood is None:
         target = math.inf
     else:
@@ -515,13 +517,13 @@ def npmle(
         if math.isnan(target):
             raise ValueError("target_log_likelihood: is NaN")
         target = float(target)
-    _checks.check_scaled_spread("x", points, sigma, dtype)
+    validation.check_scaled_spread("x", points, sigma, dtype)
     if grid is None:
         grid2 = default_grid(points[:, 0] if scalar else points, grid_size)
         grid2 = grid2[:, None] if scalar else grid2
     else:
         grid2 = _check_grid(grid, points, scalar, inside=True)
-    _checks.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
+    validation.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
     grid2 = np.asarray(grid2, dtype=dtype)
     g = grid2.shape[0]
     w0 = _mixsqp_start(grid2) if method == "mixsqp" else np.full(g, 1.0 / g, dtype=dtype)
@@ -543,7 +545,7 @@ def npmle(
         )
     gap = float(gap)
     return NPMLEResult(
-        atoms=_checks.restore_shape(jnp.asarray(grid2), scalar),
+        atoms=validation.restore_shape(jnp.asarray(grid2), scalar),
         weights=w,
         log_likelihood=float(ll),
         num_iters=int(t),
@@ -563,12 +565,12 @@ def npmle_gradient(x, sigma, grid, weights) -> jax.Array:
     sqrt(finfo.max / (4 N p)), beyond which the squared distances overflow (refused with a
     ValueError naming ``x`` or ``grid``).
     """
-    points, scalar = _checks.as_points("x", x)
+    points, scalar = validation.as_points("x", x)
     dtype = jax.dtypes.canonicalize_dtype(points.dtype)
     sigma = _check_sigma(sigma, dtype)
     grid2 = _check_grid(grid, points, scalar, inside=False)
-    weights = _checks.check_weights("weights", weights, size=grid2.shape[0])
-    _checks.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
+    weights = validation.check_weights("weights", weights, size=grid2.shape[0])
+    validation.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
     return _gradient(
         jnp.asarray(points, dtype),
         jnp.asarray(grid2, dtype),
@@ -595,8 +597,6 @@ def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):
     Returns:
         ``(mean, {prob: (lower, upper)})``, each array shaped like ``x``.
     """
-    from inference import compare, em  # em re-exports this module: import at call time
-
     if not isinstance(result, NPMLEResult):
         raise ValueError(f"result: expected an NPMLEResult, got {type(result).__name__}")
     if isinstance(probs, str) or not isinstance(probs, Iterable):
@@ -605,17 +605,17 @@ def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):
     for prob in probs:
         if isinstance(prob, bool) or not isinstance(prob, numbers.Real) or not 0 < prob < 1:
             raise ValueError(f"probs: each must be a number in (0, 1), got {prob!r}")
-    xs, mus, ws, s, scalar = em._check_problem(
+    xs, mus, ws, s, scalar = _check_problem(
         x, result.atoms, result.weights, sigma, names=("result.atoms", "result.weights")
     )
-    mean, resp = em._posterior(xs, mus, ws, s)
-    mean = _checks.restore_shape(mean, scalar)
+    mean, resp = _posterior(xs, mus, ws, s)
+    mean = validation.restore_shape(mean, scalar)
     if not probs:
         return mean, {}
     atoms = np.asarray(result.atoms).reshape(result.atoms.shape[0], -1)
     intervals = {
-        prob: (_checks.restore_shape(lo, scalar), _checks.restore_shape(hi, scalar))
-        for prob, (lo, hi) in compare.discrete_posterior_intervals(resp, atoms, probs).items()
+        prob: (validation.restore_shape(lo, scalar), validation.restore_shape(hi, scalar))
+        for prob, (lo, hi) in discrete_posterior_intervals(resp, atoms, probs).items()
     }
     return mean, intervals
 

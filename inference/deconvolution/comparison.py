@@ -53,31 +53,20 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from inference import em
-from inference.gibbs import approximate_gibbs, run_gibbs
-from inference.invariants import add_invariants
-from inference.mcmc import check_sampler_sizes, diagnostics, run_nuts, sampler_sizes
-from inference.npmle import npmle
-from models import _checks
-from models.deconvolution import DiscreteMeasure, check_measure, deconvolution_model, model_dims
+from ... import validation
+from ...models.deconvolution import DiscreteMeasure, check_measure, deconvolution_model, model_dims
+from .. import methods as registry
+from ..diagnostics import diagnostics
+from ..mcmc import check_sampler_sizes, run_nuts
+from . import em
+from .gibbs import approximate_gibbs, run_gibbs
+from .intervals import INTERVAL_PROBS, discrete_posterior_intervals
+from .invariants import add_invariants
+from .kiefer_wolfowitz import npmle
 
-METHODS = (
-    "attention-em",
-    "npmle",
-    "nuts",
-    "nuts-dp",
-    "gibbs",
-    "approx-gibbs",
-    "james-stein",
-    "oracle",
-)
-SAMPLERS = ("nuts", "nuts-dp", "gibbs")
+METHODS = registry.method_names("deconvolution")
+SAMPLERS = tuple(m for m in METHODS if registry.get_method("deconvolution", m).needs_key)
 INTERVAL_BLOCK_ELEMENTS = 2**22  # row blocks of the streamed plug-in intervals (32 MB float64)
-# sampler sizes when not given: run_nuts' own defaults; Gibbs sweeps are cheap but mix about 4x
-# worse per draw than NUTS here, so it runs more of them
-NUTS_SIZES = sampler_sizes(run_nuts)
-GIBBS_SIZES = {"num_warmup": 1000, "num_samples": 2000, "num_chains": 4}
-INTERVAL_PROBS = (0.5, 0.9)
 
 
 class MethodFit(NamedTuple):
@@ -130,35 +119,6 @@ def wasserstein1(atoms_a, weights_a, atoms_b, weights_b) -> float:
     return float(np.sum(np.abs(diff_cdf[:-1]) * np.diff(support)))
 
 
-def discrete_posterior_intervals(resp, atoms, probs=INTERVAL_PROBS) -> dict:
-    """Equal-tailed intervals of z_i ~ sum_k A_ik delta(mu_k), coordinate by coordinate.
-
-    Args:
-        resp: (N, K) responsibilities A.
-        atoms: (K, p).
-        probs: central probabilities.
-
-    Returns:
-        {prob: (lower (N, p), upper (N, p))}.
-    """
-    resp = np.asarray(resp, dtype=np.float64)
-    atoms = np.asarray(atoms, dtype=np.float64)
-    out = {}
-    for prob in probs:
-        lo_q, hi_q = (1 - prob) / 2, (1 + prob) / 2
-        lower = np.empty((resp.shape[0], atoms.shape[1]))
-        upper = np.empty((resp.shape[0], atoms.shape[1]))
-        for j in range(atoms.shape[1]):
-            order = np.argsort(atoms[:, j], kind="stable")
-            cdf = np.cumsum(resp[:, order], axis=1)
-            cdf /= cdf[:, -1:]
-            sorted_atoms = atoms[order, j]
-            lower[:, j] = sorted_atoms[np.minimum((cdf < lo_q).sum(1), len(order) - 1)]
-            upper[:, j] = sorted_atoms[np.minimum((cdf < hi_q).sum(1), len(order) - 1)]
-        out[prob] = (lower, upper)
-    return out
-
-
 def _coverage(intervals, z_true) -> dict:
     return {
         prob: float(np.mean((lo <= z_true) & (z_true <= hi)))
@@ -189,7 +149,9 @@ def _discrete_posterior(x, sigma, measure, scalar, block_size=None):
         ]
     intervals = {
         prob: tuple(
-            _checks.restore_shape(np.concatenate([piece[prob][side] for piece in pieces]), scalar)
+            validation.restore_shape(
+                np.concatenate([piece[prob][side] for piece in pieces]), scalar
+            )
             for side in (0, 1)
         )
         for prob in pieces[0]
@@ -269,14 +231,14 @@ def _npmle_fit(x, sigma, kwargs, scalar, x_heldout) -> MethodFit:
 
 def _approx_gibbs_fit(x, sigma, num_atoms, kwargs, scalar, x_heldout) -> MethodFit:
     start = time.perf_counter()
-    settings = {"num_iters": 500, "step_size": 1.0, "update_weights": True, **kwargs}
+    settings = dict(kwargs)
     atoms0 = em.initial_atoms(x, num_atoms)
     trace = approximate_gibbs(x, sigma, atoms0, np.full(num_atoms, 1.0 / num_atoms), **settings)
     lls = np.asarray(trace.log_likelihood)
     if trace.diverged:
         raise RuntimeError(
             f"approx-gibbs: diverged at iteration {trace.first_nonfinite} with step_size "
-            f"{settings['step_size']} (see inference.gibbs.relaxation_stability)"
+            f"{settings['step_size']} (see relaxation_stability)"
         )
     measure = DiscreteMeasure(np.asarray(trace.atoms[-1]), np.asarray(trace.weights[-1]))
     converged = bool(abs(lls[-1] - lls[-2]) <= 1e-8 * len(x))
@@ -308,8 +270,8 @@ def _james_stein_fit(x, sigma, scalar, x_heldout) -> MethodFit:
     z = {prob: float(_normal_quantile((1 + prob) / 2)) for prob in INTERVAL_PROBS}
     intervals = {
         prob: (
-            _checks.restore_shape(post_mean - z[prob] * post_sd, scalar),
-            _checks.restore_shape(post_mean + z[prob] * post_sd, scalar),
+            validation.restore_shape(post_mean - z[prob] * post_sd, scalar),
+            validation.restore_shape(post_mean + z[prob] * post_sd, scalar),
         )
         for prob in INTERVAL_PROBS
     }
@@ -323,7 +285,7 @@ def _james_stein_fit(x, sigma, scalar, x_heldout) -> MethodFit:
         held = np.asarray(x_heldout, np.float64).reshape(len(x_heldout), -1)
         heldout = float(gaussian_ll(held) / held.shape[0])
     return MethodFit(
-        z_hat=np.asarray(_checks.restore_shape(post_mean, scalar)),
+        z_hat=np.asarray(validation.restore_shape(post_mean, scalar)),
         intervals={k: (np.asarray(lo), np.asarray(hi)) for k, (lo, hi) in intervals.items()},
         measure=None,
         seconds=time.perf_counter() - start,
@@ -387,9 +349,6 @@ def _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout) -> Me
 def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar, x_heldout, prior) -> MethodFit:
     x_np = np.asarray(x)
     settings = dict(
-        num_warmup=500,
-        num_samples=500,
-        num_chains=2,
         prior=prior,
         ordered=scalar and prior != "dp",
         **_prior_settings(x_np, sigma, scalar),
@@ -412,7 +371,6 @@ def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar, x_heldout, prior) -
 def _gibbs_fit(x, sigma, key, num_atoms, gibbs_kwargs, scalar, x_heldout) -> MethodFit:
     x_np = np.asarray(x)
     settings = dict(
-        **GIBBS_SIZES,
         ordered=scalar,
         **_prior_settings(x_np, sigma, scalar),
     )
@@ -421,6 +379,66 @@ def _gibbs_fit(x, sigma, key, num_atoms, gibbs_kwargs, scalar, x_heldout) -> Met
     start = time.perf_counter()
     datatree = run_gibbs(key_gibbs, x_np, sigma, num_atoms=num_atoms, **settings)
     return _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout)
+
+
+class _Problem(NamedTuple):
+    """What every method of the comparison sees (checked arrays and settings)."""
+
+    x: np.ndarray
+    sigma: float
+    scalar: bool
+    x_heldout: np.ndarray | None
+    true_measure: DiscreteMeasure | None
+    num_atoms: int
+    num_atoms_dp: int
+
+
+def _run_em(p: _Problem, key, opts) -> MethodFit:
+    return _em_fit(p.x, p.sigma, opts, p.scalar, p.x_heldout)
+
+
+def _run_npmle(p: _Problem, key, opts) -> MethodFit:
+    return _npmle_fit(p.x, p.sigma, opts, p.scalar, p.x_heldout)
+
+
+def _run_nuts(p: _Problem, key, opts) -> MethodFit:
+    prior = opts.pop("prior")
+    return _nuts_fit(p.x, p.sigma, key, p.num_atoms, opts, p.scalar, p.x_heldout, prior)
+
+
+def _run_nuts_dp(p: _Problem, key, opts) -> MethodFit:
+    prior = opts.pop("prior")
+    return _nuts_fit(p.x, p.sigma, key, p.num_atoms_dp, opts, p.scalar, p.x_heldout, prior)
+
+
+def _run_gibbs(p: _Problem, key, opts) -> MethodFit:
+    return _gibbs_fit(p.x, p.sigma, key, p.num_atoms, opts, p.scalar, p.x_heldout)
+
+
+def _run_approx_gibbs(p: _Problem, key, opts) -> MethodFit:
+    return _approx_gibbs_fit(p.x, p.sigma, p.num_atoms, opts, p.scalar, p.x_heldout)
+
+
+def _run_james_stein(p: _Problem, key, opts) -> MethodFit:
+    return _james_stein_fit(p.x, p.sigma, p.scalar, p.x_heldout)
+
+
+def _run_oracle(p: _Problem, key, opts) -> MethodFit:
+    return _oracle_fit(p.x, p.sigma, p.true_measure, p.scalar, p.x_heldout)
+
+
+# each registered method's runner: (problem, key or None, settings) -> MethodFit
+_RUNNERS = {
+    "attention-em": _run_em,
+    "npmle": _run_npmle,
+    "nuts": _run_nuts,
+    "nuts-dp": _run_nuts_dp,
+    "gibbs": _run_gibbs,
+    "approx-gibbs": _run_approx_gibbs,
+    "james-stein": _run_james_stein,
+    "oracle": _run_oracle,
+}
+assert tuple(_RUNNERS) == METHODS, "every registered deconvolution method has a runner"
 
 
 # ----------------------------------------------------------------------------- public API
@@ -457,11 +475,13 @@ def compare_deconvolution(
         num_atoms: K for NUTS, Gibbs and approx-Gibbs; default the true number of atoms if
             known, else 5.
         num_atoms_dp: truncation level of the DP prior ("nuts-dp").
-        em_kwargs: passed to ``fit_em`` (default: seed 1's K = N, max_iters=500).
+        em_kwargs: passed to ``fit_em`` (default: K = N atoms started at the data, and the
+            registry's ``max_iters=500``).
         nuts_kwargs: passed to ``run_nuts`` / the model (num_warmup, num_samples, ...); its
             sampler sizes (num_warmup, num_samples, num_chains) also apply to "nuts-dp".
-            Gibbs sweeps are cheap but mix about 4x worse per draw than NUTS here, so "gibbs"
-            runs its own default of 4 chains x (1000 warmup + 2000 draws).
+            Defaults: the method registry's (``attnbayes.inference.methods``): NUTS 2 chains
+            x (500 warmup + 500 draws); Gibbs sweeps are cheap but mix about 4x worse per draw
+            than NUTS here, so "gibbs" runs 4 chains x (1000 warmup + 2000 draws).
         method_kwargs: per-method keyword arguments, e.g. ``{"npmle": {"grid_size": 500},
             "approx-gibbs": {"step_size": 1.5}, "gibbs": {...}, "nuts-dp": {...}}``; they
             override ``em_kwargs`` / ``nuts_kwargs``.
@@ -470,8 +490,8 @@ def compare_deconvolution(
     Returns:
         ``DeconvolutionComparison(table, fits)``.
     """
-    points, scalar = _checks.as_points("x", x)
-    sigma = _checks.check_positive_scalar("sigma", sigma)
+    points, scalar = validation.as_points("x", x)
+    sigma = validation.check_positive_scalar("sigma", sigma)
     methods = (methods,) if isinstance(methods, str) else tuple(methods)
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -488,13 +508,13 @@ def compare_deconvolution(
     if "oracle" in methods and true_measure is None:
         raise ValueError("true_measure: required for the 'oracle' method")
     if z_true is not None:
-        z_arr = _checks.as_float_array("z_true", z_true)
+        z_arr = validation.as_float_array("z_true", z_true)
         if tuple(z_arr.shape) != tuple(np.shape(x)):
             raise ValueError(f"z_true: shape {tuple(z_arr.shape)} does not match x {np.shape(x)}")
-        _checks.check_finite("z_true", z_arr)
+        validation.check_finite("z_true", z_arr)
         z_true = np.asarray(z_arr)
     if x_heldout is not None:
-        held, held_scalar = _checks.as_points("x_heldout", x_heldout)
+        held, held_scalar = validation.as_points("x_heldout", x_heldout)
         if held_scalar != scalar or held.shape[1] != points.shape[1]:
             raise ValueError(
                 f"x_heldout: shape {tuple(np.shape(x_heldout))} does not match x of shape "
@@ -509,11 +529,11 @@ def compare_deconvolution(
     if any(m in SAMPLERS for m in methods):
         if key is None:
             raise ValueError(f"key: a jax.random key is required for the samplers {SAMPLERS}")
-        _checks.check_key("key", key)
+        validation.check_key("key", key)
     if num_atoms is None:
         num_atoms = int(true_measure.atoms.shape[0]) if true_measure is not None else 5
-    num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
-    num_atoms_dp = _checks.check_positive_int("num_atoms_dp", num_atoms_dp, minimum=2)
+    num_atoms = validation.check_positive_int("num_atoms", num_atoms)
+    num_atoms_dp = validation.check_positive_int("num_atoms_dp", num_atoms_dp, minimum=2)
     method_kwargs = dict(method_kwargs or {})
     bad = [m for m in method_kwargs if m not in METHODS]
     if bad:
@@ -522,22 +542,17 @@ def compare_deconvolution(
     sizes = {
         k: v for k, v in nuts_kwargs.items() if k in ("num_warmup", "num_samples", "num_chains")
     }
+    given = {"attention-em": em_kwargs or {}, "nuts": nuts_kwargs, "nuts-dp": sizes}
     kwargs = {
-        "attention-em": {"max_iters": 500, **(em_kwargs or {})},
-        "npmle": {},
-        "nuts": nuts_kwargs,
-        "nuts-dp": sizes,
-        "gibbs": {},
-        "approx-gibbs": {},
-        "james-stein": {},
-        "oracle": {},
+        method: registry.settings(
+            "deconvolution", method, {**given.get(method, {}), **method_kwargs.get(method, {})}
+        )
+        for method in METHODS
     }
-    for method, extra in method_kwargs.items():
-        kwargs[method] = {**kwargs[method], **extra}
     for method in methods:
         if method in SAMPLERS:  # every sampler's LOO, R-hat and ESS go into the table
-            sizes = {**(GIBBS_SIZES if method == "gibbs" else NUTS_SIZES), **kwargs[method]}
-            check_sampler_sizes(sizes["num_samples"], sizes["num_chains"], loo=True, what=method)
+            opts = kwargs[method]
+            check_sampler_sizes(opts["num_samples"], opts["num_chains"], loo=True, what=method)
     x_in = np.asarray(x)
     say = progress or (lambda message: None)
     keys = {}
@@ -545,26 +560,11 @@ def compare_deconvolution(
         key_dp, key_gibbs = jax.random.split(key)
         keys = {"nuts": key, "nuts-dp": key_dp, "gibbs": key_gibbs}
 
+    problem = _Problem(x_in, sigma, scalar, x_heldout, true_measure, num_atoms, num_atoms_dp)
     fits: dict[str, MethodFit] = {}
     for method in methods:
         say(f"{method}: fitting")
-        opts = kwargs[method]
-        if method == "attention-em":
-            fits[method] = _em_fit(x_in, sigma, opts, scalar, x_heldout)
-        elif method == "npmle":
-            fits[method] = _npmle_fit(x_in, sigma, opts, scalar, x_heldout)
-        elif method in ("nuts", "nuts-dp"):
-            prior = "dp" if method == "nuts-dp" else opts.pop("prior", "dirichlet")
-            k = num_atoms_dp if method == "nuts-dp" else num_atoms
-            fits[method] = _nuts_fit(x_in, sigma, keys[method], k, opts, scalar, x_heldout, prior)
-        elif method == "gibbs":
-            fits[method] = _gibbs_fit(x_in, sigma, keys[method], num_atoms, opts, scalar, x_heldout)
-        elif method == "approx-gibbs":
-            fits[method] = _approx_gibbs_fit(x_in, sigma, num_atoms, opts, scalar, x_heldout)
-        elif method == "james-stein":
-            fits[method] = _james_stein_fit(x_in, sigma, scalar, x_heldout)
-        else:
-            fits[method] = _oracle_fit(x_in, sigma, true_measure, scalar, x_heldout)
+        fits[method] = _RUNNERS[method](problem, keys.get(method), dict(kwargs[method]))
 
     rows = []
     for method, fit in fits.items():
@@ -610,13 +610,3 @@ __all__ = [
     "discrete_posterior_intervals",
     "wasserstein1",
 ]
-
-
-# compare_switching lives in its own module (one concept per module); it is part of this API
-from inference.switching_comparison import (  # noqa: E402
-    SWITCHING_METHODS,
-    SwitchingComparison,
-    compare_switching,
-)
-
-__all__ += ["SWITCHING_METHODS", "SwitchingComparison", "compare_switching"]

@@ -28,7 +28,7 @@ import threading
 import time
 import traceback
 
-from inference.user_data import PARAMS_FIELDS, PARAMS_LABELS
+from .user_data import PARAMS_FIELDS, PARAMS_LABELS
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
 # the names of models.switching.SCENARIOS (tests/test_cli.py checks they agree); listed here
@@ -405,15 +405,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _report(args, progress, argv):
-    from inference.report import write_report
+    from .report import write_report
 
     named = {} if args.name is None else {"name": args.name}
     return write_report(args.out, quick=args.quick, seed=args.seed, progress=progress, **named)
 
 
 def _deconvolve(args, progress, argv):
-    from inference.user_data import read_table
-    from inference.user_runs import run_deconvolve
+    from .user_data import read_table
+    from .user_runs import run_deconvolve
 
     table = read_table(args.file, delimiter=args.delimiter, columns=args.columns, prefix="x")
     return run_deconvolve(
@@ -434,10 +434,10 @@ def _deconvolve(args, progress, argv):
 
 
 def _filter(args, progress, argv):
-    from inference.user_data import read_params, read_table
+    from .user_data import read_params, read_table
 
     if args.scenario is not None:
-        from models.switching import check_params, get_scenario
+        from ..models.switching import check_params, get_scenario
 
         params, labels = check_params("params", get_scenario(args.scenario)), {}
         o = params.emission_matrices.shape[1]
@@ -455,7 +455,7 @@ def _filter(args, progress, argv):
         allow_missing=True,
         prefix="y",
     )
-    from inference.user_runs import run_filter
+    from .user_runs import run_filter
 
     return run_filter(
         table,

@@ -23,15 +23,15 @@ import numbers
 import jax
 import jax.numpy as jnp
 
-from inference.kalman import (
+from ... import validation
+from ...models.switching import SwitchingParams
+from .kalman import (
     FilterResult,
     check_inputs,
     kalman_predict,
     kalman_update,
     moment_match,
 )
-from models import _checks
-from models.switching import SwitchingParams
 
 
 def systematic_resample(key, log_weights):
@@ -169,8 +169,8 @@ def rbpf(
     Returns:
         ``FilterResult``; log_likelihood is log of the unbiased estimate of p(y_{1:T}).
     """
-    _checks.check_key("key", key)
-    num_particles = _checks.check_positive_int("num_particles", num_particles)
+    validation.check_key("key", key)
+    num_particles = validation.check_positive_int("num_particles", num_particles)
     if isinstance(ess_threshold, bool) or not isinstance(ess_threshold, numbers.Real):
         raise ValueError(f"ess_threshold: expected a number in [0, 1], got {ess_threshold!r}")
     if not 0.0 <= float(ess_threshold) <= 1.0:

@@ -69,10 +69,10 @@ import numpy as np
 import xarray as xr
 from jax.scipy.special import gammaln, logsumexp
 
-from inference.gibbs import _log_gamma
-from inference.kalman import check_inputs, symmetrise
-from models import _checks
-from models.switching import SwitchingParams, SwitchingPriors, check_priors, switching_dims
+from ... import validation
+from ...models.switching import SwitchingParams, SwitchingPriors, check_priors, switching_dims
+from .. import sampling
+from .kalman import check_inputs, symmetrise
 
 MODE_SAMPLERS = ("collapsed", "conditional")
 INITS = ("prior",)
@@ -661,7 +661,7 @@ def _sample_parameters(key, modes, states, model: _Model, theta, priors: _Priors
             priors.emission_cov_scale[0] + 0.5 * o * jnp.sum(seen, axis=0),
         ]
     )
-    log_g = _log_gamma(key, shapes)  # one rejection loop for all of them
+    log_g = sampling.log_gamma(key, shapes)  # one rejection loop for all of them
     log_g_pi = log_g[: m * m].reshape(m, m)
     trans = jnp.exp(log_g_pi - logsumexp(log_g_pi, axis=-1, keepdims=True))
     rate_c = priors.dynamics_cov_scale[1] + 0.5 * jnp.sum(one_hot[1:] * dyn_quad, axis=0)
@@ -814,7 +814,7 @@ def _check_modes(name: str, modes, shape: tuple[int, ...], m: int) -> np.ndarray
 
 
 def _is_concrete(*trees) -> bool:
-    return not any(_checks.is_traced(leaf) for tree in trees for leaf in jax.tree.leaves(tree))
+    return not any(validation.is_traced(leaf) for tree in trees for leaf in jax.tree.leaves(tree))
 
 
 # ----------------------------------------------------------------------------- public kernel
@@ -838,7 +838,7 @@ def switching_gibbs_init(
         modes: optional (T,) integer labels in 0..M-1.
         priors: optional ``models.switching.SwitchingPriors`` (for ``lp``).
     """
-    _checks.check_key("key", key)
+    validation.check_key("key", key)
     params, obs = check_inputs(params, observations)
     m = params.initial_probs.shape[0]
     prior = _check_priors(priors, m, obs.dtype)
@@ -878,7 +878,7 @@ def switching_gibbs_step(
     if not isinstance(state, SwitchingGibbsState):
         raise ValueError(f"state: expected a SwitchingGibbsState, got {type(state).__name__}")
     if _is_concrete(params, observations):
-        _checks.check_key("key", key)
+        validation.check_key("key", key)
         params, observations = check_inputs(params, observations)
         if mode_sampler == "conditional":
             _check_definite(params)
@@ -991,13 +991,13 @@ def run_switching_gibbs(
         FloatingPointError: the draws of the states are not finite (explosive dynamics or
             extreme inputs), naming the first step; nothing is returned.
     """
-    _checks.check_key("key", key)
+    validation.check_key("key", key)
     params, obs = check_inputs(params, observations)
     m = params.initial_probs.shape[0]
     t_max = obs.shape[0]
-    num_warmup = _checks.check_positive_int("num_warmup", num_warmup, minimum=0)
-    num_samples = _checks.check_positive_int("num_samples", num_samples)
-    num_chains = _checks.check_positive_int("num_chains", num_chains)
+    num_warmup = validation.check_positive_int("num_warmup", num_warmup, minimum=0)
+    num_samples = validation.check_positive_int("num_samples", num_samples)
+    num_chains = validation.check_positive_int("num_chains", num_chains)
     mode_sampler = _check_mode_sampler(mode_sampler)
     if mode_sampler == "conditional":
         _check_definite(params)

@@ -48,9 +48,10 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from inference.compare import INTERVAL_BLOCK_ELEMENTS
-from inference.mcmc import check_sampler_sizes
-from inference.outputs import (
+from ..inference import methods as registry
+from ..inference.deconvolution.comparison import INTERVAL_BLOCK_ELEMENTS
+from ..inference.mcmc import check_sampler_sizes
+from .outputs import (
     MANIFEST,
     assembling,
     check_finite_output,
@@ -61,14 +62,26 @@ from inference.outputs import (
     versions,
     write_atomic,
 )
-from inference.pages import img_tag, page, png_bytes, save_datatree, table_html
-from inference.user_data import InputError, Table, params_document
+from .pages import img_tag, page, png_bytes, save_datatree, table_html
+from .user_data import InputError, Table, params_document
 
+# the CLI's --method names -> the method registry's (attnbayes.inference.methods)
 DECONVOLVE_METHODS = {"em": "attention-em", "npmle": "npmle", "nuts": "nuts", "gibbs": "gibbs"}
-DECONVOLVE_SAMPLERS = ("nuts", "gibbs")
+_SIZES = ("num_warmup", "num_samples", "num_chains")
+
+
+def _registry_sizes(reading: str, name: str) -> dict:
+    defaults = registry.get_method(reading, name).defaults
+    return {k: defaults[k] for k in _SIZES}
+
+
+DECONVOLVE_SAMPLERS = tuple(
+    cli
+    for cli, name in DECONVOLVE_METHODS.items()
+    if registry.get_method("deconvolution", name).returns == "draws"
+)
 DECONVOLVE_SAMPLER_DEFAULTS = {
-    "nuts": {"num_warmup": 500, "num_samples": 500, "num_chains": 2},
-    "gibbs": {"num_warmup": 1000, "num_samples": 2000, "num_chains": 4},
+    cli: _registry_sizes("deconvolution", DECONVOLVE_METHODS[cli]) for cli in DECONVOLVE_SAMPLERS
 }
 DEFAULT_NUM_ATOMS = 5
 # em --block-size: the block suggested when the dense E-step does not fit, and the time of a
@@ -76,8 +89,8 @@ DEFAULT_NUM_ATOMS = 5
 SUGGESTED_BLOCK_SIZE = 1024
 STREAMED_SECONDS_PER_PAIR = 2e-8
 FILTER_METHODS = ("imm", "gpb2", "gpb1", "rbpf", "gibbs")
-FILTER_GIBBS_DEFAULTS = {"num_warmup": 300, "num_samples": 1000, "num_chains": 4}
-DEFAULT_PARTICLES = 1000
+FILTER_GIBBS_DEFAULTS = _registry_sizes("switching", "gibbs")
+DEFAULT_PARTICLES = registry.get_method("switching", "rbpf").defaults["num_particles"]
 SCENARIO_LABELS = {
     "maneuvering-target": (("px", "vx", "py", "vy"), ("constant-velocity", "coordinated-turn")),
     "maneuvering-target-cwna": (
@@ -400,7 +413,7 @@ def check_deconvolve(table: Table, sigma, method: str) -> float:
     if not np.all(np.isfinite(table.values)):
         raise InputError(f"{table.path}: contains missing or non-finite values")
     _check_columns_unique(deconvolve_output_columns(table.columns))
-    from inference.em import check_problem
+    from ..inference.deconvolution.em import check_problem
 
     check_problem(table.values, sigma)  # e.g. values whose squares overflow: "x: ..."
     return sigma
@@ -449,7 +462,7 @@ def check_em_memory(shape, block_size: int | None, memory_limit: int | None = No
     and ``--block-size``, with its memory and an estimate of its time per EM step
     (``STREAMED_SECONDS_PER_PAIR``).
     """
-    from inference import em
+    from ..inference.deconvolution import em
 
     n, p = shape
     limit = available_memory_bytes() if memory_limit is None else int(memory_limit)
@@ -492,7 +505,7 @@ def _measure_csv(columns, measure) -> str:
 
 def _deconvolve_diagnostics(datatree, method: str, sizes: dict) -> tuple[dict, str]:
     """diagnostics.csv, posterior.nc and the HTML section of a sampler's run."""
-    from inference.mcmc import diagnostics
+    from ..inference.diagnostics import diagnostics
 
     post = datatree["posterior"]
     diag = diagnostics(datatree, var_names=[v for v in INVARIANTS if v in post])
@@ -559,7 +572,7 @@ def run_deconvolve(
         RunFailed: the run failed after it started (``NonFiniteResult`` when a quantity about
             to be written is not finite); nothing is written.
     """
-    from inference.compare import compare_deconvolution
+    from ..inference.deconvolution.comparison import compare_deconvolution
 
     sigma = check_deconvolve(table, sigma, method)
     samplers = method in DECONVOLVE_SAMPLERS
@@ -838,7 +851,7 @@ def _posterior_summary(datatree, num_modes: int):
 
 def _filter_diagnostics(datatree, sizes: dict) -> tuple[dict, list, str]:
     """posterior.nc, diagnostics.csv, the metrics and the HTML section of a Gibbs run."""
-    from inference.mcmc import diagnostics
+    from ..inference.diagnostics import diagnostics
 
     diag = diagnostics(datatree, var_names=["states"])
     files = {
@@ -925,11 +938,13 @@ def run_filter(
     Returns:
         The path of OUT/NAME/index.html.
     """
-    from inference.filters import check_filter_result, gpb1_filter, gpb2_filter, imm_filter
-    from inference.rbpf import rbpf
-    from inference.smoothers import kim_smoother
-    from inference.switching_gibbs import run_switching_gibbs
-    from models.switching import check_params
+    from ..inference.switching.filters import (
+        check_filter_result,
+    )
+    from ..inference.switching.gibbs import run_switching_gibbs
+    from ..inference.switching.particle import rbpf
+    from ..inference.switching.smoothers import kim_smoother
+    from ..models.switching import check_params
 
     params = check_params("params", params)
     m, d = params.initial_means.shape
@@ -975,8 +990,7 @@ def run_filter(
                 settings |= {"seed": seed, "num_particles": particles}
                 result = rbpf(key, params, obs, particles)
             else:
-                fn = {"imm": imm_filter, "gpb2": gpb2_filter, "gpb1": gpb1_filter}[method]
-                result = fn(params, obs)
+                result = registry.get_method("switching", method).fit(params, obs)
             check_filter_result(result, name=method, params=params)
             say(f"{method}: Kim's smoother")
             smooth = kim_smoother(params, obs, result)

@@ -41,7 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from inference.kalman import (
+from ... import validation
+from ...models.switching import check_params
+from .kalman import (
     FilterResult,
     check_inputs,
     kalman_filter,
@@ -50,16 +52,14 @@ from inference.kalman import (
     moment_match,
     normalise_log_weights,
 )
-from inference.rbpf import rbpf
-from inference.smoothers import (
+from .particle import rbpf
+from .smoothers import (
     SmootherResult,
     exact_smoother,
     fixed_modes_smoother,
     kalman_smoother,
     kim_smoother,
 )
-from models import _checks
-from models.switching import check_params
 
 # ----------------------------------------------------------------------------- building blocks
 
@@ -274,7 +274,7 @@ _STEPS = {"imm": _imm_step, "gpb1": _gpb1_step, "gpb2": _gpb2_step}
 
 
 @functools.partial(jax.jit, static_argnames=("method",))
-def _one_step_log_predictive(params, observations, method):
+def one_step_log_predictive_unchecked(params, observations, method):
     return _increments(_STEPS[method], params, observations)
 
 
@@ -302,7 +302,7 @@ def one_step_log_predictive(params, observations, *, method: str = "imm") -> jax
     """
     if not isinstance(method, str) or method not in _STEPS:
         raise ValueError(f"method: expected one of {list(_STEPS)}, got {method!r}")
-    return _one_step_log_predictive(*check_inputs(params, observations), method)
+    return one_step_log_predictive_unchecked(*check_inputs(params, observations), method)
 
 
 # ----------------------------------------------------------------------------- exact
@@ -378,7 +378,7 @@ def exact_filter(params, observations, *, max_histories: int = 2**16) -> FilterR
     """
     params, obs = check_inputs(params, observations)
     m, t = params.initial_probs.shape[0], obs.shape[0]
-    max_histories = _checks.check_positive_int("max_histories", max_histories)
+    max_histories = validation.check_positive_int("max_histories", max_histories)
     if m**t > max_histories:
         raise ValueError(
             f"observations: the exact filter needs M^T = {m}^{t} histories, more than "
@@ -508,7 +508,7 @@ def check_filter_result(result, *, name: str | None = None, params=None):
         name = "smoother" if smoother else "filter"
     if not isinstance(name, str):
         raise TypeError(f"name: expected a string, got {type(name).__name__}")
-    if any(_checks.is_traced(a) for a in result):
+    if any(validation.is_traced(a) for a in result):
         raise TypeError(
             "result: holds traced arrays; check_filter_result needs concrete values, so call "
             "it outside jit/vmap on what they return"
@@ -516,7 +516,7 @@ def check_filter_result(result, *, name: str | None = None, params=None):
     if params is not None:
         params = check_params("params", params)
     arrays = {
-        f: np.asarray(_checks.as_float_array(f"result.{f}", v))
+        f: np.asarray(validation.as_float_array(f"result.{f}", v))
         for f, v in zip(result._fields, result, strict=True)
     }
     log_lik = arrays["log_likelihood"]
@@ -630,13 +630,13 @@ def attention_as_imm_step(hidden, w_query, w_key, w_value) -> jax.Array:
     Returns:
         H' (M, d_v).
     """
-    hidden = _checks.as_float_array("hidden", hidden)
+    hidden = validation.as_float_array("hidden", hidden)
     if hidden.ndim != 2 or hidden.shape[0] < 1:
         raise ValueError(f"hidden: expected shape (M, d), got {tuple(hidden.shape)}")
     d = hidden.shape[1]
     mats = {}
     for name, value in (("w_query", w_query), ("w_key", w_key), ("w_value", w_value)):
-        arr = _checks.as_float_array(name, value)
+        arr = validation.as_float_array(name, value)
         if arr.ndim != 2 or arr.shape[0] != d:
             raise ValueError(f"{name}: expected shape ({d}, k), got {tuple(arr.shape)}")
         mats[name] = arr
@@ -646,8 +646,8 @@ def attention_as_imm_step(hidden, w_query, w_key, w_value) -> jax.Array:
             f"{mats['w_query'].shape[1]} of w_query"
         )
     for name, arr in (("hidden", hidden), *mats.items()):
-        if not _checks.is_traced(arr):
-            _checks.check_finite(name, arr)
+        if not validation.is_traced(arr):
+            validation.check_finite(name, arr)
     dtype = jnp.result_type(hidden, *mats.values())
     return _attention_as_imm_step(
         jnp.asarray(hidden, dtype), *(jnp.asarray(a, dtype) for a in mats.values())

@@ -41,10 +41,11 @@ import numpy as np
 import xarray as xr
 from jax.scipy.special import gammaln, ndtri
 
-from inference.attention import dot_product_scores
-from inference.em import _check_problem, _m_step, e_step_attention
-from models import _checks
-from models.deconvolution import model_dims
+from ... import validation
+from ...models.deconvolution import model_dims
+from .. import sampling
+from ..attention import dot_product_scores
+from .em import _check_problem, _m_step, e_step_attention
 
 INITS = ("data", "prior")
 
@@ -98,41 +99,6 @@ def _log_prior(atoms, log_weights, concentration, atom_loc, atom_scale):
     return dirichlet + normal
 
 
-def _uniform(key, shape, dtype):
-    """Uniforms on [tiny, 1), drawn flat and reshaped (multi-axis draws compile much slower)."""
-    size = int(np.prod(shape))
-    return jax.random.uniform(key, (size,), dtype, jnp.finfo(dtype).tiny).reshape(shape)
-
-
-def _log_gamma(key, alpha):
-    """log of independent Gamma(alpha, 1) draws (alpha > 0, any shape), exactly.
-
-    Marsaglia & Tsang (2000) on alpha + 1, rejection until every entry is accepted, then the
-    boost Gamma(alpha) = Gamma(alpha + 1) U^(1/alpha) taken in log space (so tiny alpha gives a
-    very negative log, not an underflowed 0). Written out because ``jax.random.loggamma``
-    compiles several times slower (one while loop per element), and the sampler is compiled
-    once per shape.
-    """
-    dtype = alpha.dtype
-    key_boost, key_loop = jax.random.split(key)
-    d = alpha + 1.0 - 1.0 / 3.0
-    c = jax.lax.rsqrt(9.0 * d)
-
-    def body(state):
-        i, done, log_v = state
-        u = _uniform(jax.random.fold_in(key_loop, i), (2, *alpha.shape), dtype)
-        z = ndtri(u[0])
-        v = (1.0 + c * z) ** 3
-        log_v_new = jnp.log(jnp.where(v > 0, v, 1.0))
-        ok = (v > 0) & (jnp.log(u[1]) < 0.5 * z**2 + d - d * v + d * log_v_new)
-        log_v = jnp.where(ok & ~done, log_v_new, log_v)
-        return i + 1, done | ok, log_v
-
-    state = (jnp.asarray(0, jnp.int32), jnp.zeros(alpha.shape, bool), jnp.zeros_like(alpha))
-    _, _, log_v = jax.lax.while_loop(lambda s: ~jnp.all(s[1]), body, state)
-    return jnp.log(d) + log_v + jnp.log(_uniform(key_boost, alpha.shape, dtype)) / alpha
-
-
 class _Problem(NamedTuple):
     """Chain-independent inputs of a sweep: centred data and the prior, in x's dtype."""
 
@@ -167,9 +133,9 @@ def _sweep(problem: _Problem, atoms, log_weights, key):
     mean_c, sd, counts = _atoms_conditional(
         x_c, labels, num_atoms, sigma, problem.atom_loc - centre, problem.atom_scale
     )
-    log_gamma = _log_gamma(key_w, problem.concentration + counts)
+    log_gamma = sampling.log_gamma(key_w, problem.concentration + counts)
     new_log_weights = log_gamma - jax.nn.logsumexp(log_gamma, axis=-1, keepdims=True)
-    noise = ndtri(_uniform(key_mu, atoms.shape, atoms.dtype))
+    noise = ndtri(sampling.uniform_positive(key_mu, atoms.shape, atoms.dtype))
     new_atoms = centre + mean_c + sd[..., None] * noise
     stats = (point_ll, lp, jnp.sum(counts > 0, axis=-1).astype(jnp.int32))
     return (new_atoms, new_log_weights), stats
@@ -227,10 +193,10 @@ def _predict(key, atoms, log_weights, sigma, num_points):
     key_c, key_e = jax.random.split(key)
     dtype = atoms.dtype
     cdf = jnp.cumsum(jnp.exp(log_weights), axis=-1)[..., None, :-1]  # (C, S, 1, K - 1)
-    u = _uniform(key_c, (*log_weights.shape[:-1], num_points), dtype)
+    u = sampling.uniform_positive(key_c, (*log_weights.shape[:-1], num_points), dtype)
     labels = jnp.sum(u[..., None] > cdf, axis=-1)
     chosen = jnp.take_along_axis(atoms, labels[..., None], axis=-2)
-    return chosen + sigma * ndtri(_uniform(key_e, chosen.shape, dtype))
+    return chosen + sigma * ndtri(sampling.uniform_positive(key_e, chosen.shape, dtype))
 
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
@@ -266,8 +232,8 @@ def _gibbs(
 
 
 def _check_loc(atom_loc, dim, scalar):
-    loc = _checks.as_float_array("atom_loc", atom_loc)
-    _checks.check_finite("atom_loc", loc)
+    loc = validation.as_float_array("atom_loc", atom_loc)
+    validation.check_finite("atom_loc", loc)
     allowed = [()] if scalar else [(), (dim,)]
     if tuple(loc.shape) not in allowed:
         raise ValueError(
@@ -289,14 +255,14 @@ def _check_init(init, points, num_atoms, num_chains, scalar):
                 f"got {num_atoms}; use init='prior'"
             )
         return init
-    start = _checks.as_float_array("init", init)
+    start = validation.as_float_array("init", init)
     one = (num_atoms,) if scalar else (num_atoms, p)
     if tuple(start.shape) not in (one, (num_chains, *one)):
         raise ValueError(
             f"init: expected initial atoms of shape {one} or {(num_chains, *one)}, "
             f"got {tuple(start.shape)}"
         )
-    _checks.check_finite("init", start)
+    validation.check_finite("init", start)
     return np.broadcast_to(start.reshape(-1, num_atoms, p), (num_chains, num_atoms, p))
 
 
@@ -311,12 +277,12 @@ def _initial_state(key, x, concentration, atom_loc, atom_scale, num_atoms, num_c
     dtype = x.dtype
     key_a, key_b = jax.random.split(key)
     if mode == "data":
-        order = jnp.argsort(_uniform(key_a, (num_chains, n), dtype), axis=-1)
+        order = jnp.argsort(sampling.uniform_positive(key_a, (num_chains, n), dtype), axis=-1)
         log_weights = jnp.full((num_chains, num_atoms), -jnp.log(num_atoms), dtype)
         return x[order[:, :num_atoms]], log_weights
-    log_gamma = _log_gamma(key_a, jnp.full((num_chains, num_atoms), concentration, dtype))
+    log_gamma = sampling.log_gamma(key_a, jnp.full((num_chains, num_atoms), concentration, dtype))
     log_weights = log_gamma - jax.nn.logsumexp(log_gamma, axis=-1, keepdims=True)
-    eps = ndtri(_uniform(key_b, (num_chains, num_atoms, p), dtype))
+    eps = ndtri(sampling.uniform_positive(key_b, (num_chains, num_atoms, p), dtype))
     return atom_loc + atom_scale * eps, log_weights
 
 
@@ -383,15 +349,15 @@ def run_gibbs(
         seconds, compilation included on a shape's first call), sampler, chain_method,
         num_warmup.
     """
-    _checks.check_key("key", key)
-    points, scalar = _checks.as_points("x", x)
+    validation.check_key("key", key)
+    points, scalar = validation.as_points("x", x)
     p = points.shape[1]
-    num_atoms = _checks.check_positive_int("num_atoms", num_atoms)
-    num_warmup = _checks.check_positive_int("num_warmup", num_warmup, minimum=0)
-    num_samples = _checks.check_positive_int("num_samples", num_samples)
-    num_chains = _checks.check_positive_int("num_chains", num_chains)
-    concentration = _checks.check_positive_scalar("concentration", concentration)
-    atom_scale = _checks.check_positive_scalar("atom_scale", atom_scale)
+    num_atoms = validation.check_positive_int("num_atoms", num_atoms)
+    num_warmup = validation.check_positive_int("num_warmup", num_warmup, minimum=0)
+    num_samples = validation.check_positive_int("num_samples", num_samples)
+    num_chains = validation.check_positive_int("num_chains", num_chains)
+    concentration = validation.check_positive_scalar("concentration", concentration)
+    atom_scale = validation.check_positive_scalar("atom_scale", atom_scale)
     loc = _check_loc(atom_loc, p, scalar)
     if not isinstance(ordered, bool | np.bool_):
         raise ValueError(f"ordered: expected True or False, got {ordered!r}")
@@ -596,14 +562,14 @@ def approximate_gibbs(
     if weights is None:
         weights = np.full((max(k, 1),), 1.0 / max(k, 1))
     xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
-    num_iters = _checks.check_positive_int("num_iters", num_iters, minimum=0)
+    num_iters = validation.check_positive_int("num_iters", num_iters, minimum=0)
     eta = _check_step_size(step_size)
     a, w, ll, log_norm, log_part, first = _approximate_gibbs(
         xs, mus, ws, s, jnp.asarray(eta, xs.dtype), num_iters, bool(update_weights)
     )
     first = int(first)
     return ApproximateGibbsTrace(
-        atoms=_checks.restore_shape(a, scalar),
+        atoms=validation.restore_shape(a, scalar),
         weights=w,
         log_likelihood=ll,
         log_normalizer=log_norm,

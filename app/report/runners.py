@@ -1,0 +1,115 @@
+"""Simulate a scenario and run every method on it (deconvolution and switching)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from ...inference.deconvolution.comparison import (
+    METHODS,
+    DeconvolutionComparison,
+    compare_deconvolution,
+)
+from ...inference.model_comparison import compare_num_modes
+from ...inference.switching import SwitchingComparison, compare_switching
+from ...models.deconvolution import DiscreteMeasure, get_measure, simulate
+from ...models.switching import SwitchingParams, maneuvering_target
+from ...models.switching import simulate as simulate_switching
+from .scenarios import NUM_ATOMS_DP, Scenario, SwitchingSettings
+
+# ----------------------------------------------------------------------------- running
+
+
+def run_scenario(
+    scenario: Scenario,
+    *,
+    quick: bool,
+    key: jax.Array,
+    progress: Callable[[str], None],
+    methods: tuple[str, ...] = METHODS,
+) -> tuple[DeconvolutionComparison, np.ndarray, np.ndarray, DiscreteMeasure]:
+    """Simulate one scenario (and as many held-out points) and run every method on it."""
+    size = 0 if quick else 1
+    measure = get_measure(scenario.measure, **scenario.measure_kwargs)
+    key_data, key_fit, key_held = jax.random.split(key, 3)
+    num_points = scenario.num_points[size]
+    z, x = simulate(key_data, measure, scenario.sigma, num_points)
+    _, x_heldout = simulate(key_held, measure, scenario.sigma, num_points)
+    draws = scenario.nuts_draws[size]
+    gibbs = {"num_warmup": 300, "num_samples": 600} if quick else {}
+    # the DP mixture is the slowest geometry for NUTS: half the draws of the finite one
+    dp = (
+        {"num_warmup": draws, "num_samples": draws}
+        if quick
+        else {
+            "num_warmup": draws // 2,
+            "num_samples": draws // 2,
+        }
+    )
+    extra = {"gibbs": gibbs, "nuts-dp": dp}
+    comparison = compare_deconvolution(
+        x,
+        scenario.sigma,
+        z_true=z,
+        true_measure=measure,
+        x_heldout=x_heldout,
+        methods=methods,
+        key=key_fit,
+        num_atoms_dp=NUM_ATOMS_DP,
+        nuts_kwargs={"num_warmup": draws, "num_samples": draws},
+        method_kwargs={m: kw for m, kw in extra.items() if m in methods},
+        progress=lambda msg: progress(f"{scenario.name}: {msg}"),
+    )
+    return comparison, np.asarray(x), np.asarray(z), measure
+
+
+class SwitchingRun(NamedTuple):
+    params: SwitchingParams
+    modes: np.ndarray
+    states: np.ndarray
+    observations: np.ndarray
+    comparison: SwitchingComparison
+    modes_comparison: object
+    min_observations: int
+
+
+def run_switching(
+    settings: SwitchingSettings, *, quick: bool, key, progress: Callable[[str], None]
+) -> SwitchingRun:
+    """The maneuvering target: every filter, smoother and sampler, then numbers of modes."""
+    size = 0 if quick else 1
+    key_data, key_cmp, key_modes = jax.random.split(key, 3)
+    params = maneuvering_target()
+    num_steps = settings.num_steps[size]
+    modes, states, y = (np.asarray(a) for a in simulate_switching(key_data, params, num_steps))
+    gibbs = {
+        "num_warmup": settings.gibbs_draws[size] // 2,
+        "num_samples": settings.gibbs_draws[size],
+        "num_chains": settings.gibbs_chains,
+    }
+    comparison = compare_switching(
+        params,
+        y,
+        states_true=states,
+        modes_true=modes,
+        key=key_cmp,
+        gibbs_kwargs=gibbs,
+        progress=lambda msg: progress(f"maneuvering-target: {msg}"),
+    )
+    candidates = {
+        f"{m} mode{'s' * (m > 1)}": maneuvering_target(turn_rates_deg=(3.0, -3.0)[: m - 1])
+        for m in settings.mode_counts[size]
+    }
+    min_obs = round(num_steps * (1 - settings.heldout_fraction))
+    modes_comparison = compare_num_modes(
+        candidates,
+        y,
+        key=key_modes,
+        min_observations=min_obs,
+        gibbs_kwargs=gibbs,
+        progress=lambda msg: progress(f"numbers of modes: {msg}"),
+    )
+    return SwitchingRun(params, modes, states, y, comparison, modes_comparison, min_obs)

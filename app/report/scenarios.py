@@ -1,0 +1,89 @@
+"""The report's built-in data sets and sizes (quick and full runs), its sections and colours."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+METHOD_COLORS = {
+    "attention-em": "tab:blue",
+    "npmle": "tab:purple",
+    "nuts": "tab:orange",
+    "nuts-dp": "tab:brown",
+    "gibbs": "tab:red",
+    "approx-gibbs": "tab:cyan",
+    "james-stein": "tab:gray",
+    "oracle": "tab:green",
+}
+NUM_ATOMS_DP = 12
+REQUIRED_METHODS = ("attention-em", "nuts", "oracle")
+SECTIONS = (
+    ("data", "1. Data"),
+    ("methods", "2. Methods side by side"),
+    ("diagnostics", "3. Posterior diagnostics"),
+    ("model-comparison", "4. Model comparison"),
+    ("attention", "5. Attention maps"),
+    ("kernel-regression", "6. Nadaraya-Watson kernel regression"),
+)
+
+
+class Scenario(NamedTuple):
+    """A built-in deconvolution data set and its sizes (quick run, full run)."""
+
+    name: str
+    measure: str
+    measure_kwargs: dict
+    sigma: float
+    num_points: tuple[int, int]
+    nuts_draws: tuple[int, int]
+    description: str
+    quick: bool = True
+
+
+SCENARIOS = (
+    Scenario(
+        "three-atoms",
+        "three-atoms",
+        {},
+        1.0,
+        (200, 1000),
+        (250, 1000),
+        "nu = 0.5 delta(-2) + 0.3 delta(0) + 0.2 delta(3) in 1-D, sigma = 1: the atoms overlap "
+        "after noise, so recovering nu is a genuine deconvolution.",
+    ),
+    Scenario(
+        "sparse-means",
+        "sparse-means",
+        {"num_nonzero": 50, "num_points": 1000, "mean": 4.0},
+        1.0,
+        (300, 1000),
+        (300, 1000),
+        "Johnstone-Silverman sparse normal means: 95% of the z_i are 0, 5% equal 4, sigma = 1.",
+        quick=False,
+    ),
+    Scenario(
+        "ring",
+        "ring",
+        {"num_atoms": 8, "radius": 3.0},
+        0.5,
+        (200, 500),
+        (300, 800),
+        "Eight equal atoms on the circle of radius 3 in 2-D, sigma = 0.5: the spherical case "
+        "of seed 1, where the EM key bias is nearly constant and the E-step is plain softmax "
+        "attention.",
+        quick=False,
+    ),
+)
+
+
+class SwitchingSettings(NamedTuple):
+    """Sizes of the switching part (quick run, full run)."""
+
+    num_steps: tuple[int, int] = (60, 200)
+    gibbs_draws: tuple[int, int] = (200, 1000)
+    gibbs_chains: int = 2
+    heldout_fraction: float = 0.3
+    mode_counts: tuple[tuple[int, ...], tuple[int, ...]] = ((1, 2), (1, 2, 3))
+
+
+SWITCHING = SwitchingSettings()
+ATOM_COUNTS = ((1, 2, 3), (1, 2, 3, 4, 5))

@@ -1,0 +1,17 @@
+"""attnbayes: the attention mechanism of transformers read as statistical inference.
+
+Three packages, layered (each imports only those below it; import-linter holds this):
+
+- ``attnbayes.app``: the ``attnbayes`` command, the HTML report, user data and runs (the only
+  code that plots with pyplot or writes files);
+- ``attnbayes.inference``: the algorithms, a sub-package per reading (``attention``,
+  ``deconvolution``, ``switching``, ``kernel_regression``) over shared modules (``mcmc``,
+  ``diagnostics``, ``model_comparison``, ``methods``, ``sampling``);
+- ``attnbayes.models``: NumPyro programs and their simulators;
+
+and ``attnbayes.validation``, the checks of concrete inputs that every layer shares.
+"""
+
+__version__ = "0.2.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,83 @@
+"""Attention: scores, weights on the simplex, pooling, and its exponential-family reading.
+
+For queries q_i, keys k_j, values v_j and key bias b_j,
+
+    s_ij = score(q_i, k_j) + b_j,     A_i. = weights(s_i.),     o_i = sum_j A_ij v_j.
+
+Scores: dot product beta <q, k> (beta = 1/sqrt(d) by default; 1/sigma^2 in deconvolution EM),
+additive (Bahdanau) v^T tanh(W q + U k), and negative squared distance -|q - k|^2 / (2 h^2)
+(Nadaraya-Watson with a Gaussian kernel). Weights: softmax, sparsemax, entmax (see
+``simplex``). With softmax, log Z_i = logsumexp_j s_ij is the
+log-partition function of p(k_j | q_i) = exp(<k_j, q_i> - log Z_i) on the set of keys; its
+gradient in q is the attention output with V = K and its Hessian the covariance of the keys
+under A_i. (``log_partition``).
+
+``attend(..., block_size=B)`` streams over blocks of B keys (and of B queries) with a running
+log-sum-exp, as memory-efficient attention does: memory O(B^2), never Q x K.
+
+Shapes: queries (Q, d), keys (K, d), values (K, dv); the dense paths broadcast leading batch
+axes.
+
+Errors. Every public function checks its concrete inputs before any tracing, with
+``simplex.check_score_inputs`` (the check of the weight maps too), and raises a
+``ValueError`` whose message starts with the argument's name: arrays that are empty, of the
+wrong rank or shape, complex, not numbers, NaN or +-inf (-inf only in a bias or mask, where it
+removes a key), a non-finite scale, a bad temperature, and inputs whose scores could overflow
+the dtype. Scores are formed inside the compiled kernels, so the overflow check bounds them
+from the inputs: for s_ij = scale <q_i, k_j> + b_j (then / tau),
+
+    |<q_i, k_j>| <= sum_c max_i |q_ic| max_j |k_jc|,      |s_ij| <= |scale| * that + max |b|,
+
+and each intermediate (the dot products, scale times them, the bias added, the division by tau)
+must stay below finfo(dtype).max; the first that cannot is named (queries or keys, whichever
+is larger in magnitude, then scale, bias, temperature). The bound is at most d times the largest
+product q_ic k_jc the kernel forms, so it refuses only inputs within a factor d of overflowing.
+A score that overflows is not a rounding matter: +inf gives softmax inf - inf = NaN, and makes
+sparsemax and entmax treat the key as masked, giving the weight to another key. Finite scores
+anywhere in the range are handled exactly (the kernels subtract the row maximum). Under
+``jax.jit`` the arguments are tracers and only the static checks (dtype, rank, shapes) run; a
+NaN output there means NaN / inf inputs or overflowing scores, which the eager call refuses.
+"""
+
+from .exponential_family import key_moments, log_partition
+from .pooling import (
+    WEIGHT_MAPS,
+    Attention,
+    attend,
+    scored_attention,
+    softmax_attention,
+    streamed_softmax_attention,
+)
+from .scores import additive_scores, dot_product_scores, neg_sq_distance_scores
+from .simplex import (
+    REGULARISERS,
+    entmax15,
+    entmax_bisect,
+    regularised_argmax,
+    regularised_objective,
+    regulariser_value,
+    softmax,
+    sparsemax,
+)
+
+__all__ = [
+    "REGULARISERS",
+    "WEIGHT_MAPS",
+    "Attention",
+    "additive_scores",
+    "attend",
+    "dot_product_scores",
+    "entmax15",
+    "entmax_bisect",
+    "key_moments",
+    "log_partition",
+    "neg_sq_distance_scores",
+    "regularised_argmax",
+    "regularised_objective",
+    "regulariser_value",
+    "scored_attention",
+    "softmax",
+    "softmax_attention",
+    "sparsemax",
+    "streamed_softmax_attention",
+]

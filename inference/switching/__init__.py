@@ -1,0 +1,89 @@
+"""Switching linear-Gaussian state-space models: filters, smoothers and samplers.
+
+- ``kalman``: the Kalman predict/update blocks and the M = 1 filter;
+- ``filters``: GPB1, GPB2 and IMM (Bar-Shalom and Li 1993; Blom and Bar-Shalom 1988), the exact
+  filter over all M^T mode histories, one-step log predictive densities, and attention as one
+  IMM mixing step;
+- ``smoothers``: Rauch-Tung-Striebel, Kim's (1994) approximate smoother, exact smoothing;
+- ``particle``: the Rao-Blackwellised particle filter (Doucet, de Freitas, Murphy and Russell 2000);
+- ``gibbs``: blocked Gibbs sampling of modes, states and parameters (Carter and Kohn 1994;
+  Kim and Nelson 1999);
+- ``comparison``: every method on the same series, one tidy table.
+"""
+
+from .comparison import (
+    FILTERS,
+    SMOOTHERS,
+    SWITCHING_METHODS,
+    SwitchingComparison,
+    SwitchingFit,
+    compare_switching,
+    default_switching_methods,
+)
+from .filters import (
+    all_histories,
+    attention_as_imm_step,
+    check_filter_result,
+    collapse,
+    exact_filter,
+    gpb1_filter,
+    gpb2_filter,
+    imm_filter,
+    imm_mixing,
+    one_step_log_predictive,
+    one_step_log_predictive_unchecked,
+)
+from .gibbs import (
+    MODE_SAMPLERS,
+    SwitchingGibbsState,
+    run_switching_gibbs,
+    switching_gibbs_init,
+    switching_gibbs_step,
+)
+from .kalman import FilterResult, check_inputs, kalman_filter, kalman_predict, kalman_update
+from .particle import rbpf, systematic_resample
+from .smoothers import (
+    SmootherResult,
+    exact_smoother,
+    fixed_modes_smoother,
+    kalman_smoother,
+    kim_smoother,
+)
+
+__all__ = [
+    "FILTERS",
+    "MODE_SAMPLERS",
+    "SMOOTHERS",
+    "SWITCHING_METHODS",
+    "FilterResult",
+    "SmootherResult",
+    "SwitchingComparison",
+    "SwitchingFit",
+    "SwitchingGibbsState",
+    "all_histories",
+    "attention_as_imm_step",
+    "check_filter_result",
+    "check_inputs",
+    "collapse",
+    "compare_switching",
+    "default_switching_methods",
+    "exact_filter",
+    "exact_smoother",
+    "fixed_modes_smoother",
+    "gpb1_filter",
+    "gpb2_filter",
+    "imm_filter",
+    "imm_mixing",
+    "kalman_filter",
+    "kalman_predict",
+    "kalman_smoother",
+    "kalman_update",
+    "kim_smoother",
+    "one_step_log_predictive",
+    "one_step_log_predictive_unchecked",
+    "rbpf",
+    "run_switching_gibbs",
+    "switching_gibbs_init",
+    "switching_gibbs_step",
+    "systematic_resample",
+]
