@@ -5,9 +5,9 @@
     attnbayes filter FILE.csv (--scenario NAME | --params FILE.json)
                      [--method imm|gpb2|gpb1|rbpf|gibbs] [options]
 
-``report`` runs the built-in simulations (``inference.report``); ``deconvolve`` and ``filter``
-run one method on a user's own CSV (``inference.user_data`` reads and checks it,
-``inference.user_runs`` runs the method and writes the outputs). Exit status 0 on success, 2
+``report`` runs the built-in simulations (``attnbayes.app.report``); ``deconvolve`` and ``filter``
+run one method on a user's own CSV (``attnbayes.app.user_data`` reads and checks it,
+``attnbayes.app.user_runs`` runs the method and writes the outputs). Exit status 0 on success, 2
 for bad usage or bad input (reported before any JAX work), 1 when a run or writing its output
 fails, 130 on Ctrl-C and 143 on SIGTERM; in every failure one line names what went wrong
 (``--debug`` or ``ATTNBAYES_DEBUG=1`` adds the traceback) and nothing is written.
@@ -31,10 +31,10 @@ import traceback
 from .user_data import PARAMS_FIELDS, PARAMS_LABELS
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
-# the names of models.switching.SCENARIOS (tests/test_cli.py checks they agree); listed here
-# so that building the parser and printing --help need not import JAX
+# the names of attnbayes.models.switching.SCENARIOS (tests/test_cli.py checks they agree); listed
+# here so that building the parser and printing --help need not import JAX
 FILTER_SCENARIOS = ("maneuvering-target", "maneuvering-target-cwna")
-# the default folder of inference.report.write_report (checked by tests/test_cli.py)
+# the default folder of attnbayes.app.report.write_report (checked by tests/test_cli.py)
 REPORT_NAME = "attnbayes"
 DECONVOLVE_METHODS = ("em", "npmle", "nuts", "gibbs")
 FILTER_METHODS = ("imm", "gpb2", "gpb1", "rbpf", "gibbs")

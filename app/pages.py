@@ -1,7 +1,7 @@
 """Building blocks for the HTML pages the ``attnbayes`` commands write.
 
 Figures are PNG bytes inlined as base64, so a page is one self-contained file. Outputs are
-written under a temporary name and renamed into place (``inference.outputs``), so a failed
+written under a temporary name and renamed into place (``attnbayes.app.outputs``), so a failed
 run never leaves a half-written file or folder behind.
 """
 
@@ -76,7 +76,8 @@ def save_datatree(datatree: xr.DataTree, path: str | os.PathLike) -> None:
     """Write a DataTree to netCDF (h5netcdf, gzip level 4), without the z_i draws.
 
     ``z_draw`` (one draw of z_i per posterior draw, used only for interval coverage) is as
-    large as the posterior predictive and ``inference.invariants.add_invariants`` rebuilds it.
+    large as the posterior predictive and
+    ``attnbayes.inference.deconvolution.invariants.add_invariants`` rebuilds it.
     """
     tree = datatree.copy()
     if "posterior" in tree.children and "z_draw" in tree["posterior"]:

@@ -17,11 +17,11 @@ the column, e.g. ``data.csv line 7, column "x2": cannot parse 'abc' as a number`
 looks separated by another character than ``delimiter`` is reported as such.
 
 Switching-model parameters (``read_params``): a JSON object with the nine fields of
-``models.switching.SwitchingParams`` as nested lists of numbers (``PARAMS_FORMAT``), plus the
-optional labels "state_names" (d strings) and "mode_names" (M strings).
+``attnbayes.models.switching.SwitchingParams`` as nested lists of numbers (``PARAMS_FORMAT``), plus
+the optional labels "state_names" (d strings) and "mode_names" (M strings).
 
 This module reads with the standard library and NumPy only; ``read_params`` imports
-``models.switching`` (and so JAX) for ``check_params``.
+``attnbayes.models.switching`` (and so JAX) for ``check_params``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Run one method on a user's data and write its outputs: ``attnbayes deconvolve`` / ``filter``.
 
 ``run_deconvolve(table, sigma, ...)`` fits the Gaussian deconvolution model
-z_i ~ nu, x_i | z_i ~ N(z_i, sigma^2 I_p) with one method of ``inference.compare`` and writes
-OUT/NAME/ with
+z_i ~ nu, x_i | z_i ~ N(z_i, sigma^2 I_p) with one method of
+``attnbayes.inference.deconvolution.comparison`` and writes OUT/NAME/ with
 
 - ``z_hat.csv``: row, line, then per data column c: c, z_hat_c, lower_50_c, upper_50_c,
   lower_90_c, upper_90_c (equal-tailed posterior intervals of z_i);
@@ -22,7 +22,7 @@ and mode probabilities), ``metrics.csv``, ``params.json`` (the parameters used, 
 ``diagnostics.csv``.
 
 Everything is computed first, then written into a temporary folder next to the target and
-renamed into place (``inference.outputs``): a failed run leaves nothing behind. An existing
+renamed into place (``attnbayes.app.outputs``): a failed run leaves nothing behind. An existing
 OUT/NAME is replaced only when an earlier attnbayes run wrote it (its ``run.json`` says so),
 so a typo in ``--name`` cannot wipe an unrelated folder.
 """
@@ -138,9 +138,9 @@ def default_name(path: str, command: str, method: str) -> str:
 
 
 def check_output(out_dir, name: str) -> Path:
-    """The target folder OUT/NAME, checked before any work (``inference.outputs.prepare_target``:
-    a plain name, an OUT that is a writable folder, no existing OUT/NAME that attnbayes did not
-    write)."""
+    """The target folder OUT/NAME, checked before any work
+    (``attnbayes.app.outputs.prepare_target``: a plain name, an OUT that is a writable folder, no
+    existing OUT/NAME that attnbayes did not write)."""
     return prepare_target(out_dir, name)
 
 
@@ -149,7 +149,7 @@ def _publish(target: Path, files: dict) -> None:
 
     ``files`` maps file names to str or bytes contents, or to a callable that writes the
     file at the path it is given (large files: no copy in memory). On failure nothing is
-    left behind (``inference.outputs.assembling``).
+    left behind (``attnbayes.app.outputs.assembling``).
     """
     with assembling(target) as tmp:
         for name, data in files.items():
@@ -163,7 +163,8 @@ def _datatree_writer(datatree: xr.DataTree) -> Callable[[Path], None]:
     """A writer of the DataTree as gzip-compressed netCDF (h5netcdf), without the z_i draws.
 
     ``z_draw`` (one draw of z_i per posterior draw, for intervals) is as large as the
-    posterior predictive and ``inference.invariants.add_invariants`` rebuilds it.
+    posterior predictive and ``attnbayes.inference.deconvolution.invariants.add_invariants``
+    rebuilds it.
     """
     return lambda path: save_datatree(datatree, path)
 
@@ -446,9 +447,9 @@ def _gigabytes(num_bytes: float) -> str:
 
 
 def _interval_memory_bytes(n: int, k: int, block_size: int | None) -> int:
-    """Peak bytes of the plug-in intervals (``inference.compare``): the responsibilities, their
-    columns in atom order and their cumulative sums, N x K float64 each when dense, on row
-    blocks of ``INTERVAL_BLOCK_ELEMENTS`` entries when streamed."""
+    """Peak bytes of the plug-in intervals (``attnbayes.inference.deconvolution.comparison``): the
+    responsibilities, their columns in atom order and their cumulative sums, N x K float64 each when
+    dense, on row blocks of ``INTERVAL_BLOCK_ELEMENTS`` entries when streamed."""
     entries = n * k if block_size is None else min(n * k, INTERVAL_BLOCK_ELEMENTS)
     return 3 * 8 * entries
 
@@ -456,9 +457,9 @@ def _interval_memory_bytes(n: int, k: int, block_size: int | None) -> int:
 def check_em_memory(shape, block_size: int | None, memory_limit: int | None = None) -> None:
     """Refuse an em fit whose E-step would not fit in memory, before computing (InputError).
 
-    The estimate is the larger of ``inference.em.estep_memory_bytes`` with K = N atoms (the fit
-    starts one atom at every row) and the plug-in intervals' N x K arrays; the message names
-    the alternatives: npmle, whose memory is linear in N,
+    The estimate is the larger of ``attnbayes.inference.deconvolution.em.estep_memory_bytes`` with K
+    = N atoms (the fit starts one atom at every row) and the plug-in intervals' N x K arrays; the
+    message names the alternatives: npmle, whose memory is linear in N,
     and ``--block-size``, with its memory and an estimate of its time per EM step
     (``STREAMED_SECONDS_PER_PAIR``).
     """
@@ -547,7 +548,7 @@ def run_deconvolve(
     """Fit nu with one method on ``table`` (N rows, p columns) and write OUT/NAME/.
 
     Args:
-        table: the observations (``inference.user_data.read_table``); one column is scalar
+        table: the observations (``attnbayes.app.user_data.read_table``); one column is scalar
             data (N,), p columns are points in R^p.
         sigma: the known noise scale.
         method: "em" (attention-EM), "npmle", "nuts" or "gibbs".
@@ -556,8 +557,8 @@ def run_deconvolve(
         num_atoms: K of the finite mixture (nuts, gibbs); default 5.
         num_warmup, num_samples, num_chains: sampler sizes; defaults
             ``DECONVOLVE_SAMPLER_DEFAULTS`` (nuts 2 x (500 + 500), gibbs 4 x (1000 + 2000)).
-            Sizes too small for the reported diagnostics (``inference.mcmc.
-            check_sampler_sizes``) are refused before sampling.
+            Sizes too small for the reported diagnostics
+            (``attnbayes.inference.mcmc.check_sampler_sizes``) are refused before sampling.
         block_size: em only: stream the E-step over blocks of this many rows and atoms.
         memory_limit: bytes the em fit may use (default: ``available_memory_bytes()``); a
             dense E-step estimated above it is refused before computing.
@@ -923,7 +924,7 @@ def run_filter(
 
     Args:
         table: the observations, T rows of o columns, NaN rows missing.
-        params: validated ``SwitchingParams`` (``models.switching.check_params``).
+        params: validated ``SwitchingParams`` (``attnbayes.models.switching.check_params``).
         method: "imm", "gpb2", "gpb1", "rbpf" (each then Kim's smoother over its per-mode
             filtered Gaussians) or "gibbs" (the smoothing posterior by sampling).
         scenario, params_path: where ``params`` came from (recorded; the scenario also names

@@ -7,10 +7,11 @@ Both samplers get the same data and the same prior:
     w ~ Dirichlet(1_K),   mu ~ N(atom_loc, atom_scale^2) iid restricted to mu_1 < ... < mu_K,
     x_i ~ sum_k w_k N(mu_k, sigma^2),
 
-with atom_loc = mean(x) and atom_scale = 2 sd(x) + sigma, as ``attnbayes.inference.deconvolution.comparison`` sets them.
-NumPyro writes the atoms' prior as ``SortedNormal`` (K! prod N on the sorted region), PyMC as a
-Normal with the ``ordered`` transform (prod N on the sorted region): the same posterior, since
-the two densities differ by the constant K!.
+with atom_loc = mean(x) and atom_scale = 2 sd(x) + sigma, as
+``attnbayes.inference.deconvolution.comparison`` sets them. NumPyro writes the atoms' prior as
+``SortedNormal`` (K! prod N on the sorted region), PyMC as a Normal with the ``ordered`` transform
+(prod N on the sorted region): the same posterior, since the two densities differ by the constant
+K!.
 
 Timings, all in one run so that the ratio is meaningful on a shared machine:
 

@@ -1,7 +1,7 @@
 """The switching-model filters (IMM, GPB2, GPB1; JAX) against filterpy's IMMEstimator.
 
-The "maneuvering-target" scenario (``attnbayes.models.switching.maneuvering_target``: M = 2 modes, d = 4,
-o = 2), float64. filterpy starts from a prior (x0, P0, mu0) at time 0 and predicts first; our
+The "maneuvering-target" scenario (``attnbayes.models.switching.maneuvering_target``: M = 2 modes, d
+= 4, o = 2), float64. filterpy starts from a prior (x0, P0, mu0) at time 0 and predicts first; our
 filters update first, so they are started from filterpy's first prediction (pi0 = mu0 Pi,
 m0_j = F_j x0 + b_j, P0_j = F_j P0 F_j^T + Q_j), which makes ``imm_filter`` and filterpy's
 IMMEstimator the same filter. Their filtered means are checked to agree to 1e-8 before any

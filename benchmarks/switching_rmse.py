@@ -1,15 +1,15 @@
 """Tracking accuracy of the switching-model filters on the maneuvering target, over many seeds.
 
-The "maneuvering-target" scenario (``attnbayes.models.switching.maneuvering_target``: constant velocity
-and a 3 deg/s coordinated turn, state [px, vx, py, vy], position measured with sigma = 10),
+The "maneuvering-target" scenario (``attnbayes.models.switching.maneuvering_target``: constant
+velocity and a 3 deg/s coordinated turn, state [px, vx, py, vy], position measured with sigma = 10),
 float64. For each seed s = 0..S-1, ``simulate(jax.random.key(s), params, T)`` draws the modes,
 the states and the observations; every filter runs with the true parameters (the model's own
 initial distribution, so no filter has an advantage in its start). The filters:
 
 - ``gpb1_filter``, ``gpb2_filter``, ``imm_filter`` (``attnbayes.inference.switching.filters``);
-- ``rbpf`` (``attnbayes.inference.switching.particle``, locally optimal proposal, systematic resampling at ESS < N/2)
-  with each of ``--particles``, keyed by ``fold_in(key(s), 1)``; skipped, with a message, when
-  the module is absent;
+- ``rbpf`` (``attnbayes.inference.switching.particle``, locally optimal proposal, systematic
+  resampling at ESS < N/2) with each of ``--particles``, keyed by ``fold_in(key(s), 1)``; skipped,
+  with a message, when the module is absent;
 - the known-mode Kalman filter: a Kalman filter along the true mode sequence (written here from
   ``kalman_predict``/``kalman_update`` in a ``lax.scan``), the lower bound for the error of
   any filter that does not know the modes.

@@ -7,7 +7,7 @@ For keys k_i (n, d), values v_i (n, m), a kernel K and bandwidths h (scalar or p
 a multivariate *product* kernel (the statsmodels convention). This is softmax attention with
 scores s(q, k) = log K_h(q - k) = sum_c log K((q_c - k_c) / h_c), -inf outside a compact
 kernel's support; normalising constants of K cancel in the ratio. ``nadaraya_watson`` runs
-``inference.attention.scored_attention`` with a module-level log-kernel score function, so
+``attnbayes.inference.attention.scored_attention`` with a module-level log-kernel score function, so
 ``block_size`` streams over key/query blocks with a running log-sum-exp (memory O(block^2)).
 For the Gaussian kernel the scores are exactly ``neg_sq_distance_scores``:
 -sum_c (q_c - k_c)^2 / (2 h_c^2).
@@ -299,7 +299,7 @@ def nadaraya_watson(
 
     Attention weights softmax_i(log K_h(q - k_i)) with the product kernel
     K_h(u) = prod_c K(u_c / h_c); for ``kernel="gaussian"`` the scores are exactly
-    ``inference.attention.neg_sq_distance_scores`` (-|q - k|^2 / (2 h^2) per coordinate).
+    ``attnbayes.inference.attention.neg_sq_distance_scores`` (-|q - k|^2 / (2 h^2) per coordinate).
 
     Args:
         keys: (n,) or (n, d).

@@ -81,7 +81,8 @@ def sparse_means(
 
 
 def ring(num_atoms: int = 8, radius: float = 3.0) -> DiscreteMeasure:
-    """Equal-weight atoms on the circle of radius R in 2-D (the spherical case of seed 1).
+    """Equal-weight atoms on the circle of radius R in 2-D (the spherical case of
+    the note "Attention as deconvolution", where the E-step is plain softmax attention).
 
     With |x| and |mu| both near R the EM key bias -|mu|^2 / (2 sigma^2) is (nearly) constant
     and the E-step is plain softmax attention.

@@ -10,7 +10,7 @@ v | c ~ N(v_c, s^2 I). Conditioning on k = q (Bayes' rule on c),
 
     p(c = i | k = q) = K_h(q - k_i) / sum_j K_h(q - k_j),   K_h(u) = prod_c exp(-u_c^2 / (2 h_c^2)),
 
-the softmax attention weights of ``inference.attention.neg_sq_distance_scores``, so
+the softmax attention weights of ``attnbayes.inference.attention.neg_sq_distance_scores``, so
 
     E[v | k = q] = sum_i p(c = i | q) v_i                  (Nadaraya-Watson, Gaussian kernel),
     Cov[v | k = q] = s^2 I + sum_i p(c = i | q) (v_i - E[v | q])(v_i - E[v | q])^T.

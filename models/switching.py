@@ -1,4 +1,7 @@
-"""Switching linear-Gaussian state-space model (seed 3): parameters, scenarios and a simulator.
+"""Switching linear-Gaussian state-space model: parameters, scenarios and a simulator.
+
+The model of Kim (1994) and Bar-Shalom and Li (1993), which the note "Attention as GPB2/IMM
+message passing" reads attention against.
 
 Model with M modes, state dimension d, observation dimension o, steps t = 1..T:
 
@@ -18,7 +21,7 @@ continuous sites: the states x_{1:T} and, under ``SwitchingPriors``, the transit
 the scales of Q_j and R_j. (NumPyro's own enumeration cannot do this inside ``scan``: a
 continuous site or a factor under an enumerated scan is refused.) A density over the states
 needs positive definite Q_j, so a singular Q_j needs ``jitter > 0`` (Q_j + jitter I).
-The filters live in ``inference.filters``.
+The filters live in ``attnbayes.inference.switching.filters``.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@
 # %% [markdown]
 # # 01 · Attention as deconvolution EM
 #
-# Seed 1: observe $x_i = z_i + \sigma \varepsilon_i$, $i = 1, \dots, N$, with
-# $z_i \overset{\text{iid}}{\sim} \nu$ unknown, $\varepsilon_i \sim \mathcal N(0, I_p)$ and
+# The note "Attention as deconvolution": observe $x_i = z_i + \sigma \varepsilon_i$, $i = 1, \dots,
+# N$, with $z_i \overset{\text{iid}}{\sim} \nu$ unknown, $\varepsilon_i \sim \mathcal N(0, I_p)$ and
 # $\sigma$ known. Write $\nu \approx \frac1K \sum_k \delta(\mu_k)$ with $K = N$ atoms started at
 # the data, $\mu_k^{0} = x_k$. The EM updates are
 #

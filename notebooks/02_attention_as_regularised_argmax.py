@@ -16,8 +16,8 @@
 # %% [markdown]
 # # 02 · Attention as a regularised argmax
 #
-# Seed 2. An attention layer returns a context vector, the mean of a value function under a
-# probability vector on the positions,
+# The note "Attention as a regularised argmax". An attention layer returns a context vector, the
+# mean of a value function under a probability vector on the positions,
 #
 # $$c = \mathbb E_{T \sim p}[V(T)] = \sum_{t=1}^K p_t\, v_t, \qquad
 # p \in \Delta^{K-1} = \{p \in \mathbb R^K : p_t \ge 0,\ \textstyle\sum_t p_t = 1\}.$$
@@ -62,23 +62,23 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
-from inference.simplex import (
-    entmax15,
-    entmax_bisect,
-    regularised_argmax,
-    regularised_objective,
-    softmax,
-    sparsemax,
-)
 from matplotlib.colors import ListedColormap
 
-from inference.attention import (
+from attnbayes.inference.attention import (
     additive_scores,
     attend,
     dot_product_scores,
     key_moments,
     log_partition,
     scored_attention,
+)
+from attnbayes.inference.attention.simplex import (
+    entmax15,
+    entmax_bisect,
+    regularised_argmax,
+    regularised_objective,
+    softmax,
+    sparsemax,
 )
 
 jax.config.update("jax_enable_x64", True)
@@ -507,11 +507,12 @@ plt.show()
 # call. It is checked against the maps applied to `dot_product_scores`, and the outputs
 # against $AV$.
 #
-# The exponential-family reading of softmax attention (seed 3): on the finite set of keys,
-# $p(k_j \mid q) = \exp(\langle k_j, q\rangle - \log G(q))$ with $\log G = \mathrm{logsumexp}$;
-# then $\nabla_q \log G$ is the attention output with values $=$ keys and $\nabla^2_q \log G$ the
-# covariance of the keys under $A$ (`log_partition`, `key_moments`). Finally the score need not
-# be a dot product: `scored_attention` takes any score function, here Bahdanau's additive one.
+# The exponential-family reading of softmax attention ("Attention as GPB2/IMM message passing",
+# section 2): on the finite set of keys, $p(k_j \mid q) = \exp(\langle k_j, q\rangle - \log G(q))$
+# with $\log G = \mathrm{logsumexp}$; then $\nabla_q \log G$ is the attention output with values $=$
+# keys and $\nabla^2_q \log G$ the covariance of the keys under $A$ (`log_partition`,
+# `key_moments`). Finally the score need not be a dot product: `scored_attention` takes any score
+# function, here Bahdanau's additive one.
 
 # %%
 NQ, NK, D = 8, 14, 4

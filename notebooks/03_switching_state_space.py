@@ -16,11 +16,12 @@
 # %% [markdown]
 # # 03 · Switching state space: GPB2, IMM, and attention as an IMM step
 #
-# Seed 3 reads the attention sublayer as one step of approximate message passing in a
-# switching linear-Gaussian state-space model (SLDS). This notebook builds that model, runs the
-# approximate filters and smoothers against the exact posterior where it can be enumerated and
-# against a Gibbs sampler where it cannot, and checks that one IMM mixing-and-collapse step with
-# the attention kernel in place of the transition matrix is the attention sublayer.
+# The note "Attention as GPB2/IMM message passing" reads the attention sublayer as one step of
+# approximate message passing in a switching linear-Gaussian state-space model (SLDS). This notebook
+# builds that model, runs the approximate filters and smoothers against the exact posterior where it
+# can be enumerated and against a Gibbs sampler where it cannot, and checks that one IMM
+# mixing-and-collapse step with the attention kernel in place of the transition matrix is the
+# attention sublayer.
 #
 # **The model.** $M$ modes, state $x_t \in \mathbb R^d$, observation $y_t \in \mathbb R^o$,
 # $t = 1, \dots, T$:
@@ -445,7 +446,7 @@ plt.show()
 #   $x \mid s = i = H_i$ (a point mass: the message is its mean, the *expected sufficient
 #   statistic*);
 # * the transition kernel $\Pi_{ij} = \mathrm{softmax}_i(\langle H_i W_q, H_j W_k\rangle)$,
-#   normalised over the previous mode $i$ (seed 3, eqs. 2 and 12), so each column sums to one
+#   normalised over the previous mode $i$ (the note's eqs. 2 and 12), so each column sums to one
 #   and the predicted mode probabilities stay $1/M$;
 # * deterministic value dynamics $x \mapsto x W_v$, no noise and no observation.
 #
@@ -463,7 +464,7 @@ plt.show()
 # with log-partition $\log G(q) = \log \frac1M\sum_i e^{\langle k_i, q\rangle}$. Its mean is
 # $\nabla_q \log G(q) = \sum_i A_i k_i$ (attention with $V = K$) and its covariance the
 # Hessian: the attention output is the mean parameter of an exponential family whose natural
-# parameter is the query, exactly the moment-matched message of GPB/IMM. Seed 3 goes further:
+# parameter is the query, exactly the moment-matched message of GPB/IMM. The note goes further:
 # attention differs from GPB2/IMM in that the "transition" depends on the continuous messages
 # themselves, and alternating between computing the kernel (a distribution over natural
 # parameters given the current means) and the new means reads like a *deterministic* Gibbs

@@ -16,8 +16,9 @@
 # %% [markdown]
 # # 04 · Nadaraya-Watson regression as attention pooling
 #
-# Seed 4. Observe pairs $(k_i, v_i)$, $i = 1, \dots, n$, with $v_i = f(k_i) + \varepsilon_i$.
-# The Nadaraya-Watson (local-constant) estimator of $f$ at a query $q$ is
+# The note "Attention and Transformers" (Nitin 2023). Observe pairs $(k_i, v_i)$, $i = 1, \dots, n$,
+# with $v_i = f(k_i) + \varepsilon_i$. The Nadaraya-Watson (local-constant) estimator of $f$ at a
+# query $q$ is
 #
 # $$\hat f_h(q) = \sum_{i=1}^n \frac{K_h(q - k_i)}{\sum_j K_h(q - k_j)}\, v_i
 # = \sum_i \mathrm{softmax}_i\big(\log K_h(q - k_i)\big)\, v_i,
@@ -43,7 +44,8 @@
 #
 # This notebook checks the attention identities, selects $h$ by leave-one-out
 # cross-validation (against brute force and statsmodels), follows the error as $n$ grows, and
-# reads $\hat f_h$ as the conditional mean of a kernel-density joint law (`attnbayes.models.kernel_joint`).
+# reads $\hat f_h$ as the conditional mean of a kernel-density joint law
+# (`attnbayes.models.kernel_joint`).
 #
 # Data: $k_i \sim U(0, 1)$, $f(x) = \cos(2\pi x) + \tfrac12\cos(6\pi x)$, $\sigma = 0.4$; $f$ has
 # zero slope at both ends, so the local-constant estimator's $O(h)$ boundary bias

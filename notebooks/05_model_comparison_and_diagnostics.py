@@ -19,18 +19,18 @@
 # The other notebooks fit one model at a time. Here the question is which model, and whether
 # the sampler can be trusted to answer it.
 #
-# 1. **How many atoms?** Seed 1's deconvolution model $x_i = z_i + \sigma\varepsilon_i$,
-#    $z_i \sim \nu = \sum_{k=1}^K w_k \delta(\mu_k)$, fitted for $K = 1, \dots, 4$ and compared
-#    by the expected log pointwise predictive density, estimated by Pareto-smoothed importance
-#    sampling leave-one-out cross-validation (PSIS-LOO).
+# 1. **How many atoms?** The deconvolution model ("Attention as deconvolution") $x_i = z_i +
+# \sigma\varepsilon_i$,    $z_i \sim \nu = \sum_{k=1}^K w_k \delta(\mu_k)$, fitted for $K = 1,
+# \dots, 4$ and compared    by the expected log pointwise predictive density, estimated by
+# Pareto-smoothed importance    sampling leave-one-out cross-validation (PSIS-LOO).
 # 2. **Finite or Dirichlet-process prior?** The same comparison between the finite mixture
 #    with $K = 3$ and a truncated Dirichlet process that has to find the number of atoms.
 # 3. **Posterior diagnostics done right.** R-hat, bulk and tail ESS, divergences, trace and
 #    rank plots, and why they must be computed on quantities that do not depend on how the
 #    atoms are labelled; then a posterior predictive check.
-# 4. **How many modes?** Seed 3's switching state-space model with 1, 2 (and 3) modes, where
-#    the data are a time series, LOO is the wrong question, and the comparison is by held-out
-#    one-step-ahead predictions (leave-future-out).
+# 4. **How many modes?** The switching state-space model ("Attention as GPB2/IMM message passing")
+# with 1, 2 (and 3) modes, where    the data are a time series, LOO is the wrong question, and the
+# comparison is by held-out    one-step-ahead predictions (leave-future-out).
 #
 # `N` (environment variable `ATTNBAYES_NB_N`) sets the number of deconvolution data points; the
 # tests run it small, with shorter chains, a shorter time series and two switching models
@@ -52,12 +52,21 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
     warnings.filterwarnings("ignore", message="IProgress not found")
     import arviz_plots as azp
     import arviz_stats as azs
-    from inference.gibbs import run_gibbs
-    from inference.invariants import INVARIANT_NAMES, add_invariants, measure_cdf
 
-    from inference.mcmc import diagnostics, run_nuts
-    from inference.model_comparison import compare_num_atoms, compare_num_modes, loo_compare
-    from models import deconvolution, switching
+    from attnbayes.inference.deconvolution.gibbs import run_gibbs
+    from attnbayes.inference.deconvolution.invariants import (
+        INVARIANT_NAMES,
+        add_invariants,
+        measure_cdf,
+    )
+    from attnbayes.inference.diagnostics import diagnostics
+    from attnbayes.inference.mcmc import run_nuts
+    from attnbayes.inference.model_comparison import (
+        compare_num_atoms,
+        compare_num_modes,
+        loo_compare,
+    )
+    from attnbayes.models import deconvolution, switching
 
 jax.config.update("jax_enable_x64", True)
 
@@ -561,7 +570,7 @@ assert pvalues.loc["sd", "K = 1"] < 0.01
 # %% [markdown]
 # ## 4 · How many modes? Leave-future-out for a time series
 #
-# Seed 3's switching linear-Gaussian state-space model: a target on the plane with state
+# The switching linear-Gaussian state-space model: a target on the plane with state
 # $x_t = (p_x, v_x, p_y, v_y)$, a mode $s_t$ following a Markov chain, and
 #
 # $$x_t = F_{s_t} x_{t-1} + w_t,\ w_t \sim \mathcal N(0, c_{s_t} Q_{s_t}), \qquad

@@ -722,13 +722,14 @@ COMPARE_SWITCHING_CASES = {
 def test_compare_switching_refuses_bad_arguments_before_running(case, monkeypatch):
     from attnbayes.inference.switching.comparison import compare_switching
 
-    for name in ("imm_filter", "gpb1_filter", "gpb2_filter", "exact_filter", "rbpf"):
-        monkeypatch.setattr(
-            attnbayes.inference.switching.comparison,
-            name,
-            _raiser(AssertionError("ran")),
-            raising=True,
-        )
+    for module, name in (
+        (attnbayes.inference.switching.filters, "imm_filter"),
+        (attnbayes.inference.switching.filters, "gpb1_filter"),
+        (attnbayes.inference.switching.filters, "gpb2_filter"),
+        (attnbayes.inference.switching.filters, "exact_filter"),
+        (attnbayes.inference.switching.particle, "rbpf"),
+    ):
+        monkeypatch.setattr(module, name, _raiser(AssertionError("ran")), raising=True)
     params = get_scenario("maneuvering-target")
     kwargs, pattern = COMPARE_SWITCHING_CASES[case]
     kwargs = {"key": jax.random.PRNGKey(0), **kwargs}

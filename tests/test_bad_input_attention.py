@@ -2,10 +2,10 @@
 
 The project's standard: a ``ValueError`` raised before tracing whose message starts with the
 argument's name; never a cryptic traceback, a silent NaN or a wrong answer. This catalogue
-covers every public function of ``attnbayes.inference.attention.simplex``, ``attnbayes.inference.attention`` and
-``attnbayes.inference.kernel_regression`` against NaN / inf, empty, wrong-rank, complex and non-numeric
-arrays, bad scalars and names, and scores that overflow. Every array is tiny and every case
-raises before JAX runs, so each takes milliseconds.
+covers every public function of ``attnbayes.inference.attention.simplex``,
+``attnbayes.inference.attention`` and ``attnbayes.inference.kernel_regression`` against NaN / inf,
+empty, wrong-rank, complex and non-numeric arrays, bad scalars and names, and scores that overflow.
+Every array is tiny and every case raises before JAX runs, so each takes milliseconds.
 
 Also here, the regression tests of issue 12:
 
@@ -150,7 +150,8 @@ BAD_NAMES = {"unknown": "bogus", "none": None, "int": 3}
 
 
 def _simplex_maps():
-    """Every weight map of attnbayes.inference.attention.simplex, as f(scores, temperature=..., axis=...)."""
+    """Every weight map of attnbayes.inference.attention.simplex, as f(scores, temperature=...,
+    axis=...)."""
     return {
         "softmax": softmax,
         "sparsemax": sparsemax,
@@ -213,7 +214,7 @@ def _cases():
     def add(label, call, pattern):
         cases.append((label, call, pattern))
 
-    # --------------------------------------------------------------- attnbayes.inference.attention.simplex
+    # -------------------------------------------------------- attnbayes.inference.attention.simplex
     for fn_name, fn in _simplex_maps().items():
         for label, s in bad_arrays(S, wrong_rank=np.float64(1.0), neg_inf_allowed=True).items():
             if label == "ragged":
@@ -493,7 +494,7 @@ def _cases():
     )
     add("key_moments-overflow", lambda: key_moments(np.array([HUGE, 0.0]), k_huge), "^query: ")
 
-    # --------------------------------------------------------------- attnbayes.inference.kernel_regression
+    # -------------------------------------------------------- attnbayes.inference.kernel_regression
     for label, k in bad_arrays(XK, wrong_rank=np.zeros((5, 1, 1))).items():
         for fn, call in _kr_calls(keys=k).items():
             add(f"{fn}-keys-{label}", call, "^keys: ")

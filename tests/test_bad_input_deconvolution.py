@@ -3,19 +3,22 @@
 The project's standard: a ``ValueError`` (or ``TypeError``) raised before tracing whose message
 starts with the argument's name; never a cryptic traceback, a silent NaN or a wrong answer.
 ``tests/test_validation.py`` holds the older EM catalogue; this one covers what it does not:
-every public function of ``attnbayes.inference.deconvolution.em``, ``attnbayes.inference.deconvolution.kiefer_wolfowitz`` and ``attnbayes.models.deconvolution``
-against huge values, NaN/inf, empty, complex and wrong-rank arrays and bad scalars. Every
-array is tiny, so each case runs in milliseconds.
+every public function of ``attnbayes.inference.deconvolution.em``,
+``attnbayes.inference.deconvolution.kiefer_wolfowitz`` and ``attnbayes.models.deconvolution``
+against huge values, NaN/inf, empty, complex and wrong-rank arrays and bad scalars. Every array is
+tiny, so each case runs in milliseconds.
 
 Also here, the regression tests of issue 12:
 
 - finding 2: data (and atoms or grid points) whose spread in units of sigma makes the squared
   distances overflow are refused, naming the argument and the limit; just inside the limit
   every entry point returns finite numbers; under ``jax.jit`` (no checks) the overflow shows
-  as NaN / -inf, and ``attnbayes.inference.deconvolution.em.check_problem`` refuses the concrete inputs;
+  as NaN / -inf, and ``attnbayes.inference.deconvolution.em.check_problem`` refuses the concrete
+  inputs;
 - finding 5: one outlier 1e6 sigma away leaves the float32 fit of the bulk within 1e-3 sigma of
   the float64 fit (dense, streamed and sharded);
-- finding 9: ``attnbayes.inference.deconvolution.em.estep_memory_bytes`` against XLA's compiled memory analysis.
+- finding 9: ``attnbayes.inference.deconvolution.em.estep_memory_bytes`` against XLA's compiled
+  memory analysis.
 """
 
 import jax
@@ -487,7 +490,7 @@ def _cases():
     )
     add("npmle_posterior-result-none", lambda: npmle_posterior(X1, 1.0, None), "^result: ")
 
-    # --- attnbayes.models.deconvolution: simulate, get_measure, DiscreteMeasure, deconvolution_model
+    # --- attnbayes.models.deconvolution: simulate, get_measure, DiscreteMeasure, the model
     for label, n in (("zero", 0), ("negative", -2), ("float", 2.5), ("bool", True)):
         add(
             f"simulate-num_points-{label}",

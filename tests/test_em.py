@@ -486,8 +486,9 @@ def test_sharded_over_four_devices_in_a_fresh_process():
 
 
 def test_e_step_attention_log_normalizer_contract(vector_problem):
-    """``e_step_attention`` (used inside jit by attnbayes.inference.deconvolution.gibbs and attnbayes.inference.deconvolution.invariants) keeps
-    its contract: log p(x_i) = log_normalizer_i - beta |x_i - c|^2 / 2 - p log(2 pi s^2) / 2
+    """``e_step_attention`` (used inside jit by attnbayes.inference.deconvolution.gibbs and
+    attnbayes.inference.deconvolution.invariants) keeps its contract: log p(x_i) = log_normalizer_i
+    - beta |x_i - c|^2 / 2 - p log(2 pi s^2) / 2
     with c = mean of x, and A, z_hat as ``posterior``."""
     x, atoms, weights, sigma = vector_problem
     att = em.e_step_attention(jnp.asarray(x), jnp.asarray(atoms), jnp.asarray(weights), sigma)

@@ -5,10 +5,10 @@ single-site conditionals p(s_t | s_{-t}, y) against normalising p(s, y) over s_t
 from the dense joint of (x, y) given s), the Kalman FFBS draws against the dense conditional of
 x | s, y, the conditional mode sampler against p(s | x, y) enumerated over histories, the
 conjugate parameter draws against SciPy's Beta and inverse-gamma laws, ``lp`` against SciPy
-log-densities (and, summed over histories, against ``attnbayes.models.switching.switching_log_joint``),
-and short chains against the exact smoothing posterior of ``switching_bruteforce``. Slow: the
-maneuvering-target scenario (R-hat of every state coordinate), and with priors on Pi, c, r the
-posterior means against NUTS on ``switching_model``.
+log-densities (and, summed over histories, against
+``attnbayes.models.switching.switching_log_joint``), and short chains against the exact smoothing
+posterior of ``switching_bruteforce``. Slow: the maneuvering-target scenario (R-hat of every state
+coordinate), and with priors on Pi, c, r the posterior means against NUTS on ``switching_model``.
 """
 
 import functools

@@ -1,7 +1,7 @@
 """Bad input is refused with a ValueError naming the argument, before JAX sees it.
 
-Also: the 1-D Wasserstein distance and the discrete posterior intervals of ``attnbayes.inference.deconvolution.comparison``
-against SciPy and a brute-force loop.
+Also: the 1-D Wasserstein distance and the discrete posterior intervals of
+``attnbayes.inference.deconvolution.comparison`` against SciPy and a brute-force loop.
 """
 
 import jax

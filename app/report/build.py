@@ -82,7 +82,7 @@ def write_report(
     Args:
         out_dir: parent folder (created if missing).
         name: the report's folder inside ``out_dir``. An existing ``out_dir/name`` is replaced
-            only if attnbayes wrote it (``inference.outputs.prepare_target``, checked before any
+            only if attnbayes wrote it (``attnbayes.app.outputs.prepare_target``, checked before any
             computation); the report carries ``run.json`` as its marker.
         quick: small sizes and only the scenarios marked ``quick`` (about two minutes on two
             cores instead of about ten).

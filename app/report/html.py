@@ -265,7 +265,8 @@ def _switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key
         f'<h3 id="methods-{name}">Switching state space: {name}</h3>'
         + _p(
             "Filters target p(x_t, s_t | y_1:t): GPB1 and GPB2 collapse to 1 and M Gaussians, "
-            "IMM mixes before predicting (seed 3: the mixing step is an attention step), the "
+            "IMM mixes before predicting (in the note 'Attention as GPB2/IMM message passing' "
+            "the mixing step is an attention step), the "
             "RBPF keeps particles over modes with a Kalman filter each. Smoothers and samplers "
             "target p(x_t, s_t | y_1:T): Kim's backward pass over GPB2 / IMM, the collapsed "
             "Gibbs sampler, and the Kalman smoother along the true modes (known-modes: the "
@@ -387,7 +388,8 @@ def _attention_block(blocks, figures, att_figs, att_table, frames):
     blocks["attention"].insert(
         0,
         _p(
-            "Seed 2: attention weights solve argmax over the simplex of &lt;p, s&gt; - tau "
+            "As in the note 'Attention as a regularised argmax', attention weights solve argmax "
+            "over the simplex of &lt;p, s&gt; - tau "
             "Omega(p). Omega = negative Shannon entropy gives softmax, the Gini term |p|^2/2 "
             "sparsemax (a Euclidean projection onto the simplex, with exact zeros), the Tsallis "
             "1.5-entropy entmax in between. As tau -> 0 every map tends to the LP vertex (the "
@@ -403,7 +405,8 @@ def _kernel_block(blocks, figures, nw_figs, nw_table, frames):
     frames.append(_tidy("kernel-regression", "sine", nw_table))
     blocks["kernel-regression"].append(
         _p(
-            "Seed 4: Nadaraya-Watson f(q) = sum_j K_h(q - k_j) v_j / sum_j K_h(q - k_j) is "
+            "As in the note 'Attention and Transformers' (Nitin 2023), Nadaraya-Watson "
+            "f(q) = sum_j K_h(q - k_j) v_j / sum_j K_h(q - k_j) is "
             "softmax attention with scores log K_h(q - k_j). Data: y = 2 sin x + x<sup>0.8</sup> "
             "+ N(0, 0.25), x uniform on [0, 5]. Each kernel's bandwidth minimises the closed-form "
             "leave-one-out error; ISE is the integrated squared error against the truth."

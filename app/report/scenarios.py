@@ -68,8 +68,8 @@ SCENARIOS = (
         (200, 500),
         (300, 800),
         "Eight equal atoms on the circle of radius 3 in 2-D, sigma = 0.5: the spherical case "
-        "of seed 1, where the EM key bias is nearly constant and the E-step is plain softmax "
-        "attention.",
+        "of the note 'Attention as deconvolution', where the EM key bias is nearly constant "
+        "and the E-step is plain softmax attention.",
         quick=False,
     ),
 )

@@ -1,4 +1,9 @@
-"""Attention weights as a regularised argmax over the probability simplex (seed 2).
+"""Attention weights as a regularised argmax over the probability simplex.
+
+The note "Attention as a regularised argmax", after Martins et al. (2020, "Sparse and
+continuous attention mechanisms", NeurIPS) and Blondel, Martins and Niculae (2020, "Learning
+with Fenchel-Young losses", JMLR); sparsemax is Martins and Astudillo (2016), entmax Peters,
+Niculae and Martins (2019).
 
 Given scores s in R^K, the weights solve
 
@@ -20,7 +25,7 @@ differentiable: sparsemax and entmax carry custom JVPs from their closed-form Ja
 J = diag(g) - g g^T / sum(g) with g_j = p_j^{2-a} on the support (Peters et al., 2019).
 
 Errors. ``check_score_inputs`` is the one check of every map here and of
-``inference.attention.attend``: before any tracing it refuses, with a ``ValueError`` whose
+``attnbayes.inference.attention.attend``: before any tracing it refuses, with a ``ValueError`` whose
 message starts with the argument's name, scores that are empty, complex, not numbers, NaN or
 +inf (-inf masks an entry), a temperature that is not a finite real number > 0 (>= 0 for
 ``regularised_argmax``) or is below the dtype's smallest normal number, and scores whose
@@ -47,9 +52,9 @@ REGULARISERS = ("shannon", "gini", "tsallis")
 
 # ----------------------------------------------------------------------------- checks
 #
-# One check for every map here and for the attention of ``inference.attention``, which imports
-# it: ``check_score_inputs`` validates the arrays the scores are made of (``check_array``), the
-# temperature (``check_temperature``) and bounds the largest score the kernel can form against
+# One check for every map here and for the attention of ``attnbayes.inference.attention``, which
+# imports it: ``check_score_inputs`` validates the arrays the scores are made of (``check_array``),
+# the temperature (``check_temperature``) and bounds the largest score the kernel can form against
 # the dtype's largest number (``check_score_bound``). Value checks run on concrete inputs only,
 # before any tracing; under ``jax.jit`` the arguments are tracers and only the static checks
 # (dtype, rank, size) run.
@@ -247,7 +252,7 @@ class CheckedInputs(NamedTuple):
 def check_score_inputs(
     inputs, temperature=1.0, *, allow_zero: bool = False, relations=None, stages=None
 ) -> CheckedInputs:
-    """The check shared by every weight map here and by ``inference.attention``.
+    """The check shared by every weight map here and by ``attnbayes.inference.attention``.
 
     Args:
         inputs: ``ArraySpec``s of the scores, or of the arrays the scores are computed from

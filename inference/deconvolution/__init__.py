@@ -3,8 +3,8 @@
 - ``em``: EM with one atom per data point, whose E-step is softmax attention with
   Q K^T = I / sigma^2 and key bias -|mu_k|^2 / (2 sigma^2); the posterior mean z_hat as one
   attention step (Tweedie's denoiser); streamed for large N.
-- ``kiefer_wolfowitz``: the Kiefer-Wolfowitz NPMLE of nu on a grid (Koenker and Mizera 2014), by mix-SQP
-  (Kim, Carbonetto, Stephens and Anitescu 2020), SQUAREM or EM.
+- ``kiefer_wolfowitz``: the Kiefer-Wolfowitz NPMLE of nu on a grid (Koenker and Mizera 2014), by
+  mix-SQP (Kim, Carbonetto, Stephens and Anitescu 2020), SQUAREM or EM.
 - ``gibbs``: the conjugate Gibbs sampler over assignments, weights and atoms, and "approximate
   Gibbs" (each draw replaced by its expectation: iterated attention with tied weights).
 - ``invariants``: permutation-invariant summaries of mixture draws (CDF of nu, moments).

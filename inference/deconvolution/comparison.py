@@ -1,21 +1,23 @@
 """Run deconvolution methods side by side on one data set and tabulate how they differ.
 
 Methods:
-- ``"attention-em"``: seed 1's estimator, K = N atoms started at the data, weights 1/N,
-  iterated attention E-steps; z_hat is one more attention step (the EB posterior mean) and
-  intervals come from the discrete posterior A_i. over the fitted atoms.
+- ``"attention-em"``: the estimator of the note "Attention as deconvolution", K = N atoms started at
+  the data, weights 1/N, iterated attention E-steps; z_hat is one more attention step (the EB
+  posterior mean) and intervals come from the discrete posterior A_i. over the fitted atoms.
 - ``"nuts"``: full-posterior NUTS on ``deconvolution_model`` (finite Dirichlet mixture, atoms
   ordered for scalar data); z_hat is the posterior mean of E[z_i | x_i, nu] and intervals are
   equal-tailed posterior intervals of z_i | x (nu integrated out).
-- ``"npmle"``: the Kiefer-Wolfowitz NPMLE of nu on a fixed grid (``inference.npmle``), then
-  the empirical-Bayes posterior under it (GMLEB); intervals from that discrete posterior.
+- ``"npmle"``: the Kiefer-Wolfowitz NPMLE of nu on a fixed grid
+  (``attnbayes.inference.deconvolution.kiefer_wolfowitz``), then the empirical-Bayes posterior under
+  it (GMLEB); intervals from that discrete posterior.
 - ``"nuts-dp"``: NUTS on the truncated stick-breaking Dirichlet-process mixture (Gamma prior
   on the concentration; K = ``num_atoms_dp`` sticks, atoms not ordered).
 - ``"gibbs"``: the conjugate blocked Gibbs sampler on the finite Dirichlet mixture (same prior
-  as "nuts"; ``inference.gibbs.run_gibbs``), summarised exactly like NUTS.
-- ``"approx-gibbs"``: seed 3's approximate Gibbs, every draw replaced by its expectation
-  (responsibilities, then means and weights) for K = ``num_atoms`` atoms started at spread
-  data points, with the residual step ``step_size`` (1 = EM for the finite mixture).
+  as "nuts"; ``attnbayes.inference.deconvolution.gibbs.run_gibbs``), summarised exactly like NUTS.
+- ``"approx-gibbs"``: approximate Gibbs ("Attention as GPB2/IMM message passing", section 4.1),
+  every draw replaced by its expectation (responsibilities, then means and weights) for K =
+  ``num_atoms`` atoms started at spread data points, with the residual step ``step_size`` (1 = EM
+  for the finite mixture).
 - ``"james-stein"``: the positive-part James-Stein rule toward the grand mean (Efron-Morris),
   with the normal empirical-Bayes posterior N(xbar + (1 - B)(x - xbar), (1 - B) sigma^2) for
   intervals and N(xbar, (tau^2 + sigma^2) I) as predictive, tau^2 = sigma^2 (1 - B) / B.

@@ -1,4 +1,7 @@
-"""EM for Gaussian deconvolution, written so that the E-step *is* softmax attention (seed 1).
+"""EM for Gaussian deconvolution, written so that the E-step *is* softmax attention.
+
+The reading of the note "Attention as deconvolution"; EM for mixtures is Dempster, Laird and
+Rubin (1977), and with a fixed grid of atoms it is the classical NPMLE iteration (Laird 1978).
 
 Model: x_i ~ sum_k w_k N(mu_k, sigma^2 I_p). With beta = 1 / sigma^2,
 
@@ -15,7 +18,7 @@ and attending with values = atoms gives the posterior mean E[z_i | x_i] under th
 measure (Tweedie's empirical-Bayes denoiser): one attention step.
 
 Numerics. The kernels form the same scores as s_ik = log w_k - |x_i - mu_k|^2 / (2 sigma^2),
-from the differences x_i - mu_k (Gaussian-kernel attention, ``inference.attention``'s
+from the differences x_i - mu_k (Gaussian-kernel attention, ``attnbayes.inference.attention``'s
 negative squared distance; it differs from the dot-product form by the per-row constant
 -beta |x_i|^2 / 2, which the softmax cancels). A difference of nearby points is exact in
 floating point wherever the points sit, so float32 keeps the distances between nearby data
@@ -26,13 +29,13 @@ same block by block.
 
 Bad input is refused before tracing (``check_problem``): non-finite values, wrong shapes, a
 sigma out of range, and a spread (max - min) / sigma of the data and atoms so large that the
-squared distances overflow (``models.validation.max_scaled_spread``: sqrt(finfo.max / (4 N p)),
+squared distances overflow (``attnbayes.validation.max_scaled_spread``: sqrt(finfo.max / (4 N p)),
 about 1e153 in float64 and 1e18 in float32 for small N p). Under ``jax.jit`` the arguments are
 tracers and these checks cannot run: inputs they would refuse then give NaN results (NaN
 posterior means, responsibilities, atoms, weights and log-likelihood). Call ``check_problem``
 on the concrete inputs before jitting.
 
-Seed 1's estimator takes K = N atoms started at the data, mu_k^0 = x_k, with w_k = 1/K fixed.
+The note's estimator takes K = N atoms started at the data, mu_k^0 = x_k, with w_k = 1/K fixed.
 """
 
 from __future__ import annotations
@@ -87,9 +90,10 @@ def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) 
     A and the posterior means are computed from the differences x_i - mu_k (see the module
     docstring), which keeps nearby points apart in float32 wherever the data sit.
 
-    A kernel for use inside ``jax.jit`` (``inference.gibbs``, ``inference.invariants``): on
-    concrete arguments it runs ``check_problem`` first (and wants x as (N, p)); on tracers no
-    check can run, and inputs it would refuse give NaN.
+    A kernel for use inside ``jax.jit`` (``attnbayes.inference.deconvolution.gibbs``,
+    ``attnbayes.inference.deconvolution.invariants``): on concrete arguments it runs
+    ``check_problem`` first (and wants x as (N, p)); on tracers no check can run, and inputs it
+    would refuse give NaN.
     """
     if not any(validation.is_traced(a) for a in (x, atoms, weights, sigma)):
         if np.ndim(x) != 2:
@@ -468,13 +472,14 @@ def check_problem(x, sigma, *, atoms=None, weights=None) -> None:
     """Run every value check of this module's entry points on concrete inputs; raise or pass.
 
     The checks that ``fit_em``, ``em_step``, ``posterior``, ``posterior_mean``,
-    ``log_likelihood``, ``responsibilities`` (and ``inference.npmle``) run before tracing:
-    x (N,) or (N, p), finite and non-empty; sigma a finite number > 0 with 1 / sigma^2 finite
-    in x's dtype; atoms (K,) / (K, p) matching x and finite, weights on the simplex (default
-    1/K); and the spread (max - min) / sigma of x and the atoms at most
-    ``models.validation.max_scaled_spread(dtype, N, p)`` = sqrt(finfo.max / (4 N p)), beyond
-    which the squared distances |x_i - mu_k|^2 / sigma^2 and the log-likelihood overflow
-    (EM's own atoms stay inside the data's range, so ``fit_em`` needs only x checked).
+    ``log_likelihood``, ``responsibilities`` (and
+    ``attnbayes.inference.deconvolution.kiefer_wolfowitz``) run before tracing: x (N,) or (N, p),
+    finite and non-empty; sigma a finite number > 0 with 1 / sigma^2 finite in x's dtype; atoms (K,)
+    / (K, p) matching x and finite, weights on the simplex (default 1/K); and the spread (max - min)
+    / sigma of x and the atoms at most ``attnbayes.validation.max_scaled_spread(dtype, N, p)`` =
+    sqrt(finfo.max / (4 N p)), beyond which the squared distances |x_i - mu_k|^2 / sigma^2 and the
+    log-likelihood overflow (EM's own atoms stay inside the data's range, so ``fit_em`` needs only x
+    checked).
 
     Under ``jax.jit`` the arguments are tracers and no value check can run: inputs refused
     here then give NaN results. Call this on the concrete inputs first.
@@ -579,7 +584,8 @@ def posterior_mean(
 
 
 def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
-    """Starting atoms: the data themselves (seed 1), or an explicit (K,) / (K, p) array.
+    """Starting atoms: the data themselves (the note "Attention as
+    deconvolution"), or an explicit (K,) / (K, p) array.
 
     ``init="data"`` with K = N (the default) puts mu_k^0 = x_k. With K < N it takes the K data
     points at evenly spaced ranks along the first coordinate (deterministic, spread out).
@@ -626,7 +632,7 @@ def fit_em(
     block_size: int | None = None,
     num_devices: int | None = None,
 ) -> EMResult:
-    """Fit nu = sum_k w_k delta(mu_k) by EM, iterating attention E-steps (seed 1).
+    """Fit nu = sum_k w_k delta(mu_k) by EM, iterating attention E-steps.
 
     Args:
         x: (N,) or (N, p) observations.

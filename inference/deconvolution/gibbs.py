@@ -1,4 +1,4 @@
-"""Gibbs sampling for the finite-mixture deconvolution model, exact and "approximate" (seed 3).
+"""Gibbs sampling for the finite-mixture deconvolution model, exact and "approximate".
 
 Model (``deconvolution_model`` with ``prior="dirichlet"``), with assignments c_i made explicit:
 
@@ -14,12 +14,12 @@ and S_k = sum_{i: c_i = k} x_i:
                                            m_k = v_k (m0 / s0^2 + S_k / sigma^2)
 
 with beta = 1 / sigma^2. The assignment step samples from the E-step's attention map (queries
-x, keys mu, key bias log w_k - beta |mu_k|^2 / 2; see ``inference.em``).
+x, keys mu, key bias log w_k - beta |mu_k|^2 / 2; see ``attnbayes.inference.deconvolution.em``).
 
-Approximate Gibbs (``approximate_gibbs``, seed 3 section 4.1) replaces every draw by its
-expectation: c_i by the responsibilities A_i. (an attention map), then mu_k by the
-responsibility-weighted mean of the x_i (and optionally w_k by the mean responsibility). That
-is the flat-prior limit (s0 -> inf, alpha -> 0) of the conditional means above with expected
+Approximate Gibbs (``approximate_gibbs``; "Attention as GPB2/IMM message passing", section 4.1)
+replaces every draw by its expectation: c_i by the responsibilities A_i. (an attention map), then
+mu_k by the responsibility-weighted mean of the x_i (and optionally w_k by the mean responsibility).
+That is the flat-prior limit (s0 -> inf, alpha -> 0) of the conditional means above with expected
 counts in place of counts, i.e. one EM step; iterating it is a stack of attention layers with
 tied weights. The residual (skip-connection) variant mu <- mu + eta (update - mu) is a
 preconditioned gradient-ascent step on the log-likelihood l(mu) (update - mu_k =
@@ -57,8 +57,8 @@ def _scores(x_c, atoms_c, log_weights, beta):
     """(..., N, K) attention scores beta <x_i - c, mu_k - c> + log w_k - beta |mu_k - c|^2 / 2.
 
     ``x_c`` (N, p), ``atoms_c`` (..., K, p), ``log_weights`` (..., K); leading axes are chains.
-    Centred at c = mean(x) like ``inference.em.e_step_attention``: softmax over k gives the
-    responsibilities, logsumexp over k the row log-normaliser.
+    Centred at c = mean(x) like ``attnbayes.inference.deconvolution.em.e_step_attention``: softmax
+    over k gives the responsibilities, logsumexp over k the row log-normaliser.
     """
     key_bias = log_weights - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
     return dot_product_scores(x_c, atoms_c, beta, bias=key_bias)
@@ -435,9 +435,9 @@ class ApproximateGibbsTrace(NamedTuple):
             centred): the summed row log-normaliser of the responsibilities. It equals
             l_t + beta sum_i |x_i|^2 / 2 + N p log(2 pi sigma^2) / 2, so it moves with l_t.
         log_partition: (num_iters + 1,) sum_i log G(beta x_i), G(q) = sum_k w_k exp(<mu_k, q>):
-            the exponential-family log-partition of seed 3 eq. (3) (keys mu_k, natural
-            parameter beta x_i, base measure w), i.e. the row normaliser of the attention
-            *without* the key bias -beta |mu_k|^2 / 2 (the linear link of seed 3 eq. (15)). It
+            the exponential-family log-partition of the message-passing note's eq. (3) (keys mu_k,
+            natural parameter beta x_i, base measure w), i.e. the row normaliser of the attention
+            *without* the key bias -beta |mu_k|^2 / 2 (the linear link of its eq. (15)). It
             grows like beta max_k <x_i, mu_k> when the atoms run off, while l_t falls.
         diverged: True when some state or summary became non-finite. A run that oscillates
             or drifts off while staying finite is not flagged: read ``log_likelihood``.
@@ -514,7 +514,8 @@ def approximate_gibbs(
     step_size: float = 1.0,
     update_weights: bool = False,
 ) -> ApproximateGibbsTrace:
-    """Approximate Gibbs (seed 3, section 4.1): every draw replaced by its expectation.
+    """Approximate Gibbs ("Attention as GPB2/IMM message passing", section 4.1): every draw replaced
+    by its expectation.
 
     Iterates, with tied "weights" (sigma, and the data as queries) like stacked attention
     layers,
@@ -524,9 +525,9 @@ def approximate_gibbs(
         mu <- mu + eta (u - mu)                                          (residual, eta = step)
         w_k <- sum_i A_ik / N                                            (if update_weights)
 
-    eta = 1 is exactly EM (``inference.em.em_step``). The residual step is preconditioned
-    gradient ascent on the log-likelihood l: u_k - mu_k = sigma^2 / N_k * grad_{mu_k} l
-    (N_k = sum_i A_ik).
+    eta = 1 is exactly EM (``attnbayes.inference.deconvolution.em.em_step``). The residual step is
+    preconditioned gradient ascent on the log-likelihood l: u_k - mu_k = sigma^2 / N_k * grad_{mu_k}
+    l (N_k = sum_i A_ik).
 
     Where it converges and where it blows up. EM's surrogate Q(mu' | mu) = const -
     sum_k N_k |mu'_k - u_k|^2 / (2 sigma^2) is an isotropic quadratic around u, and

@@ -1,4 +1,8 @@
-"""Kiefer-Wolfowitz nonparametric MLE of the mixing measure on a fixed grid (issue 4, part 2).
+"""Kiefer-Wolfowitz nonparametric MLE of the mixing measure on a fixed grid.
+
+Kiefer and Wolfowitz (1956); on a grid as in Koenker and Mizera (2014, "Convex optimization,
+shape constraints, compound decisions, and empirical Bayes rules", JASA), solved by mix-SQP
+(Kim, Carbonetto, Stephens and Anitescu 2020, JCGS).
 
 Model: z_i ~ nu iid, x_i | z_i ~ N(z_i, sigma^2 I_p), sigma known. The NPMLE maximises
 log p(x) = sum_i log sum_j w_j N(x_i; g_j, sigma^2 I_p) over the weights w on the simplex, with
@@ -17,8 +21,8 @@ per-point log-likelihood gap; every solver stops once ``kkt_gap <= tol``.
 Solvers (all in one ``lax.while_loop``, compiled once per shape, dtype and method):
 
 - ``"em"``: the baseline fixed point w_j <- w_j q_j (each step two passes over L, for L w and
-  L^T (1 / L w); the E-step is the attention map of ``inference.em`` with the grid as keys).
-  Linear convergence at best, and very slow once the weights are nearly right.
+  L^T (1 / L w); the E-step is the attention map of ``attnbayes.inference.deconvolution.em`` with
+  the grid as keys). Linear convergence at best, and very slow once the weights are nearly right.
 - ``"squarem"``: SQUAREM (Varadhan & Roland 2008, scheme S3) on the EM map: from two EM steps
   r = F(w) - w, v = F(F(w)) - 2 F(w) + w, step alpha = -|r| / |v| (at most -1, at least
   -step_max), w' = w - 2 alpha r + alpha^2 v, then one stabilising EM step; alpha is pulled
@@ -494,9 +498,10 @@ def npmle(
     Raises:
         ValueError: bad arguments (naming the argument), before any tracing: among others
             data (and grid) whose spread (max - min) / sigma exceeds sqrt(finfo.max / (4 N p)),
-            where the squared distances overflow (``inference.em.check_problem`` runs the same
-            checks); for "mixsqp" also when the grid is so coarse for ``sigma`` that the start
-            leaves some x_i with an underflowing likelihood (use "squarem" then).
+            where the squared distances overflow
+            (``attnbayes.inference.deconvolution.em.check_problem`` runs the same checks); for
+            "mixsqp" also when the grid is so coarse for ``sigma`` that the start leaves some x_i
+            with an underflowing likelihood (use "squarem" then).
     """
     points, scalar = validation.as_points("x", x)
     dtype = jax.dtypes.canonicalize_dtype(points.dtype)
@@ -582,11 +587,12 @@ def npmle_gradient(x, sigma, grid, weights) -> jax.Array:
 def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):
     """The empirical-Bayes posterior of z_i | x_i under the fitted measure (GMLEB).
 
-    One attention step with the grid as keys and values (``inference.em.posterior``): the
-    responsibilities A_ij = w_j N(x_i; g_j, sigma^2 I) / sum_k (...), zero for grid points of
-    zero weight, then E[z_i | x_i] = sum_j A_ij g_j and equal-tailed intervals of the discrete
-    posterior sum_j A_ij delta(g_j), coordinate by coordinate
-    (``inference.compare.discrete_posterior_intervals``). ``x`` may be new data.
+    One attention step with the grid as keys and values
+    (``attnbayes.inference.deconvolution.em.posterior``): the responsibilities A_ij = w_j N(x_i;
+    g_j, sigma^2 I) / sum_k (...), zero for grid points of zero weight, then E[z_i | x_i] = sum_j
+    A_ij g_j and equal-tailed intervals of the discrete posterior sum_j A_ij delta(g_j), coordinate
+    by coordinate (``attnbayes.inference.deconvolution.intervals.discrete_posterior_intervals``).
+    ``x`` may be new data.
 
     Args:
         x: (N,) or (N, p) observations, in the convention of the fit.

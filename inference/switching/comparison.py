@@ -7,8 +7,9 @@ marginal intervals, mode probabilities (T, M)) with its wall time:
 - smoothers, targeting p(x_t, s_t | y_{1:T}): ``"kim-gpb2"`` and ``"kim-imm"`` (Kim's
   backward pass over the GPB2 / IMM filter) and ``"exact-smoother"``;
 - samplers of the smoothing posterior: ``"gibbs"`` (collapsed-mode blocked Gibbs,
-  ``inference.switching_gibbs``) and ``"nuts"`` (NUTS on ``models.switching.switching_model``
-  with the modes marginalised; short series; a singular Q gets ``jitter`` on its diagonal);
+  ``attnbayes.inference.switching.gibbs``) and ``"nuts"`` (NUTS on
+  ``attnbayes.models.switching.switching_model`` with the modes marginalised; short series; a
+  singular Q gets ``jitter`` on its diagonal);
 - ``"known-modes"`` (needs the true modes): the Kalman smoother along the true mode sequence,
   the floor any method that has to infer the modes is measured against.
 
@@ -49,7 +50,6 @@ from .filters import (
 )
 from .gibbs import run_switching_gibbs
 from .kalman import check_inputs
-from .particle import rbpf
 from .smoothers import exact_smoother, fixed_modes_smoother, kim_smoother
 
 SWITCHING_METHODS = registry.method_names("switching")
@@ -191,7 +191,8 @@ def _run_filter(p: _Problem, key, opts, name) -> SwitchingFit:
 
 
 def _run_rbpf(p: _Problem, key, opts) -> SwitchingFit:
-    res, sec = _timed(rbpf, key, p.params, p.obs, opts["num_particles"])
+    fit = registry.get_method("switching", "rbpf").fit
+    res, sec = _timed(fit, key, p.params, p.obs, opts["num_particles"])
     check_filter_result(res, name="rbpf", params=p.params)
     return _gaussian_fit("filter", res, sec)
 

@@ -1,6 +1,6 @@
-"""Filters of the switching linear-Gaussian state-space model (seed 3).
+"""Filters of the switching linear-Gaussian state-space model (GPB1, GPB2, IMM, exact).
 
-Model (``models.switching``): s_1 ~ Cat(pi0), s_t | s_{t-1} = i ~ Cat(Pi[i, :]),
+Model (``attnbayes.models.switching``): s_1 ~ Cat(pi0), s_t | s_{t-1} = i ~ Cat(Pi[i, :]),
 x_1 | s_1 = j ~ N(m0_j, P0_j), x_t | x_{t-1}, s_t = j ~ N(F_j x_{t-1} + b_j, Q_j),
 y_t | x_t, s_t = j ~ N(H_j x_t, R_j). The exact filter p(x_t, s_t | y_{1:t}) is a mixture of
 M^t Gaussians; the approximate filters keep M of them by moment matching (the M-projection onto
@@ -12,10 +12,11 @@ Gaussians): collapse({w_k, m_k, P_k}) = (sum w m, sum w (P + (m - mean)(m - mean
 - ``imm_filter``: mix first with mu_{i|j} = Pi_ij pi_i / c_j, c_j = sum_i Pi_ij pi_i, then M
   Kalman updates (Blom and Bar-Shalom 1988).
 - ``exact_filter``: all M^T histories, for small T.
-- ``rbpf``: particles over modes with a Kalman filter in each (``inference.rbpf``).
+- ``rbpf``: particles over modes with a Kalman filter in each
+  (``attnbayes.inference.switching.particle``).
 
-The smoothers (``inference.smoothers``: ``kalman_smoother``, ``exact_smoother``, Kim's
-``kim_smoother``, ``fixed_modes_smoother``) are re-exported here.
+The smoothers (``attnbayes.inference.switching.smoothers``: ``kalman_smoother``, ``exact_smoother``,
+Kim's ``kim_smoother``, ``fixed_modes_smoother``) are re-exported here.
 
 All take ``(params, observations (T, o))`` and return ``FilterResult``; time runs in ``lax.scan``;
 mode probabilities live in the log domain, so an observation hundreds of sigmas out leaves them
@@ -27,8 +28,9 @@ overflow (explosive dynamics, inputs extreme for the dtype) comes back as NaN or
 ``check_filter_result`` raises ``FloatingPointError`` on such a result, naming the first bad
 step, the fields and what to check.
 
-``attention_as_imm_step`` is seed 3's reading: one IMM mixing-and-collapse step, with the
-attention kernel in the place of the transition matrix, is the attention sublayer.
+``attention_as_imm_step`` is the reading of the note "Attention as GPB2/IMM message passing": one
+IMM mixing-and-collapse step, with the attention kernel in the place of the transition matrix, is
+the attention sublayer.
 """
 
 from __future__ import annotations
@@ -224,8 +226,8 @@ _FILTER_ARGS = """
     matrix with spectral radius > 1 along a direction the observations do not pin down, or over
     a long run of missing rows) or inputs extreme for the dtype. The filter does not check (under
     ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
-    (``inference.filters``) on the concrete result: it raises ``FloatingPointError`` naming the
-    first non-finite step and field.
+    (``attnbayes.inference.switching.filters``) on the concrete result: it raises
+    ``FloatingPointError`` naming the first non-finite step and field.
 
     Args:
         params: ``SwitchingParams`` (validated: shapes, stochastic rows, PSD covariances).
@@ -373,8 +375,8 @@ def exact_filter(params, observations, *, max_histories: int = 2**16) -> FilterR
     matrix with spectral radius > 1 along a direction the observations do not pin down, or over
     a long run of missing rows) or inputs extreme for the dtype. The filter does not check (under
     ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
-    (``inference.filters``) on the concrete result: it raises ``FloatingPointError`` naming the
-    first non-finite step and field.
+    (``attnbayes.inference.switching.filters``) on the concrete result: it raises
+    ``FloatingPointError`` naming the first non-finite step and field.
     """
     params, obs = check_inputs(params, observations)
     m, t = params.initial_probs.shape[0], obs.shape[0]
@@ -589,7 +591,7 @@ def check_filter_result(result, *, name: str | None = None, params=None):
 def _attention_as_imm_step(hidden, w_query, w_key, w_value):
     m, d = hidden.shape
     d_v = w_value.shape[1]
-    # seed 3 eq. 2: A_ij = exp<H_i Wq, H_j Wk> / sum_i' exp<H_i' Wq, H_j Wk>, no 1/sqrt(d)
+    # the note's eq. (2): A_ij = exp<H_i Wq, H_j Wk> / sum_i' exp<H_i' Wq, H_j Wk>, no 1/sqrt(d)
     scores = (hidden @ w_query) @ (hidden @ w_key).T  # [i, j]
     log_kernel = jax.nn.log_softmax(scores, axis=0)
     log_uniform = jnp.full((m,), -jnp.log(m), hidden.dtype)
@@ -609,11 +611,12 @@ def _attention_as_imm_step(hidden, w_query, w_key, w_value):
 
 
 def attention_as_imm_step(hidden, w_query, w_key, w_value) -> jax.Array:
-    """Seed 3: the attention sublayer as one IMM mixing-and-collapse step.
+    """The attention sublayer as one IMM mixing-and-collapse step ("Attention as GPB2/IMM
+    message passing", section 4).
 
     The problem: M modes, one per token, with uniform mode probabilities 1/M and the state of
     mode i known exactly, x | s = i = H_i (zero covariance); the kernel Pi_ij = softmax over i
-    of <H_i Wq, H_j Wk> (seed 3 eqs. 2 and 12: normalised over the previous mode i, so each
+    of <H_i Wq, H_j Wk> (the note's eqs. (2) and (12): normalised over the previous mode i, so each
     column sums to one and the predicted mode probabilities stay 1/M); deterministic value
     dynamics x -> x Wv with no noise and no observation. The IMM mixing weights are then
     mu_{i|j} = Pi_ij / sum_i' Pi_i'j = A_ij, and the collapse followed by the prediction is

@@ -1,6 +1,9 @@
-"""Gibbs sampling for the switching linear-Gaussian state-space model (seed 3, section 4).
+"""Gibbs sampling for the switching linear-Gaussian state-space model.
 
-Model (``models.switching``), M modes, t = 1..T:
+Carter and Kohn (1994) for the states, Kim and Nelson (1999, ch. 9) for the modes; the exact
+sampler the note "Attention as GPB2/IMM message passing" (section 4) approximates.
+
+Model (``attnbayes.models.switching``), M modes, t = 1..T:
 
     s_1 ~ Cat(pi0),                    s_t | s_{t-1} = i ~ Cat(Pi[i, :]),
     x_1 | s_1 = j ~ N(m0_j, P0_j),     x_t | x_{t-1}, s_t = j ~ N(F_j x_{t-1} + b_j, c_j Q_j),
@@ -221,7 +224,8 @@ def _solve_lower_t(l, b):
 
 
 def _update(mean, cov, y, emission, emission_cov):
-    """``inference.kalman.kalman_update`` (Joseph form; a NaN row leaves (m, P) unchanged and
+    """``attnbayes.inference.switching.kalman.kalman_update`` (Joseph form; a NaN row leaves (m, P)
+    unchanged and
     adds 0) with the factorisation and solves written out: (m+, P+, log N(y; H m, H P H' + R))."""
     missing = jnp.any(jnp.isnan(y))
     y = jnp.where(missing, 0.0, y)
@@ -778,7 +782,7 @@ def _check_definite(params: SwitchingParams) -> None:
 
 
 def _check_priors(priors, m: int, dtype) -> _Priors:
-    """``SwitchingPriors`` (or None), checked by ``models.switching.check_priors``, as
+    """``SwitchingPriors`` (or None), checked by ``attnbayes.models.switching.check_priors``, as
     ``_Priors`` of arrays in ``dtype`` (shape and rate broadcast to (M,))."""
     checked = check_priors("priors", priors, m)
 
@@ -836,7 +840,7 @@ def switching_gibbs_init(
         params: ``SwitchingParams``.
         observations: (T, o); a row with NaN is missing.
         modes: optional (T,) integer labels in 0..M-1.
-        priors: optional ``models.switching.SwitchingPriors`` (for ``lp``).
+        priors: optional ``attnbayes.models.switching.SwitchingPriors`` (for ``lp``).
     """
     validation.check_key("key", key)
     params, obs = check_inputs(params, observations)
@@ -871,7 +875,8 @@ def switching_gibbs_step(
         key: a ``jax.random`` key.
         state: ``SwitchingGibbsState`` (from ``switching_gibbs_init`` or a previous step).
         params, observations: as for ``run_switching_gibbs``.
-        priors: optional ``models.switching.SwitchingPriors``; without it theta stays fixed.
+        priors: optional ``attnbayes.models.switching.SwitchingPriors``; without it theta stays
+            fixed.
         mode_sampler: "collapsed" (default) or "conditional" (needs PD Q_j).
     """
     mode_sampler = _check_mode_sampler(mode_sampler)
@@ -963,7 +968,7 @@ def run_switching_gibbs(
         key: a ``jax.random`` key.
         params: ``SwitchingParams`` (Q_j may be singular PSD for the collapsed sampler).
         observations: (T, o); a row with NaN is a missing observation.
-        priors: optional ``models.switching.SwitchingPriors``: Dirichlet rows of Pi and
+        priors: optional ``attnbayes.models.switching.SwitchingPriors``: Dirichlet rows of Pi and
             inverse-gamma scales c_j, r_j of Q_j = c_j params.dynamics_covs[j] and
             R_j = r_j params.emission_covs[j]; a field that is None stays fixed.
         num_warmup: sweeps discarded per chain; draw k is the state after num_warmup + k + 1
@@ -1035,8 +1040,9 @@ def run_switching_gibbs(
             f"{int(np.argmax(bad_steps)) + 1} of {t_max} ({int(bad_steps.sum())} step(s) "
             "affected); the dynamics may be explosive or the inputs extreme for the dtype: "
             "check params.dynamics_matrices, params.dynamics_covs, params.emission_covs and "
-            "the scale of the observations (inference.filters.check_filter_result on a "
-            "filter of the same series names the step where it overflows)"
+            "the scale of the observations (attnbayes.inference.switching.filters."
+            "check_filter_result on a filter of the same series names the step where it "
+            "overflows)"
         )
     names = ("transition_matrix", "dynamics_cov_scale", "emission_cov_scale")
     for name, sampled in zip(names, np.asarray(prior.sampled), strict=True):

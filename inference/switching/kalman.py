@@ -1,11 +1,11 @@
 """Gaussian building blocks of the switching-model filters: the Kalman filter and its steps.
 
-Every filter of ``inference.filters`` returns a ``FilterResult`` with the per-mode Gaussians,
-their mixture moments and the log-likelihood log p(y_{1:T}). Time runs in ``lax.scan``; a NaN
-observation row is a predict-only step. The covariance update is in Joseph form,
+Every filter of ``attnbayes.inference.switching.filters`` returns a ``FilterResult`` with the
+per-mode Gaussians, their mixture moments and the log-likelihood log p(y_{1:T}). Time runs in
+``lax.scan``; a NaN observation row is a predict-only step. The covariance update is in Joseph form,
 P+ = (I - K H) P (I - K H)^T + K R K^T, symmetrised, so it stays symmetric PSD in finite
 precision. The first state is drawn from the initial distribution: step 1 updates N(m0, P0)
-with y_1, with no prediction before it (``models.switching``).
+with y_1, with no prediction before it (``attnbayes.models.switching``).
 """
 
 from __future__ import annotations
@@ -160,8 +160,8 @@ def kalman_filter(params: SwitchingParams, observations) -> FilterResult:
     matrix with spectral radius > 1 along a direction the observations do not pin down, or over
     a long run of missing rows) or inputs extreme for the dtype. The filter does not check (under
     ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
-    (``inference.filters``) on the concrete result: it raises ``FloatingPointError`` naming the
-    first non-finite step and field.
+    (``attnbayes.inference.switching.filters``) on the concrete result: it raises
+    ``FloatingPointError`` naming the first non-finite step and field.
 
     Args:
         params: ``SwitchingParams`` with M = 1.

@@ -155,8 +155,8 @@ def rbpf(
     matrix with spectral radius > 1 along a direction the observations do not pin down, or over
     a long run of missing rows) or inputs extreme for the dtype. The filter does not check (under
     ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
-    (``inference.filters``) on the concrete result: it raises ``FloatingPointError`` naming the
-    first non-finite step and field.
+    (``attnbayes.inference.switching.filters``) on the concrete result: it raises
+    ``FloatingPointError`` naming the first non-finite step and field.
 
     Args:
         key: a ``jax.random`` key.

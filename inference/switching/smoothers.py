@@ -172,8 +172,9 @@ def kalman_smoother(params: SwitchingParams, observations) -> SmootherResult:
     A NaN or inf in the result means a recursion overflowed (explosive dynamics, or inputs
     extreme for the dtype), and the backward pass carries it to every earlier step. Nothing is
     checked here (under ``jit``/``vmap`` no check could raise); call
-    ``inference.filters.check_filter_result(result, params=params)`` on the concrete result
-    (``FloatingPointError``), and on the filter of the same series to see the step where it began.
+    ``attnbayes.inference.switching.filters.check_filter_result(result, params=params)`` on the
+    concrete result (``FloatingPointError``), and on the filter of the same series to see the step
+    where it began.
 
     Args:
         params: ``SwitchingParams`` with M = 1 (Q may be singular PSD).
@@ -242,8 +243,9 @@ def exact_smoother(
     A NaN or inf in the result means a recursion overflowed (explosive dynamics, or inputs
     extreme for the dtype), and the backward pass carries it to every earlier step. Nothing is
     checked here (under ``jit``/``vmap`` no check could raise); call
-    ``inference.filters.check_filter_result(result, params=params)`` on the concrete result
-    (``FloatingPointError``), and on the filter of the same series to see the step where it began.
+    ``attnbayes.inference.switching.filters.check_filter_result(result, params=params)`` on the
+    concrete result (``FloatingPointError``), and on the filter of the same series to see the step
+    where it began.
 
     Args:
         params: ``SwitchingParams`` (Q may be singular PSD).
@@ -291,8 +293,9 @@ def fixed_modes_smoother(params: SwitchingParams, observations, modes) -> Smooth
     A NaN or inf in the result means a recursion overflowed (explosive dynamics, or inputs
     extreme for the dtype), and the backward pass carries it to every earlier step. Nothing is
     checked here (under ``jit``/``vmap`` no check could raise); call
-    ``inference.filters.check_filter_result(result, params=params)`` on the concrete result
-    (``FloatingPointError``), and on the filter of the same series to see the step where it began.
+    ``attnbayes.inference.switching.filters.check_filter_result(result, params=params)`` on the
+    concrete result (``FloatingPointError``), and on the filter of the same series to see the step
+    where it began.
 
     Args:
         params: ``SwitchingParams`` (Q may be singular PSD).
@@ -393,7 +396,8 @@ def _check_filtered(filtered, num_steps: int, num_modes: int, dim: int, dtype) -
                     f"non-finite value(s) (NaN or inf), the first at step "
                     f"{int(np.argmin(per_step)) + 1}; a filter returns them when it overflows "
                     "(explosive dynamics or extreme inputs): check it with "
-                    "inference.filters.check_filter_result(filtered, params=params)"
+                    "attnbayes.inference.switching.filters.check_filter_result("
+                    "filtered, params=params)"
                 )
             if field == "mode_probs" and (
                 np.any(arr < 0) or not np.allclose(arr.sum(axis=1), 1.0, atol=1e-6)
@@ -423,8 +427,9 @@ def kim_smoother(params: SwitchingParams, observations, filtered: FilterResult) 
     A NaN or inf in the result means a recursion overflowed (explosive dynamics, or inputs
     extreme for the dtype), and the backward pass carries it to every earlier step. Nothing is
     checked here (under ``jit``/``vmap`` no check could raise); call
-    ``inference.filters.check_filter_result(result, params=params)`` on the concrete result
-    (``FloatingPointError``), and on the filter of the same series to see the step where it began.
+    ``attnbayes.inference.switching.filters.check_filter_result(result, params=params)`` on the
+    concrete result (``FloatingPointError``), and on the filter of the same series to see the step
+    where it began.
 
     Args:
         params: ``SwitchingParams``.
