@@ -44,10 +44,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	ATTNBAYES_NB_N=200 $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests --nbmake notebooks
+	ATTNBAYES_NB_N=200 $(PY) -P -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests --nbmake notebooks
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -P -m pytest -q -m slow
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[dev,bench]"
