@@ -28,6 +28,8 @@ import threading
 import time
 import traceback
 
+import matplotlib
+
 from .user_data import PARAMS_FIELDS, PARAMS_LABELS
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
@@ -514,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         _configure_jax()
+        matplotlib.use("Agg")  # figures go to files only; the one place a backend is set
         path = run(args, progress, command_line)
     except KeyboardInterrupt:
         return fail("interrupted; nothing written", 130)

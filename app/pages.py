@@ -12,9 +12,6 @@ import html
 import io
 import os
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import xarray as xr

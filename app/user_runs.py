@@ -40,9 +40,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd

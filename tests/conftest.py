@@ -3,6 +3,7 @@
 import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+os.environ.setdefault("MPLBACKEND", "Agg")  # the CLI sets Agg itself; direct calls use this
 
 import jax
 

@@ -1,4 +1,4 @@
-"""The report's figures (matplotlib, Agg backend), each returned as PNG bytes, and the demos
+"""The report's figures (matplotlib), each returned as PNG bytes, and the demos
 that compute what they show (attention maps on the simplex, Nadaraya-Watson fits)."""
 
 from __future__ import annotations
@@ -7,9 +7,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd

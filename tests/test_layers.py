@@ -1,0 +1,236 @@
+"""The house rules: layers, no cycles, no private names across sub-packages, one copy.
+
+The import-linter contracts live in pyproject.toml. grimp walks one folder per top-level
+package, while ours maps three folders (models/, inference/, app/) into ``attnbayes``, so the
+contracts are checked on a staged package: a folder ``attnbayes/`` linking the four parts.
+"""
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = {"models": "models", "inference": "inference", "app": "app"}
+# Each source folder and the dotted package it installs as.
+PACKAGE_DIRS = {ROOT / "attnbayes": "attnbayes"} | {
+    ROOT / folder: f"attnbayes.{name}" for name, folder in PARTS.items()
+}
+
+LINT = """
+import sys, attnbayes
+assert attnbayes.__file__.startswith(sys.argv[1]), attnbayes.__file__
+from importlinter.cli import lint_imports
+sys.exit(lint_imports(config_filename=sys.argv[2], no_cache=True, no_logo=True))
+"""
+
+
+def _stage(where: Path, *, copy: bool) -> Path:
+    """A folder holding ``attnbayes/`` with the three mapped folders inside it."""
+    package = where / "attnbayes"
+    package.mkdir(parents=True)
+    for source in (ROOT / "attnbayes").glob("*.py"):
+        (package / source.name).symlink_to(source)
+    for name, folder in PARTS.items():
+        if copy:
+            shutil.copytree(
+                ROOT / folder, package / name, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        else:
+            (package / name).symlink_to(ROOT / folder, target_is_directory=True)
+    return where
+
+
+def _lint(stage: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(stage)}
+    return subprocess.run(
+        [sys.executable, "-P", "-c", LINT, str(stage), str(ROOT / "pyproject.toml")],
+        cwd=stage,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_import_contracts_are_kept(tmp_path):
+    result = _lint(_stage(tmp_path, copy=False))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+# One violation per contract: (file under the staged package, line appended, contract broken).
+VIOLATIONS = [
+    ("models/switching.py", "from ..app import cli", "The app sits above inference"),
+    ("inference/attention/simplex.py", "from .. import kernel_regression", "Inside inference"),
+    ("inference/deconvolution/em.py", "from ..switching import kalman", "Inside inference"),
+    ("inference/switching/filters.py", "from . import comparison", "Algorithms never import"),
+    ("models/deconvolution.py", "from . import switching", "Model families are independent"),
+    ("inference/deconvolution/em.py", "from . import invariants", "No import cycles"),
+    ("inference/mcmc.py", "import matplotlib.pyplot", "Only the app plots"),
+]
+
+
+def test_each_contract_can_fail(tmp_path):
+    """Every contract is broken by the one import it exists to refuse (a single lint run)."""
+    stage = _stage(tmp_path, copy=True)
+    for path, line, _ in VIOLATIONS:
+        with open(stage / "attnbayes" / path, "a") as f:
+            f.write(f"\n{line}  # noqa\n")
+    result = _lint(stage)
+    assert result.returncode != 0
+    report = " ".join(result.stdout.split())  # names wrap over lines in the report
+    for _, _, contract in VIOLATIONS:
+        verdict = re.search(re.escape(contract) + r".*?\b(KEPT|BROKEN)\b", report)
+        assert verdict and verdict.group(1) == "BROKEN", (contract, result.stdout)
+    assert "0 kept" in report, result.stdout
+
+
+def _modules():
+    """(dotted name, is package, path) for every module of the installed package."""
+    for folder, dotted in PACKAGE_DIRS.items():
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder).with_suffix("").parts
+            is_package = rel[-1] == "__init__"
+            name = ".".join((dotted, *rel[:-1])) if is_package else ".".join((dotted, *rel))
+            yield name, is_package, path
+
+
+MODULES = {name: (is_package, path) for name, is_package, path in _modules()}
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _owner(module: str) -> str:
+    """The sub-package a module belongs to (itself if it is a package)."""
+    return module if MODULES.get(module, (False,))[0] else module.rpartition(".")[0]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_private_name_crosses_a_sub_package():
+    """``from X import _y`` and ``X._y`` only within X's own sub-package."""
+    offences = []
+    for module, (is_package, path) in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        imported_modules = {}  # local name -> dotted module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve(module, is_package, node)
+                for alias in node.names:
+                    full = f"{source}.{alias.name}"
+                    if full in MODULES:
+                        imported_modules[alias.asname or alias.name] = full
+                    elif _private(alias.name) and _owner(source) != _owner(module):
+                        offences.append(f"{path.name}:{node.lineno} imports {full}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("attnbayes") and alias.asname:
+                        imported_modules[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and _private(node.attr)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in imported_modules
+                and _owner(imported_modules[node.value.id]) != _owner(module)
+            ):
+                offences.append(f"{path.name}:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert not offences, offences
+
+
+def test_the_private_name_check_can_fail():
+    tree_module = "attnbayes.inference.switching.filters"
+    node = ast.parse("from ..deconvolution.em import _em_step").body[0]
+    source = _resolve(tree_module, False, node)
+    assert source == "attnbayes.inference.deconvolution.em"
+    assert _owner(source) != _owner(tree_module)
+    assert _owner("attnbayes.inference.switching") == "attnbayes.inference.switching"
+
+
+def test_packages_import_each_other_relatively():
+    """No absolute ``attnbayes``/``models``/``inference``/``app`` import inside the packages."""
+    offences = []
+    for module, (_, path) in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            for name in names:
+                if name.split(".")[0] in {"attnbayes", *PARTS}:
+                    offences.append(f"{module}:{node.lineno} imports {name}")
+    assert not offences, offences
+
+
+def _backend_and_pyplot(tree: ast.AST) -> tuple[bool, bool]:
+    """Whether a module calls ``matplotlib.use(...)`` and whether it imports pyplot."""
+    sets_backend = any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "use"
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "matplotlib"
+        for n in ast.walk(tree)
+    )
+    imports_pyplot = any(
+        (isinstance(n, ast.Import) and any("pyplot" in a.name for a in n.names))
+        or (
+            isinstance(n, ast.ImportFrom)
+            and ("pyplot" in (n.module or "") or any(a.name == "pyplot" for a in n.names))
+        )
+        for n in ast.walk(tree)
+    )
+    return sets_backend, imports_pyplot
+
+
+def test_only_the_cli_sets_a_backend_and_only_the_app_uses_pyplot():
+    found = {m: _backend_and_pyplot(ast.parse(p.read_text())) for m, (_, p) in MODULES.items()}
+    assert [m for m, (backend, _) in found.items() if backend] == ["attnbayes.app.cli"]
+    pyplot = [m for m, (_, uses) in found.items() if uses]
+    assert pyplot and all(m.startswith("attnbayes.app.") for m in pyplot), pyplot
+    assert _backend_and_pyplot(ast.parse("import matplotlib\nmatplotlib.use('Agg')")) == (
+        True,
+        False,
+    )
+    assert _backend_and_pyplot(ast.parse("from matplotlib import pyplot as plt")) == (False, True)
+
+
+def test_no_second_copy_under_bare_names():
+    """Tests run with ``python -P``: the folders are not importable as top-level packages."""
+    import importlib.util
+
+    for name in PARTS:
+        assert importlib.util.find_spec(name) is None, name
+    import attnbayes.models
+
+    assert Path(attnbayes.models.__file__).parent == ROOT / "models"
+
+
+@pytest.mark.parametrize("line", ["import models", "from inference.mcmc import run_nuts"])
+def test_ruff_refuses_bare_imports_outside_the_packages(line):
+    """tests/, notebooks/ and benchmarks/ are linted with TID251 banning the bare names."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "ruff"), "check", "--stdin-filename", "tests/probe.py"],
+        input=line + "\n",
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "TID251" in result.stdout and "is banned" in result.stdout
