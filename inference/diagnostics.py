@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+__all__ = ["Diagnostics", "diagnostics"]
+
 
 class Diagnostics(NamedTuple):
     """Convergence diagnostics of an MCMC DataTree.

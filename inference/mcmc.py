@@ -22,6 +22,17 @@ from numpyro.infer import MCMC, NUTS, Predictive, init_to_uniform, init_to_value
 
 from .. import validation
 
+__all__ = [
+    "CHAIN_METHODS",
+    "EXTRA_FIELDS",
+    "MIN_CHAINS",
+    "MIN_DRAWS_PER_CHAIN",
+    "MIN_TOTAL_DRAWS_LOO",
+    "check_sampler_sizes",
+    "run_nuts",
+    "sampler_sizes",
+]
+
 CHAIN_METHODS = ("parallel", "sequential", "vectorized")
 EXTRA_FIELDS = (
     "potential_energy",
