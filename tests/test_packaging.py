@@ -138,6 +138,14 @@ def test_the_wheel_installs_and_works_outside_the_repository(tmp_path):
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "wheel works" in run.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for bare in ("models", "inference", "app"):
+        refused = subprocess.run(
+            [str(python), "-c", f"import {bare}"], cwd=empty, capture_output=True, text=True
+        )
+        assert refused.returncode == 1, bare
+        assert f"ModuleNotFoundError: No module named '{bare}'" in refused.stderr
     cli = subprocess.run(
         [str(venv / "bin" / "attnbayes"), "--help"], cwd=elsewhere, capture_output=True, text=True
     )
