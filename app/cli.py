@@ -12,8 +12,10 @@ for bad usage or bad input (reported before any JAX work), 1 when a run or writi
 fails, 130 on Ctrl-C and 143 on SIGTERM; in every failure one line names what went wrong
 (``--debug`` or ``ATTNBAYES_DEBUG=1`` adds the traceback) and nothing is written.
 
-JAX is configured here, before it is first imported: float64, and as many host devices as
-there are chains to run in parallel (two), unless ``XLA_FLAGS`` already sets a count.
+JAX is configured here, before it is first imported: float64, as many host devices as there
+are chains to run in parallel (two), unless ``XLA_FLAGS`` already sets a count, and JAX's
+persistent compilation cache (``attnbayes.app.cache``; ``ATTNBAYES_CACHE_DIR``, ``off`` to
+turn it off).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ import textwrap
 import threading
 import time
 import traceback
+import warnings
 
 import matplotlib
 
+from .cache import enable_compilation_cache
 from .user_data import PARAMS_FIELDS, PARAMS_LABELS
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
@@ -181,6 +185,11 @@ def _configure_jax(num_devices: int = 2) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        enable_compilation_cache()
+    for warning in caught:
+        print(f"attnbayes: warning: {warning.message}", file=sys.stderr)
 
 
 def _seed(text: str) -> int:

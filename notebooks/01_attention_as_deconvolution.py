@@ -59,6 +59,7 @@ from IPython.display import display
 
 with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that ipywidgets is absent
     warnings.filterwarnings("ignore", message="IProgress not found")
+    from attnbayes.app.cache import enable_compilation_cache
     from attnbayes.inference.attention import softmax_attention
     from attnbayes.inference.deconvolution import em
     from attnbayes.inference.deconvolution.comparison import compare_deconvolution
@@ -67,6 +68,7 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
     from attnbayes.models.deconvolution import get_measure, simulate
 
 jax.config.update("jax_enable_x64", True)
+enable_compilation_cache()  # JAX's persistent cache: attnbayes.app.cache, ATTNBAYES_CACHE_DIR
 
 N_POINTS = int(os.environ.get("ATTNBAYES_NB_N", "600"))
 SMALL = N_POINTS < 400  # the test size: shorter runs, same checks

@@ -64,6 +64,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import ListedColormap
 
+from attnbayes.app.cache import enable_compilation_cache
 from attnbayes.inference.attention import (
     additive_scores,
     attend,
@@ -82,6 +83,7 @@ from attnbayes.inference.attention.simplex import (
 )
 
 jax.config.update("jax_enable_x64", True)
+enable_compilation_cache()  # JAX's persistent cache: attnbayes.app.cache, ATTNBAYES_CACHE_DIR
 
 N = int(os.environ.get("ATTNBAYES_NB_N", "600"))
 rng = np.random.default_rng(2)

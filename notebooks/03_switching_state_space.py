@@ -70,6 +70,7 @@ from IPython.display import display
 
 with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that ipywidgets is absent
     warnings.filterwarnings("ignore", message="IProgress not found")
+    from attnbayes.app.cache import enable_compilation_cache
     from attnbayes.inference.attention import softmax_attention
     from attnbayes.inference.switching import compare_switching
     from attnbayes.inference.switching.filters import (
@@ -87,6 +88,7 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
     from attnbayes.models.switching import get_scenario, simulate
 
 jax.config.update("jax_enable_x64", True)
+enable_compilation_cache()  # JAX's persistent cache: attnbayes.app.cache, ATTNBAYES_CACHE_DIR
 pd.set_option("display.width", 120)
 
 T_LONG = int(os.environ.get("ATTNBAYES_NB_N", "400"))

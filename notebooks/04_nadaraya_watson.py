@@ -65,6 +65,7 @@ import numpy as np
 from scipy.special import logsumexp
 from statsmodels.nonparametric.kernel_regression import KernelReg
 
+from attnbayes.app.cache import enable_compilation_cache
 from attnbayes.inference.attention import attend, neg_sq_distance_scores
 from attnbayes.inference.attention.simplex import softmax
 from attnbayes.inference.kernel_regression import (
@@ -90,6 +91,7 @@ with warnings.catch_warnings():  # numpyro imports tqdm.auto, which warns that i
     )
 
 jax.config.update("jax_enable_x64", True)
+enable_compilation_cache()  # JAX's persistent cache: attnbayes.app.cache, ATTNBAYES_CACHE_DIR
 
 N = int(os.environ.get("ATTNBAYES_NB_N", "1000"))
 SIGMA = 0.4

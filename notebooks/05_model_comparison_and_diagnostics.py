@@ -53,6 +53,7 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
     import arviz_plots as azp
     import arviz_stats as azs
 
+    from attnbayes.app.cache import enable_compilation_cache
     from attnbayes.inference.deconvolution.gibbs import run_gibbs
     from attnbayes.inference.deconvolution.invariants import (
         INVARIANT_NAMES,
@@ -69,6 +70,7 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
     from attnbayes.models import deconvolution, switching
 
 jax.config.update("jax_enable_x64", True)
+enable_compilation_cache()  # JAX's persistent cache: attnbayes.app.cache, ATTNBAYES_CACHE_DIR
 
 N = int(os.environ.get("ATTNBAYES_NB_N", "400"))
 SMALL = N < 400

@@ -1,11 +1,18 @@
 """Test configuration: float64 and two host devices (parallel chains), set before JAX starts."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("MPLBACKEND", "Agg")  # the CLI sets Agg itself; direct calls use this
+# A fresh, empty compilation cache per test process (the CLI and notebooks enable the cache),
+# so test timings never depend on what an earlier run compiled.
+os.environ["ATTNBAYES_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnbayes-test-cache-")
+atexit.register(shutil.rmtree, os.environ["ATTNBAYES_CACHE_DIR"], ignore_errors=True)
 
-import jax
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 

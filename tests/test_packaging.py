@@ -8,6 +8,7 @@ virtual environment outside the repository and uses it from a folder holding a u
 import ast
 import importlib.metadata
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -94,9 +95,18 @@ print("wheel works")
 
 @pytest.mark.slow
 def test_the_wheel_installs_and_works_outside_the_repository(tmp_path):
+    # Build from a copy, so setuptools' build/ folder never lands in the working tree.
+    source = tmp_path / "source"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "build", "dist", "reports", "*.egg-info", "__pycache__", ".*_cache"
+        ),
+    )
     dist = tmp_path / "dist"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
         check=True,
         timeout=600,
     )
