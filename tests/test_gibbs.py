@@ -275,14 +275,22 @@ def test_log_gamma_draws_are_gamma(alpha):
     assert result.pvalue > 1e-3, result
 
 
-def test_one_sweep_transition_matches_enumeration():
-    """From a fixed (mu, w), one sweep's next state has the moments of the exact mixture
+SWEEP_X = np.concatenate(
+    [
+        np.random.default_rng(5).normal(-1.5, 1.0, (3, 2)),
+        np.array([[0.4, 1.9], [1.3, 0.2], [2.0, 1.1]]),
+    ]
+)
+SWEEP_ATOMS = np.array([[-1.0, -0.5], [0.8, 1.2]])
+SWEEP_WEIGHTS = np.array([0.6, 0.4])
+SWEEP_PRIOR = {"sigma": 1.1, "alpha": 0.7, "loc": np.array([0.2, -0.3]), "scale": 1.5}
+
+
+def _exact_one_sweep_moments():
+    """Moments of the next state from (SWEEP_ATOMS, SWEEP_WEIGHTS): the exact mixture
     sum_c p(c | mu, w, x) N(mu'; m(c), v(c)) Dir(w'; alpha + n(c)), enumerated over 2^6 c."""
-    rng = np.random.default_rng(5)
-    x = np.concatenate([rng.normal(-1.5, 1.0, (3, 2)), rng.normal(1.0, 1.0, (3, 2))])
-    atoms = np.array([[-1.0, -0.5], [0.8, 1.2]])
-    weights = np.array([0.6, 0.4])
-    sigma, alpha, loc, scale = 1.1, 0.7, np.array([0.2, -0.3]), 1.5
+    x, atoms, weights = SWEEP_X, SWEEP_ATOMS, SWEEP_WEIGHTS
+    sigma, alpha, loc, scale = SWEEP_PRIOR.values()
     log_joint = np.log(weights) + np.stack(
         [np.sum(_log_normal(x, m, sigma**2), axis=1) for m in atoms], axis=1
     )
@@ -298,18 +306,13 @@ def test_one_sweep_transition_matches_enumeration():
         exact["w"] += prob * a / a.sum()
         exact["w2"] += prob * a * (a + 1) / (a.sum() * (a.sum() + 1))
         exact["all_occupied"] += prob * np.all(a > alpha)
+    return exact
 
-    problem = gibbs._Problem(
-        x - x.mean(0), x.mean(0), np.float64(sigma), np.float64(alpha), loc, np.float64(scale)
-    )
-    num_draws = 20000  # independent chains, all starting from (mu, w): iid next states
-    (new_atoms, new_log_w), (point_ll, lp, occupied) = jax.jit(gibbs._sweep)(
-        problem,
-        np.broadcast_to(atoms, (num_draws, 2, 2)),
-        np.broadcast_to(np.log(weights), (num_draws, 2)),
-        jax.random.PRNGKey(6),
-    )
-    new_atoms, new_w = np.asarray(new_atoms), np.exp(np.asarray(new_log_w))
+
+def _check_next_states(new_atoms, new_w, occupied, point_ll, lp):
+    """iid next states from one fixed state have the enumerated moments (4.5 standard errors);
+    the recorded statistics are those of the incoming state."""
+    exact = _exact_one_sweep_moments()
     draws = {
         "mu": new_atoms,
         "mu2": new_atoms**2,
@@ -321,15 +324,117 @@ def test_one_sweep_transition_matches_enumeration():
         se = sample.std(axis=0) / np.sqrt(sample.shape[0])
         z = np.abs(sample.mean(axis=0) - exact[name]) / se
         assert np.all(z < 4.5), (name, z)
-    # the recorded statistics are those of the incoming state
-    np.testing.assert_allclose(point_ll[0], ref_point_log_lik(x, atoms, weights, sigma), atol=1e-12)
+    sigma, alpha, loc, scale = SWEEP_PRIOR.values()
+    want = ref_point_log_lik(SWEEP_X, SWEEP_ATOMS, SWEEP_WEIGHTS, sigma)
+    np.testing.assert_allclose(point_ll, want, atol=1e-12)
     prior = (
         gammaln(2 * alpha)
         - 2 * gammaln(alpha)
-        + (alpha - 1) * np.log(weights).sum()
-        + _log_normal(atoms, loc, scale**2).sum()
+        + (alpha - 1) * np.log(SWEEP_WEIGHTS).sum()
+        + _log_normal(SWEEP_ATOMS, loc, scale**2).sum()
     )
-    np.testing.assert_allclose(lp[0], prior + point_ll[0].sum(), rtol=1e-12)
+    np.testing.assert_allclose(lp, prior + want.sum(), rtol=1e-12)
+
+
+def test_one_sweep_transition_matches_enumeration():
+    """The batched sweep (what ``run_gibbs`` loops over): 20000 chains from the same state."""
+    x = SWEEP_X
+    sigma, alpha, loc, scale = SWEEP_PRIOR.values()
+    problem = gibbs._Problem(
+        x - x.mean(0), x.mean(0), np.float64(sigma), np.float64(alpha), loc, np.float64(scale)
+    )
+    num_draws = 20000  # independent chains, all starting from (mu, w): iid next states
+    (new_atoms, new_log_w), (point_ll, lp, occupied) = jax.jit(gibbs._sweep)(
+        problem,
+        np.broadcast_to(SWEEP_ATOMS, (num_draws, 2, 2)),
+        np.broadcast_to(np.log(SWEEP_WEIGHTS), (num_draws, 2)),
+        jax.random.PRNGKey(6),
+    )
+    _check_next_states(
+        np.asarray(new_atoms), np.exp(np.asarray(new_log_w)), occupied, point_ll[0], lp[0]
+    )
+
+
+def test_gibbs_step_is_the_same_kernel_one_chain_at_a_time():
+    """``gibbs_init`` / ``gibbs_step`` (BlackJAX style): vmapped over 20000 keys from one state,
+    the public step has the enumerated next-state moments; its info holds the incoming
+    state's pointwise log-likelihood, lp and occupied count; jit equals eager; vmap over
+    states equals a loop; scalar data keep (K,) atoms."""
+    sigma, alpha, loc, scale = SWEEP_PRIOR.values()
+    prior = {"concentration": alpha, "atom_loc": loc, "atom_scale": scale}
+    state = gibbs.GibbsState(jnp.asarray(SWEEP_ATOMS), jnp.log(jnp.asarray(SWEEP_WEIGHTS)))
+
+    def step(key, state):
+        return gibbs.gibbs_step(key, state, SWEEP_X, sigma, **prior)
+
+    keys = jax.random.split(jax.random.PRNGKey(16), 20000)
+    batch = jax.tree.map(lambda a: jnp.broadcast_to(a, (20000, *a.shape)), state)
+    new, info = jax.vmap(step)(keys, batch)
+    _check_next_states(
+        np.asarray(new.atoms),
+        np.exp(np.asarray(new.log_weights)),
+        info.num_occupied,
+        info.log_likelihood[0],
+        info.lp[0],
+    )
+    eager = step(keys[0], state)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-13),
+        eager,
+        jax.jit(step)(keys[0], state),
+    )
+    starts = gibbs.GibbsState(
+        jnp.stack([SWEEP_ATOMS, SWEEP_ATOMS[::-1], SWEEP_ATOMS + 0.5]),
+        jnp.log(jnp.array([SWEEP_WEIGHTS, SWEEP_WEIGHTS[::-1], [0.5, 0.5]])),
+    )
+    looped = [step(keys[i], jax.tree.map(lambda a, i=i: a[i], starts)) for i in range(3)]
+    vmapped = jax.vmap(step)(keys[:3], starts)
+    for i, one in enumerate(looped):
+        jax.tree.map(
+            lambda a, b, i=i: np.testing.assert_allclose(a[i], b, rtol=1e-12), vmapped, one
+        )
+
+    x1, prior1 = SWEEP_X[:, 0], {**prior, "atom_loc": 0.2}
+    first = gibbs.gibbs_init(jax.random.PRNGKey(1), x1, sigma, num_atoms=3, **prior1)
+    assert first.atoms.shape == (3,) and set(np.asarray(first.atoms)) <= set(x1)
+    np.testing.assert_allclose(first.log_weights, np.log(np.full(3, 1 / 3)))
+    prior_start = gibbs.gibbs_init(
+        jax.random.PRNGKey(1), x1, sigma, num_atoms=3, init="prior", concentration=alpha
+    )
+    np.testing.assert_allclose(jax.nn.logsumexp(prior_start.log_weights), 0.0, atol=1e-12)
+    nxt, info = gibbs.gibbs_step(jax.random.PRNGKey(2), first, x1, sigma, **prior1)
+    assert nxt.atoms.shape == (3,) and info.log_likelihood.shape == (6,)
+    np.testing.assert_allclose(
+        info.log_likelihood,
+        ref_point_log_lik(x1, first.atoms, np.full(3, 1 / 3), sigma),
+        atol=1e-12,
+    )
+
+
+def test_gibbs_step_names_bad_input():
+    sigma = SWEEP_PRIOR["sigma"]
+    state = gibbs.GibbsState(jnp.asarray(SWEEP_ATOMS), jnp.log(jnp.asarray(SWEEP_WEIGHTS)))
+    key = jax.random.PRNGKey(0)
+    with pytest.raises(ValueError, match="^state: expected a GibbsState"):
+        gibbs.gibbs_step(key, (SWEEP_ATOMS, SWEEP_WEIGHTS), SWEEP_X, sigma)
+    with pytest.raises(ValueError, match="^state.atoms: have 1 coordinates"):
+        gibbs.gibbs_step(key, state._replace(atoms=state.atoms[:, :1]), SWEEP_X, sigma)
+    with pytest.raises(ValueError, match="^state.log_weights: contains"):
+        gibbs.gibbs_step(key, state._replace(log_weights=jnp.array([0.0, jnp.nan])), SWEEP_X, sigma)
+    with pytest.raises(ValueError, match="^state.log_weights: expected 2 entries"):
+        gibbs.gibbs_step(key, state._replace(log_weights=jnp.zeros(3)), SWEEP_X, sigma)
+    with pytest.raises(ValueError, match="^sigma:"):
+        gibbs.gibbs_step(key, state, SWEEP_X, -1.0)
+    with pytest.raises(ValueError, match="^x:"):
+        gibbs.gibbs_step(key, state, SWEEP_X * np.nan, sigma)
+    with pytest.raises(ValueError, match="^concentration:"):
+        gibbs.gibbs_step(key, state, SWEEP_X, sigma, concentration=0.0)
+    with pytest.raises(ValueError, match="^key:"):
+        gibbs.gibbs_step(0, state, SWEEP_X, sigma)
+    with pytest.raises(ValueError, match="^init:"):
+        gibbs.gibbs_init(key, SWEEP_X, sigma, num_atoms=2, init="kmeans")
+    with pytest.raises(ValueError, match="^num_atoms: init='data' needs"):
+        gibbs.gibbs_init(key, SWEEP_X, sigma, num_atoms=7)
 
 
 def test_gibbs_matches_enumerated_posterior():

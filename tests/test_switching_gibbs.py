@@ -525,17 +525,26 @@ def test_kernel_init_step_and_priors():
     np.testing.assert_allclose(state.lp, want, rtol=1e-10)
     step = functools.partial(sg.switching_gibbs_step, priors=PRIORS)
     # traceable under jit (the value checks are skipped for tracers)
-    shapes = jax.eval_shape(jax.jit(step), jax.random.key(0), state, params, y)
+    shapes, info_shapes = jax.eval_shape(jax.jit(step), jax.random.key(0), state, params, y)
     assert jax.tree.map(lambda a: (a.shape, a.dtype), shapes) == jax.tree.map(
         lambda a: (a.shape, a.dtype), state
     )
+    assert (
+        info_shapes.num_mode_changes.shape == () and info_shapes.num_mode_changes.dtype == jnp.int32
+    )
+    # the step under jit equals the eager step, state and info
+    eager = step(jax.random.key(3), state, params, y)
+    jitted = jax.jit(step)(jax.random.key(3), state, params, y)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12), eager, jitted)
     for i in range(3):
-        state = step(jax.random.key(100 + i), state, params, y)
-    state = step(jax.random.key(7), state, params, y, mode_sampler="conditional")
+        previous = state.modes
+        state, info = step(jax.random.key(100 + i), state, params, y)
+        assert int(info.num_mode_changes) == int(np.sum(np.asarray(state.modes) != previous))
+    state, _ = step(jax.random.key(7), state, params, y, mode_sampler="conditional")
     assert np.isfinite(state.lp)
     assert not np.allclose(state.dynamics_cov_scale, 1.0)
     assert not np.allclose(state.transition_matrix, params.transition_matrix)
-    fixed = sg.switching_gibbs_step(jax.random.key(1), state, params, y)
+    fixed, _ = sg.switching_gibbs_step(jax.random.key(1), state, params, y)
     np.testing.assert_array_equal(fixed.dynamics_cov_scale, state.dynamics_cov_scale)
     np.testing.assert_array_equal(fixed.transition_matrix, state.transition_matrix)
 

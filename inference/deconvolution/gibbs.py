@@ -289,6 +289,146 @@ def _initial_state(key, x, concentration, atom_loc, atom_scale, num_atoms, num_c
 # ----------------------------------------------------------------------------- public API: Gibbs
 
 
+class GibbsState(NamedTuple):
+    """One chain of the blocked Gibbs sampler (``gibbs_init``, ``gibbs_step``).
+
+    Attributes:
+        atoms: (K,) for scalar data or (K, p): mu.
+        log_weights: (K,) log w (logs, so that tiny weights keep their precision).
+    """
+
+    atoms: jax.Array
+    log_weights: jax.Array
+
+
+class GibbsInfo(NamedTuple):
+    """What one sweep computed at the state it started from (one E-step serves both).
+
+    Attributes:
+        log_likelihood: (N,) log sum_k w_k N(x_i; mu_k, sigma^2 I_p), pointwise.
+        lp: () the log joint log p(x, mu, w) of the marginal model (``run_gibbs``'s ``lp``).
+        num_occupied: () int32, atoms occupied by the assignments c drawn in the sweep.
+    """
+
+    log_likelihood: jax.Array
+    lp: jax.Array
+    num_occupied: jax.Array
+
+
+def _is_concrete(*values) -> bool:
+    return not any(validation.is_traced(v) for v in jax.tree.leaves(values))
+
+
+def _check_prior(concentration, atom_loc, atom_scale, dim, scalar, dtype):
+    """The prior's arrays in x's dtype (value checks on concrete values only)."""
+    if _is_concrete(concentration, atom_loc, atom_scale):
+        concentration = validation.check_positive_scalar("concentration", concentration)
+        atom_scale = validation.check_positive_scalar("atom_scale", atom_scale)
+        atom_loc = _check_loc(atom_loc, dim, scalar)
+    return (
+        jnp.asarray(concentration, dtype),
+        jnp.broadcast_to(jnp.asarray(atom_loc, dtype), (dim,)),
+        jnp.asarray(atom_scale, dtype),
+    )
+
+
+def gibbs_init(
+    key: jax.Array,
+    x,
+    sigma,
+    *,
+    num_atoms: int,
+    concentration: float = 1.0,
+    atom_loc=0.0,
+    atom_scale: float = 5.0,
+    init: str = "data",
+) -> GibbsState:
+    """The starting state of one chain (BlackJAX style: ``init`` then ``step``).
+
+    "data": K distinct data points drawn at random, weights 1/K; "prior": a draw from the
+    prior w ~ Dirichlet(alpha 1_K), mu_k ~ N(m0, s0^2 I_p). ``num_atoms`` and ``init`` are
+    static; with concrete arguments everything is validated as in ``run_gibbs``.
+    """
+    num_atoms = validation.check_positive_int("num_atoms", num_atoms)
+    if not isinstance(init, str) or init not in INITS:
+        raise ValueError(f"init: expected one of {list(INITS)}, got {init!r}")
+    if _is_concrete(key, x, sigma):
+        validation.check_key("key", key)
+        points, scalar = validation.as_points("x", x)
+        points, _, _, _, _ = _check_problem(points, None, None, sigma)
+        _check_init(init, points, num_atoms, 1, scalar)
+    else:
+        scalar = jnp.ndim(x) == 1
+        points = jnp.asarray(x)[:, None] if scalar else jnp.asarray(x)
+    prior = _check_prior(concentration, atom_loc, atom_scale, points.shape[1], scalar, points.dtype)
+    atoms, log_weights = _initial_state(key, points, *prior, num_atoms, 1, init)
+    return GibbsState(validation.restore_shape(atoms[0], scalar), log_weights[0])
+
+
+@jax.jit
+def _one_sweep(key, atoms, log_weights, x, sigma, concentration, atom_loc, atom_scale):
+    centre = jnp.mean(x, axis=0)
+    problem = _Problem(x - centre, centre, sigma, concentration, atom_loc, atom_scale)
+    (new_atoms, new_log_weights), (point_ll, lp, occupied) = _sweep(
+        problem, atoms[None], log_weights[None], key
+    )
+    return (new_atoms[0], new_log_weights[0]), (point_ll[0], lp[0], occupied[0])
+
+
+def gibbs_step(
+    key: jax.Array,
+    state: GibbsState,
+    x,
+    sigma,
+    *,
+    concentration: float = 1.0,
+    atom_loc=0.0,
+    atom_scale: float = 5.0,
+) -> tuple[GibbsState, GibbsInfo]:
+    """One blocked sweep c | (mu, w); w | c; mu | c, x (module docstring) -> (state, info).
+
+    Pure and jit-able (compiled once per shape); ``jax.vmap`` it over keys and states for
+    several chains, as ``run_gibbs`` does in one loop. With concrete arguments ``x``,
+    ``sigma``, the prior and the state are validated; under ``jax.jit`` those value checks
+    are skipped, and a non-finite ``info.lp`` then means bad input (call
+    ``gibbs_step`` once on concrete values to see which).
+    """
+    if not isinstance(state, GibbsState):
+        raise ValueError(f"state: expected a GibbsState, got {type(state).__name__}")
+    if _is_concrete(key, state, x, sigma):
+        validation.check_key("key", key)
+        weights = np.exp(np.asarray(state.log_weights, dtype=np.float64))
+        points, atoms, _, sigma, scalar = _check_problem(
+            x,
+            state.atoms,
+            weights / weights.sum(),
+            sigma,
+            names=("state.atoms", "state.log_weights"),
+        )
+        if np.shape(state.log_weights) != (atoms.shape[0],):
+            raise ValueError(
+                f"state.log_weights: expected shape ({atoms.shape[0]},), "
+                f"got {np.shape(state.log_weights)}"
+            )
+    else:
+        scalar = jnp.ndim(x) == 1
+        points = jnp.asarray(x)[:, None] if scalar else jnp.asarray(x)
+        atoms = jnp.asarray(state.atoms)
+        atoms = atoms[:, None] if scalar else atoms
+    dtype = points.dtype
+    prior = _check_prior(concentration, atom_loc, atom_scale, points.shape[1], scalar, dtype)
+    (new_atoms, new_log_weights), (point_ll, lp, occupied) = _one_sweep(
+        key,
+        jnp.asarray(atoms, dtype),
+        jnp.asarray(state.log_weights, dtype),
+        points,
+        jnp.asarray(sigma, dtype),
+        *prior,
+    )
+    new_state = GibbsState(validation.restore_shape(new_atoms, scalar), new_log_weights)
+    return new_state, GibbsInfo(point_ll, lp, occupied)
+
+
 def run_gibbs(
     key: jax.Array,
     x,

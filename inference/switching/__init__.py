@@ -35,6 +35,7 @@ from .filters import (
 )
 from .gibbs import (
     MODE_SAMPLERS,
+    SwitchingGibbsInfo,
     SwitchingGibbsState,
     run_switching_gibbs,
     switching_gibbs_init,
@@ -59,6 +60,7 @@ __all__ = [
     "SmootherResult",
     "SwitchingComparison",
     "SwitchingFit",
+    "SwitchingGibbsInfo",
     "SwitchingGibbsState",
     "all_histories",
     "attention_as_imm_step",

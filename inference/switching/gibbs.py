@@ -101,6 +101,17 @@ class SwitchingGibbsState(NamedTuple):
     lp: jax.Array
 
 
+class SwitchingGibbsInfo(NamedTuple):
+    """What one sweep of ``switching_gibbs_step`` did.
+
+    Attributes:
+        num_mode_changes: () int32, the steps t whose mode s_t the sweep changed (a measure of
+            how far the mode sequence moves per sweep).
+    """
+
+    num_mode_changes: jax.Array
+
+
 class _Priors(NamedTuple):
     """Checked priors as arrays in the data dtype, with flags for which parameters they cover
     (traced, so runs with and without priors share one compiled sampler).
@@ -864,9 +875,10 @@ def switching_gibbs_step(
     *,
     priors: SwitchingPriors | None = None,
     mode_sampler: str = "collapsed",
-) -> SwitchingGibbsState:
+) -> tuple[SwitchingGibbsState, SwitchingGibbsInfo]:
     """One Gibbs sweep (module docstring): modes, then states x | s, theta, y, then (with
-    ``priors``) theta | x, s, y. Pure and jit-able; ``mode_sampler`` is static.
+    ``priors``) theta | x, s, y; returns (state, info), as BlackJAX kernels do. Pure and
+    jit-able; ``mode_sampler`` is static.
 
     With concrete arguments, ``params`` and ``observations`` are validated on every call (as
     in ``run_switching_gibbs``); under ``jax.jit`` those value checks are skipped.
@@ -895,7 +907,9 @@ def switching_gibbs_step(
             f"{np.shape(state.modes)} and {np.shape(state.states)}"
         )
     prior = _check_priors(priors, m, jnp.asarray(observations).dtype)
-    return _step_jit(key, state, params, observations, prior, _MODE_INDEX[mode_sampler], True)
+    new = _step_jit(key, state, params, observations, prior, _MODE_INDEX[mode_sampler], True)
+    changes = jnp.sum(new.modes != jnp.asarray(state.modes)).astype(jnp.int32)
+    return new, SwitchingGibbsInfo(changes)
 
 
 # ----------------------------------------------------------------------------- public run
