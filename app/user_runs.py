@@ -610,10 +610,10 @@ def run_deconvolve(
     x = points[:, 0] if points.shape[1] == 1 else points
     with computing():
         comparison = compare_deconvolution(
+            jax.random.PRNGKey(seed) if samplers else None,
             x,
             sigma,
             methods=(library,),
-            key=jax.random.PRNGKey(seed) if samplers else None,
             num_atoms=k,
             em_kwargs=None if block_size is None else {"block_size": block_size},
             method_kwargs={library: sizes} if samplers else None,

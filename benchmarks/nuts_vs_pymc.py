@@ -165,8 +165,8 @@ def run_numpyro(x, settings: dict) -> tuple[dict, dict]:
     try:
         start = time.perf_counter()
         datatree = run_nuts(
-            deconvolution_model,
             jax.random.key(settings["seed"]),
+            deconvolution_model,
             x,
             sigma=SIGMA,
             num_atoms=NUM_ATOMS,

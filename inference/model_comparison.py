@@ -81,11 +81,11 @@ class AtomsComparison(NamedTuple):
 
 
 def compare_num_atoms(
+    key: jax.Array,
     x,
     sigma: float,
     num_atoms=(1, 2, 3, 4, 5),
     *,
-    key: jax.Array,
     sampler: str = "gibbs",
     sampler_kwargs: dict | None = None,
     progress: Callable[[str], None] | None = None,
@@ -93,10 +93,10 @@ def compare_num_atoms(
     """Fit the finite Dirichlet mixture with each K in ``num_atoms`` and compare by PSIS-LOO.
 
     Args:
+        key: a ``jax.random`` key (one split per K), first and positional.
         x: (N,) or (N, p) observations.
         sigma: known noise standard deviation.
         num_atoms: the K to fit (at least two distinct values).
-        key: a ``jax.random`` key (one split per K).
         sampler: "gibbs" (``run_gibbs``, conjugate; default) or "nuts" (``run_nuts`` on
             ``deconvolution_model`` with ordered atoms in 1-D).
         sampler_kwargs: passed to the sampler (e.g. num_warmup, num_samples, num_chains).
@@ -123,8 +123,8 @@ def compare_num_atoms(
             tree = run_gibbs(key_k, x, sigma, num_atoms=k, **kwargs)
         else:
             tree = run_nuts(
-                deconvolution_model,
                 key_k,
+                deconvolution_model,
                 x,
                 sigma=sigma,
                 num_atoms=k,
@@ -252,10 +252,10 @@ class SwitchingGibbsWrapper(SamplingWrapper):
 
     def __init__(
         self,
+        key: jax.Array,
         params: SwitchingParams,
         observations,
         *,
-        key: jax.Array,
         priors: SwitchingPriors | None,
         gibbs_kwargs: dict | None = None,
         progress: Callable[[str], None] | None = None,
@@ -292,10 +292,10 @@ class SwitchingGibbsWrapper(SamplingWrapper):
 
 
 def switching_lfo(
+    key: jax.Array,
     params: SwitchingParams,
     observations,
     *,
-    key: jax.Array,
     min_observations: int,
     priors: SwitchingPriors | None = None,
     gibbs_kwargs: dict | None = None,
@@ -330,7 +330,7 @@ def switching_lfo(
         datatree = run_switching_gibbs(key_full, params, obs, priors=priors, **(gibbs_kwargs or {}))
     full = with_log_likelihood(params, datatree)
     wrapper = SwitchingGibbsWrapper(
-        params, obs, key=key_lfo, priors=priors, gibbs_kwargs=gibbs_kwargs, progress=progress
+        key_lfo, params, obs, priors=priors, gibbs_kwargs=gibbs_kwargs, progress=progress
     )
     result = azs.lfo_cv(
         full,
@@ -364,10 +364,10 @@ class ModesComparison(NamedTuple):
 
 
 def compare_num_modes(
+    key: jax.Array,
     candidates: dict[str, SwitchingParams],
     observations,
     *,
-    key: jax.Array,
     min_observations: int,
     priors: dict[str, SwitchingPriors] | None = None,
     gibbs_kwargs: dict | None = None,
@@ -398,9 +398,9 @@ def compare_num_modes(
         prior = priors.get(name, default_switching_priors(m))
         start = time.perf_counter()
         result, tree, fits = switching_lfo(
+            key_m,
             p,
             obs,
-            key=key_m,
             min_observations=min_observations,
             priors=prior,
             gibbs_kwargs=gibbs_kwargs,

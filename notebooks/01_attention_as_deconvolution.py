@@ -208,12 +208,12 @@ assert err_gibbs < 1e-12
 
 # %%
 result = compare_deconvolution(
+    jax.random.PRNGKey(2),
     x,
     SIGMA,
     z_true=z,
     true_measure=measure,
     methods=("attention-em", "nuts", "gibbs", "oracle"),
-    key=jax.random.PRNGKey(2),
     nuts_kwargs={"num_warmup": NUTS_DRAWS, "num_samples": NUTS_DRAWS},
     method_kwargs={"gibbs": {"num_chains": GIBBS_CHAINS}},
 )

@@ -340,12 +340,12 @@ assert pf_dev["max |P(s_t) - exact|"] < 0.05 and abs(pf_dev["log p(y) - exact"])
 
 # %%
 comparison = compare_switching(
+    jax.random.PRNGKey(12),
     params,
     y,
     states_true=states,
     modes_true=modes,
     methods=("gpb1", "gpb2", "imm", "rbpf", "kim-gpb2", "kim-imm", "gibbs", "known-modes"),
-    key=jax.random.PRNGKey(12),
     num_particles=NUM_PARTICLES,
     gibbs_kwargs=GIBBS,
 )

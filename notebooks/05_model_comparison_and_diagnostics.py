@@ -118,10 +118,10 @@ print(f"N = {N}, true atoms {measure.atoms}, weights {measure.weights}, sigma = 
 # %%
 gibbs_kwargs = {"num_warmup": GIBBS_DRAWS, "num_samples": GIBBS_DRAWS, "num_chains": 2}
 atoms_cmp = compare_num_atoms(
+    jax.random.PRNGKey(2),
     x,
     SIGMA,
     (1, 2, 3, 4),
-    key=jax.random.PRNGKey(2),
     sampler_kwargs=gibbs_kwargs | {"ordered": True},
 )
 table = atoms_cmp.table
@@ -219,8 +219,8 @@ plt.show()
 # %%
 nuts_kwargs = {"num_warmup": NUTS_DRAWS, "num_samples": NUTS_DRAWS, "posterior_predictive": False}
 finite = run_nuts(
-    deconvolution.deconvolution_model,
     jax.random.PRNGKey(3),
+    deconvolution.deconvolution_model,
     x,
     sigma=SIGMA,
     num_atoms=3,
@@ -229,8 +229,8 @@ finite = run_nuts(
     **nuts_kwargs,
 )
 dp = run_nuts(
-    deconvolution.deconvolution_model,
     jax.random.PRNGKey(4),
+    deconvolution.deconvolution_model,
     x,
     sigma=SIGMA,
     num_atoms=12,
@@ -615,9 +615,9 @@ true_modes, true_states, y = switching.simulate(
 true_modes, y = np.asarray(true_modes), np.asarray(y)
 candidates = {name: switching.maneuvering_target(turn_rates_deg=r) for name, r in rates.items()}
 modes_cmp = compare_num_modes(
+    jax.random.PRNGKey(7),
     candidates,
     y,
-    key=jax.random.PRNGKey(7),
     min_observations=MIN_OBS,
     gibbs_kwargs={"num_warmup": 1000, "num_samples": SWITCH_DRAWS, "num_chains": 2},
 )

@@ -42,13 +42,13 @@ def three_atom_comparison(three_atom_data):
     measure, z, x = three_atom_data
     _, x_heldout = simulate(jax.random.PRNGKey(11), measure, THREE_ATOMS_SIGMA, 300)
     return compare_deconvolution(
+        jax.random.PRNGKey(7),
         x,
         THREE_ATOMS_SIGMA,
         z_true=z,
         true_measure=measure,
         x_heldout=x_heldout,
         methods=METHODS,
-        key=jax.random.PRNGKey(7),
         num_atoms_dp=8,
         nuts_kwargs={"num_warmup": 1000, "num_samples": 1000},
         method_kwargs={"nuts-dp": {"num_warmup": 300, "num_samples": 300}},

@@ -270,9 +270,9 @@ def test_deconvolve_refuses_values_whose_squares_overflow(tmp_path, out, capsys,
     assert listing(out) == ["keep.txt"]
 
 
-def _nan_comparison(x, sigma, *, methods, **kwargs):
+def _nan_comparison(key, x, sigma, *, methods, **kwargs):
     """The real comparison with one z_hat made NaN (a library result gone bad)."""
-    result = compare_deconvolution(x, sigma, methods=methods, **kwargs)
+    result = compare_deconvolution(key, x, sigma, methods=methods, **kwargs)
     fit = result.fits[methods[0]]
     z_hat = np.array(fit.z_hat, dtype=np.float64)
     z_hat[7] = np.nan
@@ -389,7 +389,7 @@ def test_compare_deconvolution_checks_sizes_before_sampling(monkeypatch):
         ("nuts-dp", {"nuts_kwargs": {"num_samples": 10}}, "^num_samples/num_chains: nuts-dp"),
     ):
         with pytest.raises(ValueError, match=pattern):
-            compare_deconvolution(x, 1.0, methods=(method,), key=key, **kwargs)
+            compare_deconvolution(key, x, 1.0, methods=(method,), **kwargs)
 
 
 def _tree(chains, draws, rng, loo=False):
@@ -732,9 +732,9 @@ def test_compare_switching_refuses_bad_arguments_before_running(case, monkeypatc
         monkeypatch.setattr(module, name, _raiser(AssertionError("ran")), raising=True)
     params = get_scenario("maneuvering-target")
     kwargs, pattern = COMPARE_SWITCHING_CASES[case]
-    kwargs = {"key": jax.random.PRNGKey(0), **kwargs}
+    key = kwargs.pop("key", jax.random.PRNGKey(0))
     with pytest.raises(ValueError, match=pattern):
-        compare_switching(params, np.zeros((3, 2)), **kwargs)
+        compare_switching(key, params, np.zeros((3, 2)), **kwargs)
 
 
 def test_compare_switching_refuses_to_tabulate_an_overflowed_filter(explosive_series):
@@ -742,9 +742,9 @@ def test_compare_switching_refuses_to_tabulate_an_overflowed_filter(explosive_se
 
     params, y = explosive_series
     with pytest.raises(FloatingPointError, match=r"^imm: non-finite .* from step 15\d"):
-        compare_switching(params, y, methods=("imm",))
+        compare_switching(None, params, y, methods=("imm",))
     with pytest.raises(FloatingPointError, match=r"^gpb2: non-finite .* dynamics_matrices"):
-        compare_switching(params, y, methods=("kim-gpb2",))
+        compare_switching(None, params, y, methods=("kim-gpb2",))
 
 
 def test_switching_gibbs_refuses_to_return_non_finite_draws(explosive_series):

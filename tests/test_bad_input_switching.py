@@ -104,7 +104,7 @@ ENTRY_POINTS = {
         lambda p, y: run_switching_gibbs(KEY, p, y, num_warmup=1, num_samples=1, num_chains=1),
         P2,
     ),
-    "compare_switching": (lambda p, y: compare_switching(p, y, methods=("imm",)), P2),
+    "compare_switching": (lambda p, y: compare_switching(None, p, y, methods=("imm",)), P2),
 }
 
 BAD_OBSERVATIONS = {
@@ -404,8 +404,8 @@ def _catalogue():
         cases.append((f"run_switching_gibbs-{label}", call, ValueError, pattern))
 
     # compare_switching: what it refuses today (see the report for what it does not)
-    def compare(**kwargs):
-        return lambda: compare_switching(P2, Y, **({"methods": ("imm",)} | kwargs))
+    def compare(key=None, **kwargs):
+        return lambda: compare_switching(key, P2, Y, **({"methods": ("imm",)} | kwargs))
 
     compare_cases = {
         "methods-unknown": (compare(methods=("bogus",)), "^methods: "),

@@ -154,7 +154,7 @@ def test_deconvolve_em_writes_z_hat_equal_to_the_library(dec_csv, tmp_path, caps
             for f in ("index.html", "measure.csv", "metrics.csv", "run.json", "z_hat.csv")
         ),
     ]
-    fit = compare_deconvolution(x, SIGMA, methods=("attention-em",)).fits["attention-em"]
+    fit = compare_deconvolution(None, x, SIGMA, methods=("attention-em",)).fits["attention-em"]
     table = pd.read_csv(folder / "z_hat.csv")
     assert list(table.columns) == user_runs.deconvolve_output_columns(["score"])
     np.testing.assert_array_equal(table["row"], np.arange(1, 61))
@@ -198,7 +198,9 @@ def test_deconvolve_selected_columns_with_another_delimiter(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "out" / "ring" / "z_hat.csv")
     assert list(table.columns) == user_runs.deconvolve_output_columns(["b", "a"])
     np.testing.assert_array_equal(table["line"], np.arange(3, 33))
-    fit = compare_deconvolution(x[:, ::-1], 0.5, methods=("attention-em",)).fits["attention-em"]
+    fit = compare_deconvolution(None, x[:, ::-1], 0.5, methods=("attention-em",)).fits[
+        "attention-em"
+    ]
     np.testing.assert_allclose(table[["z_hat_b", "z_hat_a"]], fit.z_hat, rtol=1e-12, atol=1e-12)
 
 
@@ -219,10 +221,10 @@ def test_deconvolve_gibbs_writes_diagnostics_and_the_datatree(dec_csv, tmp_path,
         "z_hat.csv",
     ]
     fit = compare_deconvolution(
+        jax.random.PRNGKey(3),
         x,
         SIGMA,
         methods=("gibbs",),
-        key=jax.random.PRNGKey(3),
         num_atoms=3,
         method_kwargs={"gibbs": sizes},
     ).fits["gibbs"]

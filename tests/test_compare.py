@@ -125,11 +125,13 @@ def test_compare_argument_checks():
     x = np.linspace(-1, 1, 9)
     ring_measure = DiscreteMeasure(np.ones((2, 2)), np.array([0.5, 0.5]))
     with pytest.raises(ValueError, match="^true_measure"):
-        compare_deconvolution(np.ones((9, 3)), 1.0, true_measure=ring_measure, methods="oracle")
+        compare_deconvolution(
+            None, np.ones((9, 3)), 1.0, true_measure=ring_measure, methods="oracle"
+        )
     with pytest.raises(ValueError, match="^key"):
-        compare_deconvolution(x, 1.0, methods="nuts", key=3)
+        compare_deconvolution(3, x, 1.0, methods="nuts")
     # a single method may be given as a string
-    result = compare_deconvolution(x, 1.0, methods="attention-em")
+    result = compare_deconvolution(None, x, 1.0, methods="attention-em")
     assert set(result.table.method) == {"attention-em"}
 
 
@@ -142,7 +144,7 @@ def test_james_stein_closed_form():
     sigma, n = 1.3, 200
     x = rng.normal(0.5, np.sqrt(2.0**2 + sigma**2), size=n)
     held = rng.normal(0.5, np.sqrt(2.0**2 + sigma**2), size=50)
-    result = compare_deconvolution(x, sigma, methods="james-stein", x_heldout=held)
+    result = compare_deconvolution(None, x, sigma, methods="james-stein", x_heldout=held)
     fit = result.fits["james-stein"]
     xbar, spread = x.mean(), np.sum((x - x.mean()) ** 2)
     b = (n - 3) * sigma**2 / spread
@@ -159,7 +161,9 @@ def test_james_stein_closed_form():
         norm.logpdf(x, xbar, pred_sd).sum(), rel=1e-12
     )
     # all-equal data: B = 1, every z_hat is the grand mean, zero-width intervals
-    flat = compare_deconvolution(np.full(9, 2.0), sigma, methods="james-stein").fits["james-stein"]
+    flat = compare_deconvolution(None, np.full(9, 2.0), sigma, methods="james-stein").fits[
+        "james-stein"
+    ]
     np.testing.assert_allclose(flat.z_hat, 2.0)
     np.testing.assert_allclose(flat.intervals[0.5][0], flat.intervals[0.5][1])
 
@@ -200,12 +204,12 @@ def test_heldout_lpd_brute_force():
 def test_method_kwargs_checked():
     x = np.linspace(-1, 1, 9)
     with pytest.raises(ValueError, match="^method_kwargs"):
-        compare_deconvolution(x, 1.0, methods="npmle", method_kwargs={"bogus": {}})
+        compare_deconvolution(None, x, 1.0, methods="npmle", method_kwargs={"bogus": {}})
     with pytest.raises(ValueError, match="^x_heldout"):
-        compare_deconvolution(x, 1.0, methods="npmle", x_heldout=np.ones((4, 2)))
+        compare_deconvolution(None, x, 1.0, methods="npmle", x_heldout=np.ones((4, 2)))
     with pytest.raises(ValueError, match="^key"):
-        compare_deconvolution(x, 1.0, methods="gibbs")
+        compare_deconvolution(None, x, 1.0, methods="gibbs")
     with pytest.raises(ValueError, match="^x: James-Stein needs"):
-        compare_deconvolution(x[:3], 1.0, methods="james-stein")
+        compare_deconvolution(None, x[:3], 1.0, methods="james-stein")
     with pytest.raises(ValueError, match="^num_atoms_dp"):
-        compare_deconvolution(x, 1.0, methods="james-stein", num_atoms_dp=1)
+        compare_deconvolution(None, x, 1.0, methods="james-stein", num_atoms_dp=1)

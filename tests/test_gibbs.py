@@ -130,7 +130,7 @@ def _layout(dt):
 
 
 def nuts_layout(scalar):
-    """What ``run_nuts(deconvolution_model, ..., dims=model_dims(scalar))`` returns (checked
+    """What ``run_nuts(key, deconvolution_model, ..., dims=model_dims(scalar))`` returns (checked
     against a real NUTS run in the slow test; ``test_mcmc`` checks run_nuts itself)."""
     dims = model_dims(scalar)
     sample = ("chain", "draw")

@@ -26,7 +26,7 @@ def normal_mean_model(y=None, *, prior_scale=2.0, noise=1.5, num_points=None):
 def conjugate_run():
     y = 1.0 + 1.5 * jax.random.normal(jax.random.PRNGKey(3), (40,))
     # no dims given: they are inferred from the model's plates
-    dt = run_nuts(normal_mean_model, jax.random.PRNGKey(4), y, num_warmup=400, num_samples=1000)
+    dt = run_nuts(jax.random.PRNGKey(4), normal_mean_model, y, num_warmup=400, num_samples=1000)
     return y, dt
 
 
@@ -65,8 +65,8 @@ def test_run_nuts_without_posterior_predictive(conjugate_run):
     """Same key and settings without the predictive: identical draws, no predictive group."""
     y, dt = conjugate_run
     lean = run_nuts(
-        normal_mean_model,
         jax.random.PRNGKey(4),
+        normal_mean_model,
         y,
         num_warmup=400,
         num_samples=1000,
@@ -79,17 +79,17 @@ def test_run_nuts_without_posterior_predictive(conjugate_run):
 
 def test_run_nuts_rejects_bad_settings():
     with pytest.raises(ValueError, match="^num_samples"):
-        run_nuts(normal_mean_model, jax.random.PRNGKey(0), num_samples=0, num_points=3)
+        run_nuts(jax.random.PRNGKey(0), normal_mean_model, num_samples=0, num_points=3)
     with pytest.raises(ValueError, match="^chain_method"):
-        run_nuts(normal_mean_model, jax.random.PRNGKey(0), chain_method="bogus", num_points=3)
+        run_nuts(jax.random.PRNGKey(0), normal_mean_model, chain_method="bogus", num_points=3)
     with pytest.raises(ValueError, match="^target_accept_prob"):
-        run_nuts(normal_mean_model, jax.random.PRNGKey(0), target_accept_prob=1.0, num_points=3)
+        run_nuts(jax.random.PRNGKey(0), normal_mean_model, target_accept_prob=1.0, num_points=3)
     with pytest.raises(ValueError, match="^target_accept_prob"):
-        run_nuts(normal_mean_model, jax.random.PRNGKey(0), target_accept_prob="x", num_points=3)
+        run_nuts(jax.random.PRNGKey(0), normal_mean_model, target_accept_prob="x", num_points=3)
     with pytest.raises(ValueError, match="^key"):
-        run_nuts(normal_mean_model, None, num_points=3)
+        run_nuts(None, normal_mean_model, num_points=3)
     with pytest.raises(ValueError, match="^key"):
-        run_nuts(normal_mean_model, 0, num_points=3)
+        run_nuts(0, normal_mean_model, num_points=3)
 
 
 def test_diagnostics_against_arviz_and_constants():

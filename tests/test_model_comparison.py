@@ -79,9 +79,9 @@ def test_lfo_with_known_parameters_is_the_filter_predictive(series):
     # identical draws give constant importance ratios, which ArviZ answers with refits
     with pytest.warns(UserWarning, match="refits"):
         result, tree, fits = mc.switching_lfo(
+            jax.random.PRNGKey(0),
             params,
             y,
-            key=jax.random.PRNGKey(0),
             min_observations=15,
             gibbs_kwargs={"num_warmup": 5, "num_samples": 20, "num_chains": 2},
         )
@@ -100,9 +100,9 @@ def test_compare_num_modes_and_its_checks(series):
     candidates = {"left turn": params, "right turn": maneuvering_target(turn_rate_deg=-3.0)}
     priors = {"left turn": SwitchingPriors(emission_cov_scale=(3.0, 2.0))}
     result = mc.compare_num_modes(
+        jax.random.PRNGKey(1),
         candidates,
         y,
-        key=jax.random.PRNGKey(1),
         min_observations=16,
         priors=priors,
         gibbs_kwargs={"num_warmup": 5, "num_samples": 20, "num_chains": 2},
@@ -114,22 +114,22 @@ def test_compare_num_modes_and_its_checks(series):
         assert result.table.loc[name, "elpd"] == pytest.approx(result.lfo[name].elpd)
         assert result.lfo[name].n_data_points == 4
     with pytest.raises(ValueError, match="^candidates"):
-        mc.compare_num_modes({"a": params}, y, key=jax.random.PRNGKey(0), min_observations=5)
+        mc.compare_num_modes(jax.random.PRNGKey(0), {"a": params}, y, min_observations=5)
     with pytest.raises(ValueError, match="^priors: names"):
         mc.compare_num_modes(
-            candidates, y, key=jax.random.PRNGKey(0), min_observations=5, priors={"x": None}
+            jax.random.PRNGKey(0), candidates, y, min_observations=5, priors={"x": None}
         )
     with pytest.raises(ValueError, match="^min_observations"):
-        mc.switching_lfo(params, y, key=jax.random.PRNGKey(0), min_observations=20)
+        mc.switching_lfo(jax.random.PRNGKey(0), params, y, min_observations=20)
 
 
 def test_compare_num_atoms_prefers_enough_atoms():
     _, x = simulate(jax.random.PRNGKey(3), "three-atoms", 1.0, 150)
     result = mc.compare_num_atoms(
+        jax.random.PRNGKey(4),
         x,
         1.0,
         (1, 3),
-        key=jax.random.PRNGKey(4),
         sampler_kwargs={"num_warmup": 200, "num_samples": 300},
     )
     assert list(result.table.index) == ["K = 3", "K = 1"]
@@ -138,9 +138,9 @@ def test_compare_num_atoms_prefers_enough_atoms():
     direct = mc.loo_compare(result.datatrees)
     assert direct.loc["K = 1", "elpd"] == pytest.approx(result.table.loc["K = 1", "elpd"])
     with pytest.raises(ValueError, match="^num_atoms"):
-        mc.compare_num_atoms(x, 1.0, (2, 2), key=jax.random.PRNGKey(0))
+        mc.compare_num_atoms(jax.random.PRNGKey(0), x, 1.0, (2, 2))
     with pytest.raises(ValueError, match="^sampler"):
-        mc.compare_num_atoms(x, 1.0, (1, 2), key=jax.random.PRNGKey(0), sampler="hmc")
+        mc.compare_num_atoms(jax.random.PRNGKey(0), x, 1.0, (1, 2), sampler="hmc")
     with pytest.raises(ValueError, match="log_likelihood"):
         mc.loo_compare({"a": result.datatrees["K = 1"], "b": xr.DataTree()})
 

@@ -29,12 +29,12 @@ def short_comparison():
     """Every method but NUTS on the short series (NUTS: the slow test below)."""
     params, modes, states, y = short_series()
     comparison = compare_switching(
+        jax.random.key(9),
         params,
         y,
         states_true=states,
         modes_true=modes,
         methods=FAST_METHODS,
-        key=jax.random.key(9),
         num_particles=500,
         gibbs_kwargs={"num_warmup": 200, "num_samples": 2000, "num_chains": 4},
     )
@@ -45,11 +45,11 @@ def short_comparison():
 def nuts_comparison():
     params, modes, states, y = short_series()
     comparison = compare_switching(
+        jax.random.key(9),
         params,
         y,
         states_true=states,
         methods=("exact-smoother", "nuts"),
-        key=jax.random.key(9),
         nuts_kwargs={"num_warmup": 500, "num_samples": 1500, "num_chains": 4},
     )
     return params, y, modes, comparison
@@ -111,14 +111,14 @@ def test_default_methods_and_bad_input():
     assert "exact" not in long and "exact-smoother" not in long and "nuts" not in long
     y = np.zeros((20, 2))
     with pytest.raises(ValueError, match="^methods: unknown"):
-        compare_switching(params, y, methods=("imm", "kalman"))
+        compare_switching(None, params, y, methods=("imm", "kalman"))
     with pytest.raises(ValueError, match="^methods: the exact methods need"):
-        compare_switching(params, np.zeros((13, 2)), methods=("exact",))
+        compare_switching(None, params, np.zeros((13, 2)), methods=("exact",))
     with pytest.raises(ValueError, match="^key: a jax.random key"):
-        compare_switching(params, y, methods=("rbpf",))
+        compare_switching(None, params, y, methods=("rbpf",))
     with pytest.raises(ValueError, match="^modes_true: required"):
-        compare_switching(params, y, methods=("known-modes",))
+        compare_switching(None, params, y, methods=("known-modes",))
     with pytest.raises(ValueError, match="^states_true: expected shape"):
-        compare_switching(params, y, states_true=np.zeros((20, 3)), methods=("imm",))
+        compare_switching(None, params, y, states_true=np.zeros((20, 3)), methods=("imm",))
     with pytest.raises(ValueError, match="^modes_true: expected integer"):
-        compare_switching(params, y, modes_true=np.zeros(20), methods=("imm",))
+        compare_switching(None, params, y, modes_true=np.zeros(20), methods=("imm",))

@@ -657,8 +657,8 @@ def test_priors_agree_with_nuts():
     )
     gibbs_time = time.perf_counter() - start
     nuts = run_nuts(
-        switching_model,
         jax.random.key(22),
+        switching_model,
         y,
         params=params,
         priors=priors,

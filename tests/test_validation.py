@@ -146,20 +146,20 @@ def _cases():
         ),
         (
             "compare-methods",
-            lambda: compare_deconvolution(X1, 1.0, methods=("bogus",)),
+            lambda: compare_deconvolution(None, X1, 1.0, methods=("bogus",)),
             "^methods: ",
         ),
         (
             "compare-nuts-key",
-            lambda: compare_deconvolution(X1, 1.0, methods=("nuts",), key=None),
+            lambda: compare_deconvolution(None, X1, 1.0, methods=("nuts",)),
             "^key: ",
         ),
         (
             "compare-oracle",
-            lambda: compare_deconvolution(X1, 1.0, methods=("oracle",)),
+            lambda: compare_deconvolution(None, X1, 1.0, methods=("oracle",)),
             "^true_measure: ",
         ),
-        ("compare-x-nan", lambda: compare_deconvolution(X_NAN, 1.0), "^x: "),
+        ("compare-x-nan", lambda: compare_deconvolution(None, X_NAN, 1.0), "^x: "),
     ]
     return cases
 

@@ -133,10 +133,10 @@ def write_report(
         say(f"numbers of atoms: Gibbs fits for K in {list(counts)} on {scenario.name}")
         draws = 300 if quick else 1000
         atoms = compare_num_atoms(
+            key_k,
             x,
             scenario.sigma,
             counts,
-            key=key_k,
             sampler_kwargs={"num_warmup": draws, "num_samples": draws},
             progress=lambda msg: say(f"numbers of atoms: {msg}"),
         )

@@ -51,13 +51,13 @@ def run_scenario(
     )
     extra = {"gibbs": gibbs, "nuts-dp": dp}
     comparison = compare_deconvolution(
+        key_fit,
         x,
         scenario.sigma,
         z_true=z,
         true_measure=measure,
         x_heldout=x_heldout,
         methods=methods,
-        key=key_fit,
         num_atoms_dp=NUM_ATOMS_DP,
         nuts_kwargs={"num_warmup": draws, "num_samples": draws},
         method_kwargs={m: kw for m, kw in extra.items() if m in methods},
@@ -91,11 +91,11 @@ def run_switching(
         "num_chains": settings.gibbs_chains,
     }
     comparison = compare_switching(
+        key_cmp,
         params,
         y,
         states_true=states,
         modes_true=modes,
-        key=key_cmp,
         gibbs_kwargs=gibbs,
         progress=lambda msg: progress(f"maneuvering-target: {msg}"),
     )
@@ -105,9 +105,9 @@ def run_switching(
     }
     min_obs = round(num_steps * (1 - settings.heldout_fraction))
     modes_comparison = compare_num_modes(
+        key_modes,
         candidates,
         y,
-        key=key_modes,
         min_observations=min_obs,
         gibbs_kwargs=gibbs,
         progress=lambda msg: progress(f"numbers of modes: {msg}"),

@@ -359,8 +359,8 @@ def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar, x_heldout, prior) -
     key_nuts, key_inv = jax.random.split(key)
     start = time.perf_counter()
     datatree = run_nuts(
-        deconvolution_model,
         key_nuts,
+        deconvolution_model,
         jnp.asarray(x_np),
         sigma=sigma,
         num_atoms=num_atoms,
@@ -447,6 +447,7 @@ assert tuple(_RUNNERS) == METHODS, "every registered deconvolution method has a 
 
 
 def compare_deconvolution(
+    key: jax.Array | None,
     x,
     sigma,
     *,
@@ -454,7 +455,6 @@ def compare_deconvolution(
     true_measure: DiscreteMeasure | None = None,
     x_heldout=None,
     methods=("attention-em", "nuts"),
-    key: jax.Array | None = None,
     num_atoms: int | None = None,
     num_atoms_dp: int = 20,
     em_kwargs: dict | None = None,
@@ -465,6 +465,8 @@ def compare_deconvolution(
     """Run ``methods`` on the same data; return a tidy table and each method's fit.
 
     Args:
+        key: ``jax.random`` key, first and positional; required for the samplers ("nuts",
+            "nuts-dp", "gibbs"), ``None`` allowed when every method is deterministic.
         x: (N,) or (N, p) observations.
         sigma: known noise scale.
         z_true: the latent z (same shape as x) when known (simulations): enables mse_z and
@@ -473,7 +475,6 @@ def compare_deconvolution(
         x_heldout: held-out observations (M,) or (M, p) from the same distribution: enables
             ``heldout_lpd``.
         methods: any of ``METHODS``; "oracle" needs ``true_measure``.
-        key: ``jax.random`` key, required for the samplers ("nuts", "nuts-dp", "gibbs").
         num_atoms: K for NUTS, Gibbs and approx-Gibbs; default the true number of atoms if
             known, else 5.
         num_atoms_dp: truncation level of the DP prior ("nuts-dp").

@@ -223,8 +223,8 @@ def _run_nuts(p: _Problem, key, opts) -> SwitchingFit:
     opts.setdefault("init_values", _nuts_init(p.params, p.obs))
     tree, sec = _timed(
         run_nuts,
-        switching_model,
         key,
+        switching_model,
         p.obs,
         params=p.params,
         jitter=jitter,
@@ -265,13 +265,13 @@ def default_switching_methods(num_modes: int, num_steps: int, *, max_histories: 
 
 
 def compare_switching(
+    key: jax.Array | None,
     params: SwitchingParams,
     observations,
     *,
     states_true=None,
     modes_true=None,
     methods=None,
-    key: jax.Array | None = None,
     num_particles: int | None = None,
     max_histories: int = 2**12,
     gibbs_kwargs: dict | None = None,
@@ -281,13 +281,14 @@ def compare_switching(
     """Run ``methods`` on the same series; return a tidy table and each method's fit.
 
     Args:
+        key: ``jax.random`` key, first and positional; required for "rbpf", "gibbs" and
+            "nuts", ``None`` allowed when every method is deterministic.
         params: ``SwitchingParams`` (known; the samplers take priors through their kwargs).
         observations: (T, o); a row with NaN is a missing observation.
         states_true, modes_true: the simulated x (T, d) and s (T,) when known: enable
             ``state_rmse``, coverage, ``mode_accuracy`` and (modes) "known-modes".
         methods: any of ``SWITCHING_METHODS``; default ``default_switching_methods`` (plus
             "known-modes" when ``modes_true`` is given).
-        key: ``jax.random`` key for "rbpf", "gibbs" and "nuts".
         num_particles: RBPF particles (default: the method registry's, 1000).
         max_histories: the exact methods refuse M^T above this.
         gibbs_kwargs: for ``run_switching_gibbs`` (default, the method registry's
