@@ -4,6 +4,11 @@ Each check raises ``ValueError`` (or ``TypeError``) whose message starts with th
 name, so a user sees ``x: contains 3 non-finite values`` rather than a traceback from XLA.
 Inside a ``jax.jit`` the arguments are tracers; value checks (finiteness, positivity) are then
 skipped and only the static shape checks run.
+
+The convention every public function follows: validate once, at its own boundary, on concrete
+values; when it receives tracers (``jax.jit``, ``jax.vmap``, ``jax.grad``), run only the
+static checks (shapes, ranks, dtypes: ``any_traced`` says when) and never call NumPy on them or
+raise on their values; the kernels beneath take checked arrays and check nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +22,39 @@ import numpy as np
 def is_traced(value) -> bool:
     """True when ``value`` is a JAX tracer (its numbers are unknown until run time)."""
     return isinstance(value, jax.core.Tracer)
+
+
+def any_traced(*values) -> bool:
+    """True when any leaf of ``values`` (arrays or pytrees of them) is a JAX tracer."""
+    return any(is_traced(v) for v in jax.tree.leaves(values))
+
+
+def check_real_scalar(name: str, value, what: str):
+    """A real number: a Python or NumPy scalar, or a 0-d array, of integer or floating dtype.
+
+    Concrete values are returned as a float (bools, strings, None and arrays of other shapes
+    are refused, naming ``name`` and saying ``what`` was expected); a tracer only has its shape
+    and dtype checked (a 0-d real array) and is returned unchanged, for the caller to use
+    without any value check.
+    """
+    if is_traced(value):
+        if value.ndim != 0 or not (
+            jax.numpy.issubdtype(value.dtype, jax.numpy.integer)
+            or jax.numpy.issubdtype(value.dtype, jax.numpy.floating)
+        ):
+            raise ValueError(f"{name}: expected {what}, got a traced array {value.aval}")
+        return value
+    if isinstance(value, bool | np.bool_ | str | bytes) or value is None:
+        raise ValueError(f"{name}: expected {what}, got {value!r}")
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):
+        raise ValueError(f"{name}: expected {what}, got {value!r}") from None
+    if arr.ndim != 0 or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise ValueError(f"{name}: expected {what}, got {value!r}")
+    return float(arr)
 
 
 def as_float_array(name: str, value):

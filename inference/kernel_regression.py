@@ -37,7 +37,17 @@ numbers, NaN or +-inf, or so far apart that their squared distances overflow the
 (sum_c (max - min)^2 > finfo.max: the leave-one-out pass and the nearest-key fallback form
 them); a bandwidth that is not a finite number > 0 (bools refused) or whose 1/h^2 overflows;
 unknown kernel or method names; a bad block_size, bounds, num_grid or optimiser setting. Under
-``jax.jit`` only the static checks run.
+``jax.jit`` only the static checks run, and a NaN output means input that the eager call
+refuses (call the function once on the concrete inputs to see which).
+
+Tracing and differentiability. ``nadaraya_watson``, ``kernel_scores`` and ``leave_one_out``
+(dense and streamed) are traceable under ``jax.jit`` and ``jax.vmap`` in the keys, values,
+queries and the bandwidth (``kernel`` and ``block_size`` are static), and ``jax.grad`` gives
+their derivatives in the bandwidth, queries, keys and values: everywhere for the Gaussian
+kernel; for the compact kernels away from the window edges |u_c| = 1, where the weights have
+kinks (the boxcar's are piecewise constant in h: zero gradient). The nearest-key value of an
+empty window is an argmin (piecewise constant). Not differentiable or traceable:
+``select_bandwidth`` (an argmin over a grid, then a SciPy optimiser; eager only).
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ import optax
 from scipy import optimize
 
 from .. import validation
-from .attention import scored_attention
+from .attention import softmax_pool
 
 KERNELS = ("gaussian", "boxcar", "epanechnikov", "triangular", "tricube")
 COMPACT_KERNELS = ("boxcar", "epanechnikov", "triangular", "tricube")
@@ -338,14 +348,13 @@ def nadaraya_watson(
 
 @functools.partial(jax.jit, static_argnums=(0, 5, 6))
 def _nadaraya_watson(score_fn, inv_h, queries, keys, values, block_size, scalar_values):
-    """``scored_attention`` with the log-kernel scores: (output, (Q,) empty rows, count).
+    """``scored_attention``'s kernel (``softmax_pool``: the inputs are checked by the caller)
+    with the log-kernel scores: (output, (Q,) empty rows, count).
 
     A row is empty when no key has positive weight: an empty window of a compact kernel (or,
     for the Gaussian, scores that all overflow to -inf, for absurdly small h).
     """
-    att = scored_attention(
-        score_fn, inv_h, queries, keys, values, block_size=block_size, return_weights=False
-    )
+    att = softmax_pool(score_fn, inv_h, queries, keys, values, None, block_size, False)
     empty = ~jnp.isfinite(att.log_normalizer)
     out = att.output[:, 0] if scalar_values else att.output
     return out, empty, jnp.sum(empty)
@@ -413,7 +422,8 @@ class _LooData(NamedTuple):
 
     diffs: (d', n, n) squared coordinate differences (gaussian) or absolute ones (compact);
         for the gaussian kernel with a scalar bandwidth ("collapsed") d' = 1, the entry is
-        |k_i - k_j|^2 and the diagonal is +inf (that path is never differentiated).
+        |k_i - k_j|^2 and the diagonal is +inf (masked before use, so the pass stays
+        differentiable in h).
     row_min: (n,) min_{j != i} of diffs[0] (used when d' = 1: the exact row maximum score).
     values: (n, m).
     """
@@ -423,7 +433,24 @@ class _LooData(NamedTuple):
     values: jax.Array
 
 
+def _loo_data_traced(kernel: str, keys, values, collapse: bool) -> _LooData:
+    """``_loo_data`` for traced keys or values, in JAX (the same arrays)."""
+    n = keys.shape[0]
+    diffs = keys.T[:, :, None] - keys.T[:, None, :]  # (d, n, n)
+    diffs = diffs * diffs if kernel == "gaussian" else jnp.abs(diffs)
+    if kernel == "gaussian" and collapse:
+        diffs = jnp.sum(diffs, axis=0, keepdims=True)
+    eye = jnp.eye(n, dtype=bool)
+    first = jnp.where(eye, jnp.inf, diffs[0])
+    row_min = jnp.min(first, axis=1)
+    if kernel == "gaussian" and collapse:
+        diffs = first[None]
+    return _LooData(diffs, row_min, jnp.asarray(values))
+
+
 def _loo_data(kernel: str, keys: np.ndarray, values: np.ndarray, collapse: bool) -> _LooData:
+    if _any_traced(keys, values):
+        return _loo_data_traced(kernel, keys, values, collapse)
     n, d = keys.shape
     if kernel == "gaussian" and collapse:
         diffs = np.zeros((1, n, n), keys.dtype)
@@ -453,7 +480,10 @@ def _loo_dense(kernel: str, log_h, data: _LooData):
     if kernel == "gaussian":
         inv_h2 = inv_h * inv_h
         if diffs.shape[0] == 1:  # exact row maximum: p = 1 at the nearest other key
-            p = jnp.exp(-0.5 * inv_h2[0] * (diffs[0] - row_min[:, None]))
+            # the +inf diagonal is replaced before the product: inf * 0 would make the
+            # gradient in h NaN even where the diagonal is masked out below
+            gap = jnp.where(off_diag, diffs[0] - row_min[:, None], 0.0)
+            p = jnp.exp(-0.5 * inv_h2[0] * gap)
         else:
             neg_score = 0.5 * jnp.sum(diffs * inv_h2[:, None, None], axis=0)
             shift = jnp.min(jnp.where(off_diag, neg_score, jnp.inf), axis=1)
@@ -578,8 +608,8 @@ def leave_one_out(
     Args:
         keys: (n,) or (n, d), n >= 2; values: (n,) or (n, m).
         kernel: one of ``KERNELS``; bandwidth: scalar or (d,), > 0.
-        block_size: None (dense: builds d n x n arrays, concrete inputs only) or the block
-            length of the streamed pass.
+        block_size: None (dense: builds d n x n arrays) or the block length of the streamed
+            pass.
 
     Returns:
         ``LeaveOneOut(score (), predictions (n,) or (n, m), num_empty ())``.
@@ -591,10 +621,9 @@ def leave_one_out(
         raise ValueError(f"keys: leave-one-out needs at least 2 points, got {k.shape[0]}")
     h = _check_bandwidth(bandwidth, k.shape[1], dtype)
     if block_size is None:
-        if _any_traced(k, v, h):
-            raise ValueError("keys: the dense leave-one-out pass needs concrete arrays")
         collapse = kernel == "gaussian" and np.ndim(bandwidth) == 0
-        log_h = np.log(h[:1] if collapse else h)
+        h = h[:1] if collapse else h
+        log_h = jnp.log(h) if validation.is_traced(h) else np.log(h)
         score, pred, num_empty = _loo_dense_jit(kernel, log_h, _loo_data(kernel, k, v, collapse))
     else:
         log_h = jnp.log(h) if validation.is_traced(h) else np.log(h)

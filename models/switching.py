@@ -83,31 +83,58 @@ def _check_psd(name: str, covs: np.ndarray, *, definite: bool) -> None:
         raise ValueError(f"{name}: covariance matrices must be positive semi-definite")
 
 
+def as_float_field(name: str, value):
+    """``value`` as a float array, for a check that must also run under tracing: a concrete
+    value goes through ``validation.as_float_array`` (a NumPy array; non-numbers, ragged and
+    complex input refused with a ``ValueError`` naming ``name``); a tracer is checked by its
+    dtype only (complex and non-numeric refused, integers and bools cast to float) and returned
+    as a JAX array. NumPy is never called on a tracer."""
+    if not validation.is_traced(value):
+        return validation.as_float_array(name, value)
+    dtype = value.dtype
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        raise ValueError(f"{name}: expected real numbers, got complex values")
+    if not (jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_)):
+        raise ValueError(f"{name}: expected numbers, got dtype {dtype}")
+    if not jnp.issubdtype(dtype, jnp.floating):
+        value = value.astype(jnp.result_type(dtype, jnp.float32))
+    return value
+
+
 def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
     """Validate shapes, probabilities and covariances; return the fields as float arrays.
 
     Raises ``ValueError`` naming ``name.field`` for the first problem found.
+
+    Tracer-aware: the static checks (the type, each field's rank and shape, M, d and o
+    consistent across the fields, real dtypes) always run; the value checks (finiteness, a
+    probability vector ``initial_probs``, stochastic rows of ``transition_matrix``, symmetric
+    PSD ``initial_covs`` and ``dynamics_covs``, PD ``emission_covs``) run on every field that is
+    concrete and are skipped for a field that is a JAX tracer (the caller is under ``jax.jit``,
+    ``jax.vmap`` or ``jax.grad``: its numbers are unknown while tracing). Concrete fields come
+    back as NumPy arrays, traced ones as they are (cast to float); NumPy is never called on a
+    tracer. Code that traces over the parameters should call this once on concrete values
+    first: under tracing, invalid values are not refused and give NaN or wrong numbers.
     """
     if not isinstance(params, SwitchingParams):
         raise ValueError(f"{name}: expected a SwitchingParams, got {type(params).__name__}")
-    fields = {
-        f: np.asarray(validation.as_float_array(f"{name}.{f}", getattr(params, f)))
-        for f in SwitchingParams._fields
-    }
+    fields = {f: as_float_field(f"{name}.{f}", getattr(params, f)) for f in SwitchingParams._fields}
+    concrete = {f: not validation.is_traced(a) for f, a in fields.items()}
     for f, arr in fields.items():
-        validation.check_finite(f"{name}.{f}", arr)
+        if concrete[f]:
+            validation.check_finite(f"{name}.{f}", arr)
     pi0, trans = fields["initial_probs"], fields["transition_matrix"]
     if pi0.ndim != 1 or pi0.shape[0] < 1:
-        raise ValueError(f"{name}.initial_probs: expected shape (M,), got {pi0.shape}")
+        raise ValueError(f"{name}.initial_probs: expected shape (M,), got {tuple(pi0.shape)}")
     m = pi0.shape[0]
     means = fields["initial_means"]
     if means.ndim != 2 or means.shape[0] != m:
-        raise ValueError(f"{name}.initial_means: expected shape ({m}, d), got {means.shape}")
+        raise ValueError(f"{name}.initial_means: expected shape ({m}, d), got {tuple(means.shape)}")
     d = means.shape[1]
     emis = fields["emission_matrices"]
     if emis.ndim != 3 or emis.shape[0] != m or emis.shape[2] != d:
         raise ValueError(
-            f"{name}.emission_matrices: expected shape ({m}, o, {d}), got {emis.shape}"
+            f"{name}.emission_matrices: expected shape ({m}, o, {d}), got {tuple(emis.shape)}"
         )
     o = emis.shape[1]
     expected = {
@@ -119,17 +146,24 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
         "emission_covs": (m, o, o),
     }
     for f, shape in expected.items():
-        if fields[f].shape != shape:
-            raise ValueError(f"{name}.{f}: expected shape {shape}, got {fields[f].shape}")
-    validation.check_weights(f"{name}.initial_probs", pi0)
-    if np.any(trans < 0) or not np.allclose(trans.sum(axis=1), 1.0, atol=1e-5):
+        if tuple(fields[f].shape) != shape:
+            raise ValueError(f"{name}.{f}: expected shape {shape}, got {tuple(fields[f].shape)}")
+    if concrete["initial_probs"]:
+        validation.check_weights(f"{name}.initial_probs", pi0)
+    if concrete["transition_matrix"] and (
+        np.any(trans < 0) or not np.allclose(trans.sum(axis=1), 1.0, atol=1e-5)
+    ):
         raise ValueError(
             f"{name}.transition_matrix: rows must be probability vectors "
             "([i, j] = P(s_t = j | s_{t-1} = i))"
         )
-    _check_psd(f"{name}.initial_covs", fields["initial_covs"], definite=False)
-    _check_psd(f"{name}.dynamics_covs", fields["dynamics_covs"], definite=False)
-    _check_psd(f"{name}.emission_covs", fields["emission_covs"], definite=True)
+    for f, definite in (
+        ("initial_covs", False),
+        ("dynamics_covs", False),
+        ("emission_covs", True),
+    ):
+        if concrete[f]:
+            _check_psd(f"{name}.{f}", fields[f], definite=definite)
     return SwitchingParams(**fields)
 
 
@@ -457,10 +491,6 @@ def _log_joint(params: SwitchingParams, states, observations):
     return logsumexp(alpha)
 
 
-def _is_traced_tree(tree) -> bool:
-    return any(validation.is_traced(a) for a in jax.tree_util.tree_leaves(tree))
-
-
 def _check_definite(name: str, covs: np.ndarray, jitter: float = 0.0) -> None:
     """Raise if some (concrete) covs[j] + jitter I is numerically singular."""
     covs = covs + jitter * np.eye(covs.shape[-1])
@@ -506,12 +536,10 @@ def switching_log_joint(params: SwitchingParams, states, observations) -> jax.Ar
     Returns:
         () the log joint density.
     """
-    if not _is_traced_tree(params):
-        params = check_params("params", params)
-        _check_definite("params.initial_covs", params.initial_covs)
-        _check_definite("params.dynamics_covs", params.dynamics_covs)
-    elif not isinstance(params, SwitchingParams):
-        raise ValueError(f"params: expected a SwitchingParams, got {type(params).__name__}")
+    params = check_params("params", params)  # value checks only on concrete fields
+    for field in ("initial_covs", "dynamics_covs"):
+        if not validation.is_traced(getattr(params, field)):
+            _check_definite(f"params.{field}", getattr(params, field))
     d = params.initial_means.shape[-1]
     o = params.emission_matrices.shape[-2]
     states = _check_series("states", states, d, "x_{1:T}", allow_nan=False)
@@ -571,8 +599,9 @@ def switching_model(
         raise ValueError(f"jitter: must be a finite number >= 0, got {jitter}")
     priors = check_priors("priors", priors, m)
     if y is not None:  # a density over the states needs PD covariances; simulating does not
-        _check_definite("params.initial_covs", params.initial_covs)
-        _check_definite("params.dynamics_covs", params.dynamics_covs, jitter)
+        for field, extra in (("initial_covs", 0.0), ("dynamics_covs", jitter)):
+            if not validation.is_traced(getattr(params, field)):
+                _check_definite(f"params.{field}", getattr(params, field), extra)
         y = _check_series("y", y, o, "observations", allow_nan=True)
         if num_steps is not None and num_steps != y.shape[0]:
             raise ValueError(f"num_steps: {num_steps} does not match y with {y.shape[0]} rows")
@@ -651,6 +680,7 @@ __all__ = [
     "SCENARIOS",
     "SwitchingParams",
     "SwitchingPriors",
+    "as_float_field",
     "check_params",
     "check_priors",
     "constant_velocity",

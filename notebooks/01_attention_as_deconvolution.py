@@ -130,7 +130,7 @@ assert err_sphere < 1e-12
 # %%
 fit = em.fit_em(x, SIGMA, max_iters=500)
 print(f"{fit.num_iters} iterations, converged: {fit.converged}")
-trace = np.asarray(fit.log_likelihood_trace)
+trace = np.asarray(fit.log_likelihood_trace)[: int(fit.num_iters) + 1]  # NaN after the run
 smallest_step = np.diff(trace).min()
 print(f"log-likelihood {trace[0]:.2f} -> {trace[-1]:.2f}; smallest step {smallest_step:.2e}")
 assert smallest_step > -1e-9 * abs(trace[-1]), "EM decreased the log-likelihood"

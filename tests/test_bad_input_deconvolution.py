@@ -51,7 +51,7 @@ W1 = np.array([0.5, 0.5])
 X2 = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0]])  # (N, p) = (3, 2)
 A2 = np.array([[0.0, 0.0], [1.0, 1.0]])
 GRID1 = np.linspace(-1.0, 3.0, 5)
-FIT1 = NPMLEResult(GRID1, np.full(5, 0.2), 0.0, 0, True, 0.0, "mixsqp")
+FIT1 = NPMLEResult(GRID1, np.full(5, 0.2), 0.0, 0, True, 0.0)
 
 # Spreads far beyond the limit sqrt(finfo.max / (4 N p)) (3.4e153 in float64, 4.6e18 in
 # float32 for N = 4, p = 1), but every value finite.
@@ -647,7 +647,7 @@ def test_just_inside_the_spread_limit_every_entry_point_is_finite(dtype, dim):
         "npmle-em": npmle(x, 1.0, method="em", max_iters=5),
         "npmle-squarem": npmle(x, 1.0, method="squarem", max_iters=5),
         "npmle_gradient": npmle_gradient(bulk, 1.0, far_atom, np.ones(1)),
-        "npmle_posterior": npmle_posterior(x, 1.0, NPMLEResult(atoms, w, 0.0, 0, True, 0.0, "em")),
+        "npmle_posterior": npmle_posterior(x, 1.0, NPMLEResult(atoms, w, 0.0, 0, True, 0.0)),
     }
     for name, result in results.items():
         assert _finite(result), name

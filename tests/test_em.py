@@ -233,8 +233,11 @@ def test_fit_em_log_likelihood_never_decreases(
     res = em.fit_em(
         x, sigma, num_atoms=num_atoms, update_weights=update_weights, max_iters=30, tol=0.0
     )
-    trace = np.asarray(res.log_likelihood_trace)
-    assert trace.shape == (res.num_iters + 1,)
+    full = np.asarray(res.log_likelihood_trace)
+    # a fixed shape (max_iters + 1,), NaN after the last step taken
+    assert full.shape == (31,)
+    assert np.all(np.isnan(full[int(res.num_iters) + 1 :]))
+    trace = full[: int(res.num_iters) + 1]
     assert res.converged or res.num_iters == 30
     assert np.all(np.isfinite(trace))
     assert np.all(np.isfinite(np.asarray(res.atoms)))
@@ -260,10 +263,11 @@ def three_atom_fit():
 def test_fit_em_converges_on_three_atoms(three_atom_fit):
     x, res = three_atom_fit
     n = x.shape[0]
-    trace = np.asarray(res.log_likelihood_trace)
+    full = np.asarray(res.log_likelihood_trace)
     assert res.converged
     assert 0 < res.num_iters < 2000
-    assert res.num_iters + 1 == len(trace)
+    assert full.shape == (2001,) and np.all(np.isnan(full[int(res.num_iters) + 1 :]))
+    trace = full[: int(res.num_iters) + 1]
     assert res.atoms.shape == (n,)
     np.testing.assert_allclose(np.asarray(res.weights), np.full(n, 1.0 / n), rtol=0, atol=0)
     # Converged: the last step changed the log-likelihood by at most tol * N.
@@ -287,7 +291,7 @@ def test_fit_em_converged_atoms_shrink_toward_truth(three_atom_fit):
     uniform = np.full(n, 1.0 / n)
     # One more (reference) EM step from the fitted atoms gains no more than tol * N.
     nxt, _ = ref_em_step(x, np.asarray(res.atoms), uniform, 1.0, False)
-    gain = ref_log_likelihood(x, nxt, uniform, 1.0) - res.log_likelihood_trace[-1]
+    gain = ref_log_likelihood(x, nxt, uniform, 1.0) - res.log_likelihood_trace[res.num_iters]
     assert -1e-9 * n <= gain <= 1e-8 * n
     # The fitted atoms cluster near the true support {-2, 0, 3} more than the data do.
     truth = np.array([-2.0, 0.0, 3.0])
@@ -354,7 +358,8 @@ def test_float32_far_from_the_origin():
     assert abs(ll1 - exact) < 1e-4 * abs(exact)
     fit = em.fit_em(jnp.asarray(x32 + c), 1.0, max_iters=100)
     assert fit.atoms.dtype == jnp.float32
-    assert np.all(np.diff(np.asarray(fit.log_likelihood_trace)) >= -1e-6 * abs(exact))
+    trace = np.asarray(fit.log_likelihood_trace)[: int(fit.num_iters) + 1]
+    assert np.all(np.diff(trace) >= -1e-6 * abs(exact))
     zh = np.asarray(em.posterior_mean(jnp.asarray(x32 + c), fit.atoms, fit.weights, 1.0)) - c
     assert np.all(np.isfinite(zh)) and np.abs(zh).max() < 10
 

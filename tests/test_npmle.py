@@ -318,7 +318,7 @@ def test_posterior_matches_brute_force(data1, data2, fits1, fit2):
 X1 = np.array([-1.0, 0.5, 2.0, 3.0])  # (N,) with N = 4
 X2 = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0]])  # (N, p) = (3, 2)
 INSIDE = np.linspace(-1.0, 3.0, 5)
-FIT = NPMLEResult(INSIDE, np.full(5, 0.2), 0.0, 0, True, 0.0, "mixsqp")
+FIT = NPMLEResult(INSIDE, np.full(5, 0.2), 0.0, 0, True, 0.0)
 
 BAD_CALLS = {
     "grid-outside": (lambda: npmle(X1, 1.0, grid=np.append(INSIDE, 3.5)), "grid"),

@@ -273,3 +273,37 @@ def test_discrete_posterior_intervals_brute_force():
         assert np.all(lower <= upper)
         np.testing.assert_array_equal(lower[0], atoms[2])
         np.testing.assert_array_equal(upper[0], atoms[2])
+
+
+def test_check_real_scalar_and_any_traced():
+    """Concrete numbers come back as floats (bools, strings, vectors refused); a 0-d tracer
+    comes back unchanged (only its shape and dtype checked); a traced vector is refused."""
+    from attnbayes import validation
+
+    assert validation.check_real_scalar("tol", 3, "a number") == 3.0
+    assert validation.check_real_scalar("tol", np.float32(0.5), "a number") == 0.5
+    assert validation.check_real_scalar("tol", jnp.asarray(2.0), "a number") == 2.0
+    for bad in (True, "1e-8", None, [1e-8], np.zeros(2), 1j):
+        with pytest.raises(ValueError, match="^tol: expected a number"):
+            validation.check_real_scalar("tol", bad, "a number")
+
+    def traced(t):
+        assert validation.any_traced(1.0, (np.zeros(2), {"t": t}))
+        return validation.check_real_scalar("tol", t, "a number") * 2
+
+    assert float(jax.jit(traced)(1.5)) == 3.0
+    assert not validation.any_traced(1.0, (np.zeros(2), {"t": jnp.ones(2)}))
+    with pytest.raises(ValueError, match="^tol: expected a number, got a traced array"):
+        jax.jit(lambda t: validation.check_real_scalar("tol", t, "a number"))(jnp.ones(2))
+
+
+def test_discrete_posterior_intervals_traced():
+    """Under jax.jit the intervals are computed in JAX by the same rule as in NumPy."""
+    rng = np.random.default_rng(3)
+    resp = rng.dirichlet(np.ones(6), size=5)
+    atoms = rng.normal(size=(6, 2))
+    eager = discrete_posterior_intervals(resp, atoms, (0.5, 0.9))
+    traced = jax.jit(lambda r, a: discrete_posterior_intervals(r, a, (0.5, 0.9)))(resp, atoms)
+    for prob in (0.5, 0.9):
+        for side in (0, 1):
+            np.testing.assert_array_equal(traced[prob][side], eager[prob][side])

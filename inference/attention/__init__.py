@@ -36,7 +36,28 @@ A score that overflows is not a rounding matter: +inf gives softmax inf - inf = 
 sparsemax and entmax treat the key as masked, giving the weight to another key. Finite scores
 anywhere in the range are handled exactly (the kernels subtract the row maximum). Under
 ``jax.jit`` the arguments are tracers and only the static checks (dtype, rank, shapes) run; a
-NaN output there means NaN / inf inputs or overflowing scores, which the eager call refuses.
+NaN output there means NaN / inf inputs or overflowing scores, which the eager call refuses
+(call ``simplex.check_score_inputs``, or the function itself, on the concrete inputs first).
+Each public function checks once, then runs unchecked kernels (``softmax_pool`` and
+``streamed_softmax_attention`` are those kernels, public for callers that checked their own
+inputs).
+
+Tracing and differentiability. Every function here is traceable under ``jax.jit`` and
+``jax.vmap`` over its array arguments, parameters included (``scale``, ``temperature``,
+``bias``, entmax's ``alpha``, a bandwidth); names, axes, ``block_size`` and ``num_iters`` are
+static. ``jax.grad`` is exact everywhere for the scores, ``softmax``, ``softmax_attention``,
+``scored_attention``, ``softmax_pool``, ``streamed_softmax_attention``, ``attend`` with
+softmax, ``log_partition`` and ``key_moments``. Not differentiable everywhere:
+
+- ``sparsemax``, ``entmax15``, ``entmax_bisect`` (also in alpha), ``regularised_argmax`` with
+  "gini" or "tsallis", and ``attend`` with sparsemax or entmax15: continuous and piecewise
+  smooth, with kinks where the support changes (a weight reaching 0); their custom JVPs give
+  the derivative on the current support, a one-sided derivative at a kink.
+- ``regularised_argmax`` with ``temperature=0``: the argmax vertex, piecewise constant (zero
+  gradient, undefined at ties).
+- ``regulariser_value`` / ``regularised_objective`` with "shannon": p log p has an infinite
+  derivative as p -> 0 (the value at p = 0 is taken as 0, with gradient 0 there).
+- A boolean ``mask`` is not an array of numbers to differentiate.
 """
 
 from .exponential_family import key_moments, log_partition
@@ -46,6 +67,7 @@ from .pooling import (
     attend,
     scored_attention,
     softmax_attention,
+    softmax_pool,
     streamed_softmax_attention,
 )
 from .scores import additive_scores, dot_product_scores, neg_sq_distance_scores
@@ -78,6 +100,7 @@ __all__ = [
     "scored_attention",
     "softmax",
     "softmax_attention",
+    "softmax_pool",
     "sparsemax",
     "streamed_softmax_attention",
 ]

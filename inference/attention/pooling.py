@@ -18,9 +18,9 @@ import numpy as np
 from .scores import _check_mask, _check_scored, _dot_product, _dot_product_scores
 from .simplex import (
     ArraySpec,
+    _entmax15_last,
+    _sparsemax_last,
     check_score_inputs,
-    entmax15,
-    sparsemax,
 )
 
 WEIGHT_MAPS = ("softmax", "sparsemax", "entmax15")
@@ -207,13 +207,20 @@ def scored_attention(
     arrays, _, dtype, _ = check_score_inputs(specs, relations=relations, stages=lambda *_: [])
     queries, keys, values = (jnp.asarray(a, dtype) for a in arrays[:3])
     bias = arrays[3] if bias is not None else None
-    return _softmax_pool(
+    return softmax_pool(
         score_fn, params, queries, keys, values, bias, block_size, bool(return_weights)
     )
 
 
-def _softmax_pool(score_fn, params, queries, keys, values, bias, block_size, return_weights):
-    """The dense or streamed kernel on checked (Q, d), (K, d), (K, dv) arrays of one dtype."""
+def softmax_pool(score_fn, params, queries, keys, values, bias, block_size, return_weights):
+    """The kernel beneath ``scored_attention``: no checks, for arrays already checked.
+
+    ``queries`` (Q, d), ``keys`` (K, d), ``values`` (K, dv) of one floating dtype, ``bias``
+    (K,) or None, ``block_size`` None (dense) or an int, ``return_weights`` a bool; the result
+    is ``scored_attention``'s. For callers that validated their inputs at their own public
+    boundary (``attnbayes.inference.kernel_regression``); traceable and differentiable in
+    every array argument and in ``params``.
+    """
     if bias is None:
         bias = jnp.zeros((keys.shape[0],), queries.dtype)
     else:
@@ -286,7 +293,7 @@ def attend(
     bias = jnp.zeros((keys.shape[0],), dtype) if bias is None else jnp.asarray(bias, dtype)
     bias = bias / temperature
     if weights == "softmax":
-        out = _softmax_pool(
+        out = softmax_pool(
             _dot_product, params, queries, keys, values2, bias, block_size, False
         ).output
     else:
@@ -297,5 +304,5 @@ def attend(
 @functools.partial(jax.jit, static_argnames=("weights",))
 def _dense_sparse_attention(queries, keys, values, bias, scale, weights):
     scores = _dot_product(queries, keys, scale) + bias[None, :]
-    a = sparsemax(scores) if weights == "sparsemax" else entmax15(scores)
+    a = _sparsemax_last(scores) if weights == "sparsemax" else _entmax15_last(scores)
     return a @ values

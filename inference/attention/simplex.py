@@ -22,7 +22,12 @@ of s / tau onto the simplex, and softmax is the limit a -> 1.
 
 Every map works along ``axis`` of an array of any rank, takes a ``temperature`` tau, and is
 differentiable: sparsemax and entmax carry custom JVPs from their closed-form Jacobians
-J = diag(g) - g g^T / sum(g) with g_j = p_j^{2-a} on the support (Peters et al., 2019).
+J = diag(g) - g g^T / sum(g) with g_j = p_j^{2-a} on the support (Peters et al., 2019), and
+``entmax_bisect`` also in alpha, dp / da = (J z - p log p + g sum(p log p) / sum(g)) / (a - 1)
+with z = s / tau (Correia, Niculae and Martins 2019). The sparse maps are piecewise smooth:
+at a change of the support (a weight reaching 0) they have a kink, where the JVP is one-sided.
+Scores, alpha and tau are traced arguments of one compiled kernel (``jax.jit``, ``jax.vmap``
+and ``jax.grad`` over any of them); under ``jax.jit`` an alpha <= 1 gives NaN weights.
 
 Errors. ``check_score_inputs`` is the one check of every map here and of
 ``attnbayes.inference.attention.attend``: before any tracing it refuses, with a ``ValueError`` whose
@@ -34,7 +39,9 @@ give softmax NaN (inf - inf) and make sparsemax and entmax treat them as masked)
 anywhere in the dtype's range are exact: each map subtracts the row maximum, and a difference
 that overflows to -inf only rounds a weight that is 0 anyway. Under ``jax.jit`` the arguments
 are tracers and only the static checks (dtype, rank, size, axis) run; a NaN in the output there
-means NaN or +inf scores, or scores / tau beyond the dtype's range, which the eager call refuses.
+means NaN or +inf scores, or scores / tau beyond the dtype's range, which the eager call refuses
+(every map makes such a row NaN rather than reading +inf as a masked entry): call
+``check_score_inputs`` (or the map itself) on the concrete scores first.
 """
 
 from __future__ import annotations
@@ -159,7 +166,12 @@ def check_temperature(temperature, *, allow_zero: bool = False, dtype=None):
     return t
 
 
-def _check_alpha(alpha) -> float:
+def _check_alpha(alpha):
+    """alpha > 1 as a float; a tracer only has its shape and dtype checked (a 0-d real)."""
+    if is_traced(alpha):
+        if alpha.ndim != 0 or not jnp.issubdtype(alpha.dtype, jnp.floating):
+            raise ValueError(f"alpha: expected a number > 1, got a traced array {alpha.aval}")
+        return alpha
     a = real_scalar("alpha", alpha, "a number > 1")
     if not np.isfinite(a) or a <= 1:
         raise ValueError(f"alpha: must be a finite number > 1, got {a}")
@@ -293,9 +305,13 @@ def _check_scores(scores, axis, temperature, *, allow_zero=False):
     return jnp.asarray(arr, dtype), axis, temperature
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "axis", "alpha", "num_iters"))
+@functools.partial(jax.jit, static_argnames=("kind", "axis", "num_iters"))
 def _simplex_map(scores, temperature, kind, axis, alpha=None, num_iters=None):
-    """The map ``kind`` applied to scores / temperature along ``axis`` (one compiled kernel)."""
+    """The map ``kind`` applied to scores / temperature along ``axis`` (one compiled kernel).
+
+    ``alpha`` (bisection only) is an array argument: traced, batched and differentiated like
+    the scores.
+    """
     x = jnp.moveaxis(scores / temperature, axis, -1)
     if kind == "softmax":
         has_entry = jnp.any(x != -jnp.inf, axis=-1, keepdims=True)
@@ -305,7 +321,7 @@ def _simplex_map(scores, temperature, kind, axis, alpha=None, num_iters=None):
     elif kind == "entmax15":
         p = _entmax15_last(x)
     else:
-        p = _entmax_bisect_last(x, alpha, num_iters)
+        p = _entmax_bisect_last(x, jnp.asarray(alpha, x.dtype), num_iters)
     return jnp.moveaxis(p, -1, axis)
 
 
@@ -325,6 +341,16 @@ def _fill_masked(z, finite):
     top = jnp.max(jnp.where(finite, z, -jnp.inf), axis=-1, keepdims=True)
     top = jnp.where(jnp.isfinite(top), top, 0.0)
     return jnp.where(finite, z, top - 2.0)
+
+
+def _nan_rows(x, p):
+    """NaN in every row of ``x`` holding a NaN or +inf (refused eagerly; only under jit).
+
+    The sorting maps would otherwise read such an entry as masked and give the row's weight
+    to the other entries: a plausible but wrong answer.
+    """
+    bad = jnp.any(jnp.isnan(x) | (x == jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(bad, jnp.nan, p)
 
 
 def _checked_map(scores, axis, temperature, kind, alpha=None, num_iters=None):
@@ -363,7 +389,7 @@ def _sparsemax_last(x):
     in_support = 1 + ks * z_sorted > cumsum
     support = jnp.sum(in_support, axis=-1, keepdims=True)
     tau = (jnp.take_along_axis(cumsum, support - 1, axis=-1) - 1) / support.astype(x.dtype)
-    return jnp.where(finite, jnp.maximum(z - tau, 0.0), 0.0)
+    return _nan_rows(x, jnp.where(finite, jnp.maximum(z - tau, 0.0), 0.0))
 
 
 @_sparsemax_last.defjvp
@@ -400,7 +426,7 @@ def _entmax15_last(x):
     tau = mean - jnp.sqrt(jnp.maximum(delta, 0.0))
     support = jnp.sum(tau <= z_sorted, axis=-1, keepdims=True)
     tau_star = jnp.take_along_axis(tau, support - 1, axis=-1)
-    return jnp.where(finite, jnp.maximum(z - tau_star, 0.0) ** 2, 0.0)
+    return _nan_rows(x, jnp.where(finite, jnp.maximum(z - tau_star, 0.0) ** 2, 0.0))
 
 
 @_entmax15_last.defjvp
@@ -423,9 +449,13 @@ def entmax15(scores, axis: int = -1, temperature=1.0) -> jax.Array:
 # ----------------------------------------------------------------------------- entmax (bisection)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _entmax_bisect_last(x, alpha, num_iters):
-    """alpha-entmax by bisection on the threshold t (Blondel et al., 2020)."""
+    """alpha-entmax by bisection on the threshold t (Blondel et al., 2020).
+
+    ``alpha`` is a 0-d array; alpha <= 1 (possible only under ``jax.jit``, where it is not
+    checked) gives NaN weights.
+    """
     am1 = alpha - 1.0
     finite = jnp.isfinite(x)
     z = jnp.where(finite, am1 * x, -jnp.inf)
@@ -449,14 +479,34 @@ def _entmax_bisect_last(x, alpha, num_iters):
     lo, hi = jax.lax.fori_loop(0, num_iters, step, (lo, hi))
     p = mass(0.5 * (lo + hi))
     total = jnp.sum(p, axis=-1, keepdims=True)
-    return jnp.where(total > 0, p / jnp.where(total > 0, total, 1.0), 0.0)  # masked row: 0
+    p = jnp.where(total > 0, p / jnp.where(total > 0, total, 1.0), 0.0)  # masked row: 0
+    return jnp.where(alpha > 1.0, _nan_rows(x, p), jnp.nan)
 
 
 @_entmax_bisect_last.defjvp
-def _entmax_bisect_jvp(alpha, num_iters, primals, tangents):
-    (x,), (dx,) = primals, tangents
+def _entmax_bisect_jvp(num_iters, primals, tangents):
+    """J dx + (dp / dalpha) dalpha on the support (Peters et al. 2019; Correia et al. 2019).
+
+    With g_j = p_j^(2 - alpha) on the support, J = diag(g) - g g^T / sum(g), and
+    dp / dalpha = (J x - p log p + g sum(p log p) / sum(g)) / (alpha - 1): the derivative of
+    p_j = [(alpha - 1) x_j - t]_+^(1 / (alpha - 1)) with the threshold t moving to keep
+    sum_j p_j = 1. J annihilates constants, so x enters shifted by its row maximum.
+    """
+    (x, alpha), (dx, dalpha) = primals, tangents
     p = _entmax_bisect_last(x, alpha, num_iters)
-    return p, _support_jvp(p, jnp.where(jnp.isfinite(x), dx, 0.0), 2.0 - alpha)
+    finite = jnp.isfinite(x)
+    dp_x = _support_jvp(p, jnp.where(finite, dx, 0.0), 2.0 - alpha)
+    top = jnp.max(jnp.where(finite, x, -jnp.inf), axis=-1, keepdims=True)
+    x_shift = jnp.where(finite, x - jnp.where(jnp.isfinite(top), top, 0.0), 0.0)
+    g = jnp.where(p > 0, p ** (2.0 - alpha), 0.0)
+    g_sum = jnp.sum(g, axis=-1, keepdims=True)
+    g_sum = jnp.where(g_sum > 0, g_sum, 1.0)  # a fully masked row: p = g = 0
+    p_log_p = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
+    j_x = g * (x_shift - jnp.sum(g * x_shift, axis=-1, keepdims=True) / g_sum)
+    dp_alpha = (j_x - p_log_p + g * jnp.sum(p_log_p, axis=-1, keepdims=True) / g_sum) / (
+        alpha - 1.0
+    )
+    return p, dp_x + dp_alpha * dalpha
 
 
 def entmax_bisect(
@@ -469,6 +519,12 @@ def entmax_bisect(
     (default: enough to pin t to the dtype's resolution: 60 in float64, 30 in float32). Masked
     (-inf) entries get weight 0, a fully masked row all zeros. Bad input: see ``Errors`` in
     the module docstring.
+
+    Traceable in ``scores``, ``alpha`` and ``temperature`` (``num_iters`` and ``axis`` are
+    static), and differentiable in all three by the closed-form Jacobians (custom JVP), away
+    from changes of the support, where the map is continuous but not differentiable. Under
+    ``jax.jit`` alpha is not checked: alpha <= 1 gives NaN weights (call
+    ``check_score_inputs`` and this function on concrete values first).
     """
     return _checked_map(scores, axis, temperature, "bisect", _check_alpha(alpha), num_iters)
 
@@ -550,6 +606,8 @@ def regularised_argmax(
         return _vertex(scores, axis)
     if regulariser == "shannon":
         kind, alpha = "softmax", None
+    elif is_traced(alpha):  # its value is unknown: the general map
+        kind = "bisect"
     elif regulariser == "gini" or alpha == 2.0:
         kind, alpha = "sparsemax", None
     elif alpha == 1.5:

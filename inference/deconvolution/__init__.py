@@ -10,6 +10,37 @@
 - ``invariants``: permutation-invariant summaries of mixture draws (CDF of nu, moments).
 - ``intervals``: equal-tailed intervals of a discrete posterior.
 - ``comparison``: every method on the same data, one tidy table.
+
+Tracing. Each public function validates its arguments once, at its own boundary, on concrete
+values (``em.check_problem`` runs the same checks on their own); on tracers (under
+``jax.jit``, ``jax.vmap``, ``jax.grad``) only the static checks (shapes, ranks, dtypes) run
+and bad values give NaN results instead of a ``ValueError``. ``fit_em``, ``em_step``,
+``posterior``, ``posterior_mean``, ``responsibilities``, ``log_likelihood``,
+``e_step_attention``, ``npmle``, ``npmle_gradient``, ``npmle_posterior``, ``approximate_gibbs``,
+``gibbs_init``, ``gibbs_step``, ``initial_atoms``, ``default_grid`` and ``measure_cdf`` are
+traceable over their array arguments (sigma, atoms, weights, grids, tolerances and step sizes
+included); iteration caps, sizes, method names and flags are static. Results are pytrees of
+arrays (counts and flags as 0-d arrays).
+
+Differentiability. ``jax.grad`` gives the exact derivatives of ``posterior_mean``,
+``posterior``, ``responsibilities``, ``log_likelihood``, ``em_step`` and ``e_step_attention``
+(dense and streamed) in x, the atoms, the weights and sigma; of ``approximate_gibbs``'s states
+and summaries (a ``lax.scan``) in those and the step size; of ``npmle_gradient`` and of the
+NPMLE objective ``log_likelihood(x, grid, w, sigma)`` in the weights w (its gradient is
+N * ``npmle_gradient``). Not differentiable:
+
+- ``fit_em`` and ``npmle``: their iterations run in ``lax.while_loop``, which has no
+  reverse-mode derivative, and the NPMLE's solution map is only piecewise smooth (its support
+  changes with the data and sigma). Differentiate the quantities above at the fitted measure.
+- ``initial_atoms`` (K < N) and ``default_grid`` (p > 1): a sort, a farthest-point selection.
+- ``discrete_posterior_intervals`` and the intervals of ``npmle_posterior``: the end points
+  are atoms picked by thresholds on a CDF (piecewise constant); ``measure_cdf`` is a step
+  function of the atoms.
+- ``run_gibbs``, ``gibbs_init``, ``gibbs_step``: discrete draws (assignments, and the
+  permutation of "data" starts), so a derivative of a draw is not that of any expectation.
+  ``approximate_gibbs``'s ``diverged`` and ``first_nonfinite`` are a flag and an index.
+- Eager only (NumPy, SciPy or xarray; not traceable): ``run_gibbs``, ``relaxation_stability``
+  (NumPy eigenvalues), ``add_invariants``, ``compare_deconvolution``, ``estep_memory_bytes``.
 """
 
 from .comparison import (
@@ -34,8 +65,12 @@ from .em import (
 )
 from .gibbs import (
     ApproximateGibbsTrace,
+    GibbsInfo,
+    GibbsState,
     RelaxationStability,
     approximate_gibbs,
+    gibbs_init,
+    gibbs_step,
     relaxation_stability,
     run_gibbs,
 )
@@ -50,6 +85,8 @@ __all__ = [
     "ApproximateGibbsTrace",
     "DeconvolutionComparison",
     "EMResult",
+    "GibbsInfo",
+    "GibbsState",
     "MethodFit",
     "NPMLEResult",
     "RelaxationStability",
@@ -63,6 +100,8 @@ __all__ = [
     "em_step",
     "estep_memory_bytes",
     "fit_em",
+    "gibbs_init",
+    "gibbs_step",
     "initial_atoms",
     "log_likelihood",
     "measure_cdf",

@@ -46,14 +46,11 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pandas as pd
-import xarray as xr
 
 from ... import validation
 from ...models.deconvolution import DiscreteMeasure, check_measure, deconvolution_model, model_dims
@@ -65,6 +62,10 @@ from .gibbs import approximate_gibbs, run_gibbs
 from .intervals import INTERVAL_PROBS, discrete_posterior_intervals
 from .invariants import add_invariants
 from .kiefer_wolfowitz import npmle
+
+if TYPE_CHECKING:  # ArviZ, pandas and xarray are imported where used
+    import pandas as pd
+    import xarray as xr
 
 METHODS = registry.method_names("deconvolution")
 SAMPLERS = tuple(m for m in METHODS if registry.get_method("deconvolution", m).needs_key)
@@ -128,26 +129,38 @@ def _coverage(intervals, z_true) -> dict:
     }
 
 
+def _kernel_inputs(x, measure, sigma):
+    """(x (N, p), atoms (K, p), weights (K,), sigma) as arrays of x's dtype, for em's kernels.
+
+    The comparison validates x and sigma once (``em.check_problem``) and its measures come from
+    fits, so the unchecked kernels of ``em`` run here, not the public functions, which would
+    check the same values again.
+    """
+    points, _ = validation.as_points("x", x)  # (N, p) in a float dtype; no value checks
+    dtype = jax.dtypes.canonicalize_dtype(points.dtype)
+    xs = jnp.asarray(points, dtype)
+    atoms = jnp.asarray(np.asarray(measure.atoms).reshape(len(measure.atoms), -1), dtype)
+    return xs, atoms, jnp.asarray(measure.weights, dtype), jnp.asarray(sigma, dtype)
+
+
 def _discrete_posterior(x, sigma, measure, scalar, block_size=None):
     """z_hat (one attention step) and intervals under nu = measure, in x's convention.
 
     With ``block_size`` the N x K responsibilities are never held at once: z_hat is streamed
-    (``em.posterior_mean``) and the intervals are computed on row blocks of about
+    (as ``em.posterior_mean`` streams it) and the intervals are computed on row blocks of about
     ``INTERVAL_BLOCK_ELEMENTS`` entries.
     """
-    atoms = np.asarray(measure.atoms).reshape(measure.atoms.shape[0], -1)
+    xs, mus, ws, s = _kernel_inputs(x, measure, sigma)
+    atoms = np.asarray(mus)
     if block_size is None:
-        z_hat, resp = em.posterior(x, measure.atoms, measure.weights, sigma)
+        z_hat, resp = em._posterior(xs, mus, ws, s)
         pieces = [discrete_posterior_intervals(resp, atoms)]
     else:
-        z_hat = em.posterior_mean(x, measure.atoms, measure.weights, sigma, block_size=block_size)
+        z_hat = em._streamed_posterior_mean(xs, mus, ws, s, block_size)
         rows = max(1, INTERVAL_BLOCK_ELEMENTS // atoms.shape[0])
         pieces = [
-            discrete_posterior_intervals(
-                em.responsibilities(x[start : start + rows], measure.atoms, measure.weights, sigma),
-                atoms,
-            )
-            for start in range(0, len(x), rows)
+            discrete_posterior_intervals(em._posterior(xs[i : i + rows], mus, ws, s)[1], atoms)
+            for i in range(0, len(xs), rows)
         ]
     intervals = {
         prob: tuple(
@@ -158,7 +171,7 @@ def _discrete_posterior(x, sigma, measure, scalar, block_size=None):
         )
         for prob in pieces[0]
     }
-    return np.asarray(z_hat), intervals
+    return np.asarray(validation.restore_shape(z_hat, scalar)), intervals
 
 
 @jax.jit
@@ -192,7 +205,7 @@ def _heldout_lpd(x_heldout, measure: DiscreteMeasure, sigma) -> float | None:
 def _point_fit(x, sigma, measure, scalar, x_heldout, start, block_size=None, **extra) -> MethodFit:
     """A fit that ends in one discrete measure: its EB posterior, log-likelihood, held-out lpd."""
     z_hat, intervals = _discrete_posterior(x, sigma, measure, scalar, block_size)
-    ll = float(em.log_likelihood(x, measure.atoms, measure.weights, sigma, block_size=block_size))
+    ll = float(em._log_likelihood(*_kernel_inputs(x, measure, sigma), block_size=block_size))
     return MethodFit(
         z_hat=z_hat,
         intervals=intervals,
@@ -216,8 +229,9 @@ def _em_fit(x, sigma, em_kwargs, scalar, x_heldout) -> MethodFit:
         x_heldout,
         start,
         block_size=em_kwargs.get("block_size"),
-        log_likelihood_trace=np.asarray(fit.log_likelihood_trace),
-        converged=fit.converged,
+        # the trace has the fixed length max_iters + 1 (NaN after num_iters): keep the run's part
+        log_likelihood_trace=np.asarray(fit.log_likelihood_trace)[: int(fit.num_iters) + 1],
+        converged=bool(fit.converged),
     )
 
 
@@ -493,8 +507,9 @@ def compare_deconvolution(
     Returns:
         ``DeconvolutionComparison(table, fits)``.
     """
+    em.check_problem(x, sigma)  # once: the data, sigma's range, scores that cannot overflow
     points, scalar = validation.as_points("x", x)
-    sigma = validation.check_positive_scalar("sigma", sigma)
+    sigma = float(sigma)
     methods = (methods,) if isinstance(methods, str) else tuple(methods)
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -591,6 +606,8 @@ def compare_deconvolution(
             rows.append((method, "converged", float(fit.converged)))
         if fit.datatree is not None:
             post = fit.datatree["posterior"]
+            import arviz as az  # imported where used: `import attnbayes.inference` stays lean
+
             loo = az.loo(fit.datatree)
             rows.append((method, "elpd_loo", float(loo.elpd)))
             rows.append((method, "pareto_k_max", float(np.max(loo.pareto_k))))
@@ -600,6 +617,8 @@ def compare_deconvolution(
             rows.append((method, "min_ess_bulk_invariant", diag.min_ess_bulk))
             rows.append((method, "min_ess_tail_invariant", diag.min_ess_tail))
             rows.append((method, "divergences", float(diag.num_divergences)))
+    import pandas as pd
+
     table = pd.DataFrame(rows, columns=["method", "metric", "value"])
     return DeconvolutionComparison(table=table, fits=fits)
 

@@ -31,9 +31,10 @@ Bad input is refused before tracing (``check_problem``): non-finite values, wron
 sigma out of range, and a spread (max - min) / sigma of the data and atoms so large that the
 squared distances overflow (``attnbayes.validation.max_scaled_spread``: sqrt(finfo.max / (4 N p)),
 about 1e153 in float64 and 1e18 in float32 for small N p). Under ``jax.jit`` the arguments are
-tracers and these checks cannot run: inputs they would refuse then give NaN results (NaN
-posterior means, responsibilities, atoms, weights and log-likelihood). Call ``check_problem``
-on the concrete inputs before jitting.
+tracers and only the static checks (shapes, ranks, dtypes) run: non-finite inputs, a sigma of
+0 and spreads that overflow then give NaN results (NaN posterior means, responsibilities,
+atoms, weights and log-likelihood), and a negative sigma, which enters only through sigma^2,
+is not noticed at all. Call ``check_problem`` on the concrete inputs before jitting.
 
 The note's estimator takes K = N atoms started at the data, mu_k^0 = x_k, with w_k = 1/K fixed.
 """
@@ -41,7 +42,6 @@ The note's estimator takes K = N atoms started at the data, mu_k^0 = x_k, with w
 from __future__ import annotations
 
 import functools
-import numbers
 from typing import NamedTuple
 
 import jax
@@ -62,17 +62,22 @@ class EMResult(NamedTuple):
     Attributes:
         atoms: (K,) for scalar data or (K, p), the fitted mu_k.
         weights: (K,) the mixing weights (1/K throughout unless ``update_weights``).
-        log_likelihood_trace: (num_iters + 1,) log p(x) at the start and after each EM step;
-            never decreasing (up to round-off).
-        num_iters: number of EM steps taken.
-        converged: whether the per-point change in log-likelihood fell below ``tol``.
+        log_likelihood_trace: (max_iters + 1,) log p(x) at the start and after each EM step
+            (entries 0..num_iters), never decreasing (up to round-off); the entries after
+            ``num_iters`` are NaN (a fixed shape, so that the result can leave ``jax.jit``):
+            ``trace[: int(num_iters) + 1]`` on a concrete result is the run's trace.
+        num_iters: () int array, the number of EM steps taken.
+        converged: () bool array, whether the per-point change in log-likelihood fell below
+            ``tol``.
+
+    A pytree of arrays: it can be returned from ``jax.jit`` and batched by ``jax.vmap``.
     """
 
     atoms: jax.Array
     weights: jax.Array
     log_likelihood_trace: jax.Array
-    num_iters: int
-    converged: bool
+    num_iters: jax.Array
+    converged: jax.Array
 
 
 # ----------------------------------------------------------------------------- kernels (jitted)
@@ -315,7 +320,14 @@ def _fit_em_loop(
         weights = jnp.where(stop, weights, new_weights)
         return t + jnp.where(stop, 0, 1), atoms, weights, trace, stop, converged
 
-    state = (jnp.asarray(0), atoms, weights, trace, jnp.asarray(False), jnp.asarray(False))
+    state = (
+        jnp.asarray(0, jnp.int32),
+        atoms,
+        weights,
+        trace,
+        jnp.asarray(False),
+        jnp.asarray(False),
+    )
     t, atoms, weights, trace, _, converged = jax.lax.while_loop(lambda s: ~s[4], body, state)
     return atoms, weights, trace, t, converged
 
@@ -420,35 +432,59 @@ def estep_memory_bytes(
 # ----------------------------------------------------------------------------- validation
 
 
+def _check_data(x, sigma):
+    """Validate the data and sigma: ``(points (N, p), scalar, dtype, sigma)``.
+
+    ``points`` as ``validation.as_points`` gives them (NumPy, or the tracer), sigma a float (or
+    the tracer). Value checks run on concrete values only.
+    """
+    points, scalar = validation.as_points("x", x)
+    dtype, sigma = _check_sigma(points, sigma)
+    return points, scalar, dtype, sigma
+
+
+def _check_sigma(points, sigma):
+    """sigma for checked (N, p) ``points``: ``(dtype, sigma)``, 1 / sigma^2 finite in x's dtype."""
+    dtype = jax.dtypes.canonicalize_dtype(points.dtype)
+    sigma = validation.check_positive_scalar("sigma", sigma)
+    validation.check_sigma_range("sigma", sigma, dtype)
+    return dtype, sigma
+
+
+def _check_atoms(atoms, points, scalar, name="atoms"):
+    """Atoms (K,) / (K, p) in the convention of the data: returned as (K, p)."""
+    atoms_arr = validation.as_float_array(name, atoms)
+    if atoms_arr.ndim != (1 if scalar else 2):
+        shape = tuple(points.shape[:1]) if scalar else tuple(points.shape)
+        raise ValueError(
+            f"{name}: expected shape {'(K,)' if scalar else '(K, p)'} to match x of "
+            f"shape {shape}, got {tuple(atoms_arr.shape)}"
+        )
+    if atoms_arr.shape[0] == 0:
+        raise ValueError(f"{name}: is empty (K = 0)")
+    atoms_arr = atoms_arr[:, None] if scalar else atoms_arr
+    if atoms_arr.shape[1] != points.shape[1]:
+        raise ValueError(
+            f"{name}: have {atoms_arr.shape[1]} coordinates but x has {points.shape[1]}"
+        )
+    validation.check_finite(name, atoms_arr)
+    return atoms_arr
+
+
 def _check_problem(x, atoms, weights, sigma, *, names=("atoms", "weights")):
     """Validate (x, atoms, weights, sigma); return them as (N, p), (K, p), (K,), float + flag.
 
     ``names`` are the names the caller's user knows the atoms and weights by (``init`` in
     ``fit_em``, ``result.atoms`` in ``npmle_posterior``). ``atoms=None`` checks the data and
-    sigma alone (and returns ``None`` for atoms and weights).
+    sigma alone (and returns ``None`` for atoms and weights). On tracers only the static checks
+    (shapes, ranks, dtypes) run.
     """
     atoms_name, weights_name = names
-    points, scalar = validation.as_points("x", x)
-    dtype = jax.dtypes.canonicalize_dtype(points.dtype)
+    points, scalar, dtype, sigma = _check_data(x, sigma)
     atoms_arr = None
     if atoms is not None:
-        atoms_arr = validation.as_float_array(atoms_name, atoms)
-        if atoms_arr.ndim != (1 if scalar else 2):
-            raise ValueError(
-                f"{atoms_name}: expected shape {'(K,)' if scalar else '(K, p)'} to match x of "
-                f"shape {tuple(np.shape(x))}, got {tuple(atoms_arr.shape)}"
-            )
-        if atoms_arr.shape[0] == 0:
-            raise ValueError(f"{atoms_name}: is empty (K = 0)")
-        atoms_arr = atoms_arr[:, None] if scalar else atoms_arr
-        if atoms_arr.shape[1] != points.shape[1]:
-            raise ValueError(
-                f"{atoms_name}: have {atoms_arr.shape[1]} coordinates but x has {points.shape[1]}"
-            )
-        validation.check_finite(atoms_name, atoms_arr)
+        atoms_arr = _check_atoms(atoms, points, scalar, atoms_name)
         weights = validation.check_weights(weights_name, weights, size=atoms_arr.shape[0])
-    sigma = validation.check_positive_scalar("sigma", sigma)
-    validation.check_sigma_range("sigma", sigma, dtype)
     others = () if atoms_arr is None else ((atoms_name, atoms_arr),)
     validation.check_scaled_spread("x", points, sigma, dtype, others=others)
     if atoms_arr is None:
@@ -583,14 +619,8 @@ def posterior_mean(
     return validation.restore_shape(z_mean, scalar)
 
 
-def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
-    """Starting atoms: the data themselves (the note "Attention as
-    deconvolution"), or an explicit (K,) / (K, p) array.
-
-    ``init="data"`` with K = N (the default) puts mu_k^0 = x_k. With K < N it takes the K data
-    points at evenly spaced ranks along the first coordinate (deterministic, spread out).
-    """
-    points, scalar = validation.as_points("x", x)
+def _start_atoms(points, scalar, num_atoms, init):
+    """The checked starting atoms (K, p) of ``initial_atoms`` for checked ``points`` (N, p)."""
     n = points.shape[0]
     if isinstance(init, str):
         if init not in INITS:
@@ -599,16 +629,17 @@ def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
         if k > n:
             raise ValueError(f"num_atoms: init='data' needs num_atoms <= N = {n}, got {k}")
         if k == n:
-            chosen = points
-        else:
-            order = np.argsort(np.asarray(points[:, 0]), kind="stable")
-            ranks = np.round(np.linspace(0, n - 1, k)).astype(int)
-            chosen = np.asarray(points)[order[ranks]]
-        return validation.restore_shape(jnp.asarray(chosen), scalar)
+            return points
+        ranks = np.round(np.linspace(0, n - 1, k)).astype(int)  # static: depends on N, K only
+        if validation.is_traced(points):
+            return points[jnp.argsort(points[:, 0], stable=True)[ranks]]
+        order = np.argsort(np.asarray(points[:, 0]), kind="stable")
+        return np.asarray(points)[order[ranks]]
     start = validation.as_float_array("init", init)
-    if start.ndim != (1 if scalar else 2) or (not scalar and start.shape[1] != points.shape[1]):
+    p = points.shape[1]
+    if start.ndim != (1 if scalar else 2) or (not scalar and start.shape[1] != p):
         raise ValueError(
-            f"init: initial atoms must have shape {'(K,)' if scalar else f'(K, {points.shape[1]})'}"
+            f"init: initial atoms must have shape {'(K,)' if scalar else f'(K, {p})'}"
             f", got {tuple(start.shape)}"
         )
     if start.shape[0] == 0:
@@ -616,7 +647,30 @@ def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
     if num_atoms is not None and start.shape[0] != num_atoms:
         raise ValueError(f"num_atoms: {num_atoms} does not match init with {start.shape[0]} rows")
     validation.check_finite("init", start)
-    return jnp.asarray(start)
+    return start[:, None] if scalar else start
+
+
+def initial_atoms(x, num_atoms: int | None = None, init="data") -> jax.Array:
+    """Starting atoms: the data themselves (the note "Attention as
+    deconvolution"), or an explicit (K,) / (K, p) array.
+
+    ``init="data"`` with K = N (the default) puts mu_k^0 = x_k. With K < N it takes the K data
+    points at evenly spaced ranks along the first coordinate (deterministic, spread out).
+
+    Traceable (``jax.jit``, ``jax.vmap``); not differentiable in ``x`` for K < N (a sort picks
+    the points).
+    """
+    points, scalar = validation.as_points("x", x)
+    start = _start_atoms(points, scalar, num_atoms, init)
+    return validation.restore_shape(jnp.asarray(start), scalar)
+
+
+def _check_tol(tol):
+    """fit_em's tolerance: a real number >= 0 (or a 0-d tracer, not value-checked)."""
+    value = validation.check_real_scalar("tol", tol, "a number >= 0")
+    if not validation.is_traced(value) and not value >= 0:
+        raise ValueError(f"tol: must be a number >= 0, got {tol!r}")
+    return tol
 
 
 def fit_em(
@@ -634,6 +688,12 @@ def fit_em(
 ) -> EMResult:
     """Fit nu = sum_k w_k delta(mu_k) by EM, iterating attention E-steps.
 
+    The iteration is one ``lax.while_loop``: ``fit_em`` is traceable over its array arguments
+    (``x``, ``sigma``, an ``init`` array, ``weights``, ``tol``) under ``jax.jit`` and
+    ``jax.vmap``, with ``max_iters``, ``num_atoms``, ``update_weights``, ``block_size`` and
+    ``num_devices`` static. It is not reverse-mode differentiable (a while loop); differentiate
+    ``posterior_mean``, ``log_likelihood`` or ``em_step`` at the fitted atoms instead.
+
     Args:
         x: (N,) or (N, p) observations.
         sigma: known noise scale.
@@ -641,10 +701,11 @@ def fit_em(
         init: "data" or an initial (K,) / (K, p) array of atoms.
         weights: initial weights (K,); default 1/K.
         update_weights: also update the weights (the Kiefer-Wolfowitz EM); default fixed 1/K.
-        max_iters: maximum number of EM steps.
-        tol: stop when |Delta log p(x)| / N <= tol. The log-likelihood resolves changes of
-            about eps |log p(x)| (eps = 1.2e-7 in float32), so a float32 run stops once its
-            trace no longer moves at that resolution, usually before a float64 run would.
+        max_iters: maximum number of EM steps (a static Python int).
+        tol: stop when |Delta log p(x)| / N <= tol (a number >= 0, or a 0-d array). The
+            log-likelihood resolves changes of about eps |log p(x)| (eps = 1.2e-7 in float32),
+            so a float32 run stops once its trace no longer moves at that resolution, usually
+            before a float64 run would.
         block_size: stream each iteration in two passes over blocks of points and atoms
             (memory O(block_size^2) instead of N x K); equal to the dense path to round-off.
         num_devices: with ``block_size``, shard the data rows over this many local devices
@@ -652,42 +713,49 @@ def fit_em(
             all local devices. Equal to one device to round-off.
 
     Returns:
-        ``EMResult``; atoms in the convention of ``x``.
+        ``EMResult``, a pytree of arrays; atoms in the convention of ``x``. Under ``jax.jit``
+        (tracers: only the static checks run) non-finite or overflowing inputs that
+        ``check_problem`` refuses give NaN atoms, weights and trace, run to ``max_iters`` with
+        ``converged`` False (see the module docstring for what is not noticed): call
+        ``check_problem(x, sigma, atoms=init)`` on the concrete inputs first.
 
     Raises:
         ValueError: bad input, naming the argument (see ``check_problem``), before any
             tracing; among others data whose spread (max - min) / sigma exceeds
             sqrt(finfo.max / (4 N p)), where the squared distances overflow.
     """
-    _check_problem(x, None, None, sigma)  # the data first: initial_atoms copies them
-    start = initial_atoms(x, num_atoms, init)
+    points, scalar, dtype, sigma = _check_data(x, sigma)
+    validation.check_scaled_spread("x", points, sigma, dtype)
+    start = _start_atoms(points, scalar, num_atoms, init)
     k = start.shape[0]
+    max_iters = validation.check_positive_int("max_iters", max_iters, minimum=0)
+    tol = _check_tol(tol)
+    update_weights = _check_flag("update_weights", update_weights)
     if weights is None:
         weights = np.full((k,), 1.0 / k)
-    max_iters = validation.check_positive_int("max_iters", max_iters, minimum=0)
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol >= 0:
-        raise ValueError(f"tol: must be a number >= 0, got {tol!r}")
-    update_weights = _check_flag("update_weights", update_weights)
-    xs, mus, ws, s, scalar = _check_problem(x, start, weights, sigma, names=("init", "weights"))
+    else:
+        weights = validation.check_weights("weights", weights, size=k)
+    if not isinstance(init, str):  # the data's own atoms stay inside the data's range
+        others = (("init", start),)
+        validation.check_scaled_spread("x", points, sigma, dtype, others=others)
     block_size, num_devices = _check_streaming(block_size, num_devices)
     atoms, weights, trace, t, converged = _fit_em_loop(
-        xs,
-        mus,
-        ws,
-        s,
-        jnp.asarray(tol, xs.dtype),
+        jnp.asarray(points, dtype),
+        jnp.asarray(start, dtype),
+        jnp.asarray(weights, dtype),
+        jnp.asarray(sigma, dtype),
+        jnp.asarray(tol, dtype),
         update_weights,
         max_iters,
         block_size,
         num_devices,
     )
-    num_iters = int(t)
     return EMResult(
         atoms=validation.restore_shape(atoms, scalar),
         weights=weights,
-        log_likelihood_trace=trace[: num_iters + 1],
-        num_iters=num_iters,
-        converged=bool(converged),
+        log_likelihood_trace=trace,
+        num_iters=t,
+        converged=converged,
     )
 
 

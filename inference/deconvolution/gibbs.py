@@ -30,7 +30,6 @@ sizes for which the fixed point survives.
 from __future__ import annotations
 
 import functools
-import numbers
 import time
 from typing import NamedTuple
 
@@ -44,8 +43,7 @@ from jax.scipy.special import gammaln, ndtri
 from ... import validation
 from ...models.deconvolution import model_dims
 from .. import sampling
-from ..attention import dot_product_scores
-from .em import _check_problem, _m_step, e_step_attention
+from .em import _check_problem, _check_sigma, _m_step, e_step_attention
 
 INITS = ("data", "prior")
 
@@ -61,7 +59,7 @@ def _scores(x_c, atoms_c, log_weights, beta):
     over k gives the responsibilities, logsumexp over k the row log-normaliser.
     """
     key_bias = log_weights - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
-    return dot_product_scores(x_c, atoms_c, beta, bias=key_bias)
+    return beta * jnp.einsum("nd,...kd->...nk", x_c, atoms_c) + key_bias[..., None, :]
 
 
 def _point_log_likelihood(x_c, scores, sigma):
@@ -354,8 +352,7 @@ def gibbs_init(
         raise ValueError(f"init: expected one of {list(INITS)}, got {init!r}")
     if _is_concrete(key, x, sigma):
         validation.check_key("key", key)
-        points, scalar = validation.as_points("x", x)
-        points, _, _, _, _ = _check_problem(points, None, None, sigma)
+        points, _, _, _, scalar = _check_problem(x, None, None, sigma)
         _check_init(init, points, num_atoms, 1, scalar)
     else:
         scalar = jnp.ndim(x) == 1
@@ -503,9 +500,10 @@ def run_gibbs(
         raise ValueError(f"ordered: expected True or False, got {ordered!r}")
     if ordered and not scalar:
         raise ValueError("ordered: only available for scalar data passed as shape (N,)")
-    # the EM checks cover sigma (including 1 / sigma^2 overflowing in x's dtype)
-    xs, _, _, s, _ = _check_problem(points, None, None, sigma)
-    dtype = xs.dtype
+    # the EM checks of sigma (1 / sigma^2 finite in x's dtype) and of the data's spread
+    dtype, s = _check_sigma(points, sigma)
+    validation.check_scaled_spread("x", points, s, dtype)
+    xs, s = jnp.asarray(points, dtype), jnp.asarray(s, dtype)
 
     start_atoms = _check_init(init, points, num_atoms, num_chains, scalar)
     start = time.perf_counter()
@@ -579,9 +577,12 @@ class ApproximateGibbsTrace(NamedTuple):
             natural parameter beta x_i, base measure w), i.e. the row normaliser of the attention
             *without* the key bias -beta |mu_k|^2 / 2 (the linear link of its eq. (15)). It
             grows like beta max_k <x_i, mu_k> when the atoms run off, while l_t falls.
-        diverged: True when some state or summary became non-finite. A run that oscillates
-            or drifts off while staying finite is not flagged: read ``log_likelihood``.
-        first_nonfinite: the first such index t, or -1.
+        diverged: () bool array, True when some state or summary became non-finite. A run
+            that oscillates or drifts off while staying finite is not flagged: read
+            ``log_likelihood``.
+        first_nonfinite: () int array, the first such index t, or -1.
+
+    A pytree of arrays: it can be returned from ``jax.jit`` and batched by ``jax.vmap``.
     """
 
     atoms: jax.Array
@@ -589,8 +590,8 @@ class ApproximateGibbsTrace(NamedTuple):
     log_likelihood: jax.Array
     log_normalizer: jax.Array
     log_partition: jax.Array
-    diverged: bool
-    first_nonfinite: int
+    diverged: jax.Array
+    first_nonfinite: jax.Array
 
 
 @functools.partial(jax.jit, static_argnames=("num_iters", "update_weights"))
@@ -629,19 +630,18 @@ def _approximate_gibbs(x, atoms, weights, sigma, step_size, num_iters, update_we
     _, (atoms, weights, ll, log_norm, log_part, bad) = jax.lax.scan(
         body, init, None, length=num_iters + 1
     )
-    first = jnp.where(jnp.any(bad), jnp.argmax(bad), -1)
+    first = jnp.where(jnp.any(bad), jnp.argmax(bad), -1).astype(jnp.int32)
     return atoms, weights, ll, log_norm, log_part, first
 
 
 def _check_step_size(step_size):
-    if (
-        isinstance(step_size, bool)
-        or not isinstance(step_size, numbers.Real)
-        or not np.isfinite(float(step_size))
-        or float(step_size) <= 0
-    ):
+    """eta: a finite number > 0 (or a 0-d array); a 0-d tracer is returned unchecked."""
+    eta = validation.check_real_scalar("step_size", step_size, "a finite number > 0")
+    if validation.is_traced(eta):
+        return eta
+    if not np.isfinite(eta) or eta <= 0:
         raise ValueError(f"step_size: must be a finite number > 0, got {step_size!r}")
-    return float(step_size)
+    return eta
 
 
 def approximate_gibbs(
@@ -698,6 +698,17 @@ def approximate_gibbs(
 
     Returns:
         ``ApproximateGibbsTrace`` (see its docstring for exactly what is recorded).
+
+    Traceable: one ``lax.scan`` of ``num_iters + 1`` steps (``num_iters`` and
+    ``update_weights`` static), so ``jax.jit``, ``jax.vmap`` and ``jax.grad`` (reverse mode
+    through the scan) apply to ``x``, ``sigma``, ``atoms``, ``weights`` and ``step_size``; the
+    states and summaries are differentiable, ``diverged`` and ``first_nonfinite`` are not.
+    Under ``jax.jit`` only the static checks run: inputs that
+    ``attnbayes.inference.deconvolution.em.check_problem`` refuses give a trace that is NaN
+    from the first state they affect on (``diverged`` True, ``first_nonfinite`` that index,
+    usually 0), and a step size <= 0 is not refused (it steps away from the EM update); call
+    ``check_problem(x, sigma, atoms=atoms, weights=weights)`` and this function on the
+    concrete inputs first.
     """
     k = np.shape(atoms)[0] if np.ndim(atoms) >= 1 else 0
     if weights is None:
@@ -708,7 +719,6 @@ def approximate_gibbs(
     a, w, ll, log_norm, log_part, first = _approximate_gibbs(
         xs, mus, ws, s, jnp.asarray(eta, xs.dtype), num_iters, bool(update_weights)
     )
-    first = int(first)
     return ApproximateGibbsTrace(
         atoms=validation.restore_shape(a, scalar),
         weights=w,
@@ -767,8 +777,12 @@ def relaxation_stability(x, sigma, atoms, weights=None) -> RelaxationStability:
 __all__ = [
     "INITS",
     "ApproximateGibbsTrace",
+    "GibbsInfo",
+    "GibbsState",
     "RelaxationStability",
     "approximate_gibbs",
+    "gibbs_init",
+    "gibbs_step",
     "relaxation_stability",
     "run_gibbs",
 ]

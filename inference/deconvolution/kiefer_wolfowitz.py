@@ -93,24 +93,27 @@ _PATIENCE = 30  # mix-SQP stops when its KKT gap has not fallen by 1% for this m
 class NPMLEResult(NamedTuple):
     """The fitted NPMLE nu = sum_j weights[j] delta(atoms[j]) and the solver's record.
 
+    A pytree of arrays (it can be returned from ``jax.jit`` and batched by ``jax.vmap``). The
+    solver is not recorded: the caller knows the ``method`` it asked for.
+
     Attributes:
         atoms: (G,) for scalar data or (G, p): the grid (fixed, not fitted).
         weights: (G,) on the simplex; most entries exactly 0.
-        log_likelihood: log p(x) = sum_i log sum_j w_j N(x_i; g_j, sigma^2 I_p) at ``weights``.
-        num_iters: iterations taken (EM steps; SQUAREM cycles of three EM maps; SQP steps).
-        converged: whether ``kkt_gap <= tol``.
-        kkt_gap: max_j q_j - 1 over the whole grid at ``weights``; <= 0 up to round-off at
+        log_likelihood: () log p(x) = sum_i log sum_j w_j N(x_i; g_j, sigma^2 I_p) at
+            ``weights``.
+        num_iters: () int array, iterations taken (EM steps; SQUAREM cycles of three EM maps;
+            SQP steps).
+        converged: () bool array, whether ``kkt_gap <= tol``.
+        kkt_gap: () max_j q_j - 1 over the whole grid at ``weights``; <= 0 up to round-off at
             the optimum and an upper bound on (log p(x; w*) - log_likelihood) / N.
-        method: the solver used.
     """
 
     atoms: jax.Array
     weights: jax.Array
-    log_likelihood: float
-    num_iters: int
-    converged: bool
-    kkt_gap: float
-    method: str
+    log_likelihood: jax.Array
+    num_iters: jax.Array
+    converged: jax.Array
+    kkt_gap: jax.Array
 
 
 # ----------------------------------------------------------------------------- kernels (jitted)
@@ -163,7 +166,7 @@ def _em_loop(lik, w, tol, max_iters, target):
         return t + jnp.where(stop, 0, 1), w, ll, gap, stop
 
     zero = jnp.zeros((), lik.dtype)
-    state = (jnp.asarray(0), w, zero, zero, jnp.asarray(False))
+    state = (jnp.asarray(0, jnp.int32), w, zero, zero, jnp.asarray(False))
     t, w, ll, gap, _ = jax.lax.while_loop(lambda s: ~s[4], body, state)
     return t, w, ll, gap
 
@@ -203,7 +206,7 @@ def _squarem_loop(lik, w, tol, max_iters, target):
         return t + jnp.where(stop, 0, 1), w0, step_max, ll0, gap, stop
 
     zero = jnp.zeros((), dtype)
-    state = (jnp.asarray(0), w, jnp.ones((), dtype), zero, zero, jnp.asarray(False))
+    state = (jnp.asarray(0, jnp.int32), w, jnp.ones((), dtype), zero, zero, jnp.asarray(False))
     t, w, _, ll, gap, _ = jax.lax.while_loop(lambda s: ~s[5], body, state)
     return t, w, ll, gap
 
@@ -331,13 +334,18 @@ def _mixsqp_loop(lik, columns, w, tol, max_iters, target):
     start_ok = jnp.min(u0) >= jnp.finfo(dtype).tiny
     zero = jnp.zeros((), dtype)
     huge = jnp.full((), jnp.finfo(dtype).max, dtype)  # finite: best - 1% of best is defined
-    state = (jnp.asarray(0), w, u0, zero, zero, huge, jnp.asarray(0), ~start_ok)
+    state = (jnp.asarray(0, jnp.int32), w, u0, zero, zero, huge, jnp.asarray(0), ~start_ok)
     t, w, _, ll, gap, _, _, _ = jax.lax.while_loop(lambda s: ~s[7], body, state)
     return t, w, ll, gap, start_ok
 
 
 @functools.partial(jax.jit, static_argnames=("method",))
 def _solve(x, grid, sigma, w0, tol, max_iters, target, method):
+    """The solver on checked arrays: (w, log p(x), iterations, kkt_gap, converged, start_ok).
+
+    A start that leaves some x_i with an underflowing likelihood (mix-SQP only; refused by
+    ``npmle`` on concrete inputs) gives NaN weights, log-likelihood and gap.
+    """
     lik, row_max, const = _likelihood_matrix(x, grid, sigma)
     target = target - const
     start_ok = jnp.asarray(True)
@@ -351,7 +359,11 @@ def _solve(x, grid, sigma, w0, tol, max_iters, target, method):
             return jnp.exp(_log_phi(x, grid[idx], sigma) - row_max[:, None])
 
         t, w, ll, gap, start_ok = _mixsqp_loop(lik, columns, w0, tol, max_iters, target)
-    return w, ll + const, t, gap, start_ok
+    nan = jnp.asarray(jnp.nan, lik.dtype)
+    w = jnp.where(start_ok, w, nan)
+    ll = jnp.where(start_ok, ll + const, nan)
+    gap = jnp.where(start_ok, gap, nan)
+    return w, ll, t, gap, gap <= tol, start_ok
 
 
 @jax.jit
@@ -383,7 +395,7 @@ def _check_grid(grid, points, scalar, *, inside: bool):
         raise ValueError("grid: is empty (G = 0)")
     validation.check_finite("grid", arr)
     arr = arr[:, None] if scalar else arr
-    if inside:
+    if inside and not validation.any_traced(arr, points):
         lo, hi = points.min(axis=0), points.max(axis=0)
         outside = np.any((arr < lo) | (arr > hi), axis=1)
         if outside.any():
@@ -396,13 +408,27 @@ def _check_grid(grid, points, scalar, *, inside: bool):
 
 
 def _check_tol(tol, dtype):
+    """The KKT tolerance: a finite number > 0 (or a 0-d tracer, not value-checked)."""
     if tol is None:
         return 1e-6 if jnp.dtype(dtype) == jnp.float64 else 1e-4
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not math.isfinite(tol):
+    value = validation.check_real_scalar("tol", tol, "a finite number > 0")
+    if validation.is_traced(value):
+        return value
+    if not math.isfinite(value):
         raise ValueError(f"tol: must be a finite number > 0, got {tol!r}")
-    if tol <= 0:
+    if value <= 0:
         raise ValueError(f"tol: must be > 0, got {tol!r}")
-    return float(tol)
+    return value
+
+
+def _check_target(target):
+    """``target_log_likelihood``: None (no target), a number (not NaN) or a 0-d tracer."""
+    if target is None:
+        return math.inf
+    value = validation.check_real_scalar("target_log_likelihood", target, "a number")
+    if not validation.is_traced(value) and math.isnan(value):
+        raise ValueError("target_log_likelihood: is NaN")
+    return value
 
 
 def _farthest_point_order(points, count, start=None):
@@ -423,6 +449,39 @@ def _farthest_point_order(points, count, start=None):
     return np.asarray(chosen)
 
 
+def _farthest_point_order_traced(points, count):
+    """``_farthest_point_order`` from the point nearest the mean, for traced points."""
+
+    def sq_dist(a):
+        return jnp.sum((points - a) ** 2, axis=1)
+
+    start = jnp.argmin(sq_dist(jnp.mean(points, axis=0)))
+    chosen = jnp.zeros((count,), jnp.int32).at[0].set(start.astype(jnp.int32))
+
+    def body(i, carry):
+        chosen, dist = carry
+        nxt = jnp.argmax(dist)
+        return chosen.at[i].set(nxt.astype(jnp.int32)), jnp.minimum(dist, sq_dist(points[nxt]))
+
+    chosen, _ = jax.lax.fori_loop(1, count, body, (chosen, sq_dist(points[start])))
+    return chosen
+
+
+def _default_grid(points, scalar, grid_size):
+    """``default_grid`` of checked (N, p) points, as (G, p): NumPy, or JAX when traced."""
+    n = points.shape[0]
+    if validation.is_traced(points):
+        if scalar:
+            return jnp.linspace(points.min(), points.max(), grid_size, dtype=points.dtype)[:, None]
+        return points if n <= grid_size else points[_farthest_point_order_traced(points, grid_size)]
+    if scalar:
+        grid = np.linspace(points.min(), points.max(), grid_size, dtype=points.dtype)
+        return grid[:, None]
+    if n <= grid_size:
+        return points.copy()
+    return points[_farthest_point_order(points, grid_size)]
+
+
 def default_grid(x, grid_size: int = 300):
     """The default grid: G = ``grid_size`` points spanning the data.
 
@@ -432,29 +491,33 @@ def default_grid(x, grid_size: int = 300):
     from the point nearest the mean, so the grid covers the data cloud, outliers included,
     rather than its densest part; in the order chosen.
 
-    Returns (G,) or (G, p), like ``x``.
+    Returns (G,) or (G, p), like ``x``: a NumPy array, or a JAX array when ``x`` is traced
+    (then computed by the same rule in JAX; a near-tie in the farthest-point order may resolve
+    differently in the last bits). Not differentiable in ``x`` for p-dimensional data (it
+    selects points); piecewise linear in min x and max x for scalar data.
     """
     points, scalar = validation.as_points("x", x)
     grid_size = validation.check_positive_int("grid_size", grid_size, minimum=2)
-    with np.errstate(over="ignore"):
-        spread = np.max(points.max(axis=0) - points.min(axis=0))
-    if not np.isfinite(spread):
-        raise ValueError(
-            f"x: spread (max - min) overflows {points.dtype.name} (values from "
-            f"{points.min():.3g} to {points.max():.3g}); rescale the data"
-        )
-    if scalar:
-        return np.linspace(points.min(), points.max(), grid_size, dtype=points.dtype)
-    n = points.shape[0]
-    if n <= grid_size:
-        return points.copy()
-    return points[_farthest_point_order(points, grid_size)]
+    if not validation.is_traced(points):
+        with np.errstate(over="ignore"):
+            spread = np.max(points.max(axis=0) - points.min(axis=0))
+        if not np.isfinite(spread):
+            raise ValueError(
+                f"x: spread (max - min) overflows {points.dtype.name} (values from "
+                f"{points.min():.3g} to {points.max():.3g}); rescale the data"
+            )
+    return validation.restore_shape(_default_grid(points, scalar, grid_size), scalar)
 
 
 def _mixsqp_start(grid):
     """mix-SQP's start: uniform on min(G, WORKING_SET / 2) grid points by farthest-point order."""
     g = grid.shape[0]
     count = min(g, WORKING_SET // 2)
+    if validation.is_traced(grid):
+        if count == g:
+            return jnp.full((g,), 1.0 / g, grid.dtype)
+        idx = _farthest_point_order_traced(grid, count)
+        return jnp.zeros((g,), grid.dtype).at[idx].set(1.0 / count)
     idx = _farthest_point_order(grid, count) if count < g else np.arange(g)
     w0 = np.zeros(g, dtype=grid.dtype)
     w0[idx] = 1.0 / count
@@ -492,8 +555,20 @@ def npmle(
             the time a solver takes to come within a given gap of a known optimum).
 
     Returns:
-        ``NPMLEResult``; ``converged`` is False when the cap was hit first, when the target
-        stopped the run, or when mix-SQP stopped improving at working precision (float32).
+        ``NPMLEResult`` (a pytree of arrays); ``converged`` is False when the cap was hit
+        first, when the target stopped the run, or when mix-SQP stopped improving at working
+        precision (float32).
+
+    Tracing. Every solver runs in one ``lax.while_loop``, so ``npmle`` is traceable under
+    ``jax.jit`` and ``jax.vmap`` over ``x``, ``sigma``, ``grid``, ``tol`` and
+    ``target_log_likelihood`` (``method``, ``grid_size`` and ``max_iters`` are static). On
+    tracers only the static checks run: inputs that the eager call refuses (see Raises; call
+    ``attnbayes.inference.deconvolution.em.check_problem(x, sigma, atoms=grid)`` and this
+    function on concrete values first) give NaN weights, log-likelihood and ``kkt_gap`` and
+    ``converged`` False, as does a grid too coarse for mix-SQP's start. The solution map
+    sigma -> w* is not differentiable (the loop is not reverse-differentiable, and its
+    support changes with the data); its objective is: ``em.log_likelihood(x, grid, w, sigma)``
+    in the weights w, whose gradient divided by N is ``npmle_gradient``.
 
     Raises:
         ValueError: bad arguments (naming the argument), before any tracing: among others
@@ -513,26 +588,17 @@ def npmle(
     if max_iters is None:
         max_iters = DEFAULT_MAX_ITERS[method]
     max_iters = min(validation.check_positive_int("max_iters", max_iters, minimum=0), 2**31 - 1)
-    if target_log_likelihood is None:
-        target = math.inf
-    else:
-        target = target_log_likelihood
-        if isinstance(target, bool) or not isinstance(target, numbers.Real):
-            raise ValueError(f"target_log_likelihood: expected a number, got {target!r}")
-        if math.isnan(target):
-            raise ValueError("target_log_likelihood: is NaN")
-        target = float(target)
+    target = _check_target(target_log_likelihood)
+    # the grid lies inside the data's range, so the data's spread bounds every distance
     validation.check_scaled_spread("x", points, sigma, dtype)
     if grid is None:
-        grid2 = default_grid(points[:, 0] if scalar else points, grid_size)
-        grid2 = grid2[:, None] if scalar else grid2
+        grid2 = _default_grid(points, scalar, grid_size)
     else:
         grid2 = _check_grid(grid, points, scalar, inside=True)
-    validation.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
-    grid2 = np.asarray(grid2, dtype=dtype)
+    grid2 = jnp.asarray(grid2, dtype) if validation.is_traced(grid2) else np.asarray(grid2, dtype)
     g = grid2.shape[0]
     w0 = _mixsqp_start(grid2) if method == "mixsqp" else np.full(g, 1.0 / g, dtype=dtype)
-    w, ll, t, gap, start_ok = _solve(
+    w, ll, t, gap, converged, start_ok = _solve(
         jnp.asarray(points, dtype),
         jnp.asarray(grid2),
         jnp.asarray(sigma, dtype),
@@ -542,21 +608,19 @@ def npmle(
         jnp.asarray(target, dtype),
         method,
     )
-    if not bool(start_ok):
+    if not validation.is_traced(start_ok) and not bool(start_ok):
         raise ValueError(
             "grid: too coarse for sigma: mix-SQP's start (the uniform measure on "
             f"{int(np.count_nonzero(w0))} spread-out grid points) gives some x_i a likelihood "
             "that underflows; use method='squarem', a finer grid or a larger sigma"
         )
-    gap = float(gap)
     return NPMLEResult(
         atoms=validation.restore_shape(jnp.asarray(grid2), scalar),
         weights=w,
-        log_likelihood=float(ll),
-        num_iters=int(t),
-        converged=gap <= tol,
+        log_likelihood=ll,
+        num_iters=t,
+        converged=converged,
         kkt_gap=gap,
-        method=method,
     )
 
 
@@ -601,7 +665,11 @@ def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):
         probs: central probabilities of the intervals, each in (0, 1); () for none.
 
     Returns:
-        ``(mean, {prob: (lower, upper)})``, each array shaped like ``x``.
+        ``(mean, {prob: (lower, upper)})``, each array shaped like ``x``. Traceable (the
+        intervals are then computed in JAX); under ``jax.jit`` inputs that ``em.check_problem``
+        refuses give NaN means. The mean is differentiable in x, sigma and the result's
+        atoms and weights; the interval end points are grid points (piecewise constant, zero
+        gradient).
     """
     if not isinstance(result, NPMLEResult):
         raise ValueError(f"result: expected an NPMLEResult, got {type(result).__name__}")
@@ -618,10 +686,9 @@ def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):
     mean = validation.restore_shape(mean, scalar)
     if not probs:
         return mean, {}
-    atoms = np.asarray(result.atoms).reshape(result.atoms.shape[0], -1)
     intervals = {
         prob: (validation.restore_shape(lo, scalar), validation.restore_shape(hi, scalar))
-        for prob, (lo, hi) in discrete_posterior_intervals(resp, atoms, probs).items()
+        for prob, (lo, hi) in discrete_posterior_intervals(resp, mus, probs).items()
     }
     return mean, intervals
 

@@ -9,6 +9,12 @@
 - ``gibbs``: blocked Gibbs sampling of modes, states and parameters (Carter and Kohn 1994;
   Kim and Nelson 1999);
 - ``comparison``: every method on the same series, one tidy table.
+
+The filters and smoothers are ``jax.jit``-, ``jax.vmap``- and ``jax.grad``-able over
+``SwitchingParams`` and the observations: the public functions validate at the boundary
+(every check on concrete values, only the static ones on tracers) and their results are
+pytrees of arrays. ``filters``' module docstring says which functions are not differentiable
+and why (the RBPF and the Gibbs sampler draw discrete modes; ``all_histories`` is static).
 """
 
 from .comparison import (

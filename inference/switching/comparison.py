@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import numpy as np
-import pandas as pd
-import xarray as xr
 
 from ... import validation
 from ...models.switching import SwitchingParams, switching_dims, switching_model
@@ -51,6 +50,10 @@ from .filters import (
 from .gibbs import run_switching_gibbs
 from .kalman import check_inputs
 from .smoothers import exact_smoother, fixed_modes_smoother, kim_smoother
+
+if TYPE_CHECKING:  # pandas and xarray are imported where used
+    import pandas as pd
+    import xarray as xr
 
 SWITCHING_METHODS = registry.method_names("switching")
 _KINDS = {m: registry.get_method("switching", m) for m in SWITCHING_METHODS}
@@ -122,10 +125,16 @@ def _sampler_fit(datatree: xr.DataTree, num_modes: int, seconds: float) -> Switc
     )
 
 
+def _is_datatree(value) -> bool:
+    """An xarray DataTree, without importing xarray when none was ever made."""
+    xarray = sys.modules.get("xarray")
+    return xarray is not None and isinstance(value, xarray.DataTree)
+
+
 def _timed(fn, *args, **kwargs):
     start = time.perf_counter()
     out = fn(*args, **kwargs)
-    if not isinstance(out, xr.DataTree):  # a DataTree holds NumPy arrays already
+    if not _is_datatree(out):  # a DataTree holds NumPy arrays already
         jax.block_until_ready(out)
     return out, time.perf_counter() - start
 
@@ -397,13 +406,15 @@ def compare_switching(
                 rows.append((method, "reference_mode_dev", dev))
         if fit.log_likelihood is not None:
             rows.append((method, "log_likelihood", fit.log_likelihood))
-        if isinstance(fit.result, xr.DataTree):
+        if _is_datatree(fit.result):
             diag = diagnostics(fit.result, var_names=["states"])
             rows.append((method, "max_rhat_states", diag.max_r_hat))
             rows.append((method, "min_ess_bulk_states", diag.min_ess_bulk))
             rows.append((method, "min_ess_tail_states", diag.min_ess_tail))
             if method == "nuts":
                 rows.append((method, "divergences", float(diag.num_divergences)))
+    import pandas as pd
+
     table = pd.DataFrame(rows, columns=["method", "metric", "value"])
     return SwitchingComparison(table=table, fits=fits, references=references)
 

@@ -21,12 +21,54 @@ Kim's ``kim_smoother``, ``fixed_modes_smoother``) are re-exported here.
 All take ``(params, observations (T, o))`` and return ``FilterResult``; time runs in ``lax.scan``;
 mode probabilities live in the log domain, so an observation hundreds of sigmas out leaves them
 right (a linear-domain filter sees two likelihoods that both underflow). A NaN observation row
-is a predict-only step. Every filter is ``jit``- and ``vmap``-able over a batch of series.
+is a predict-only step.
 
-Inputs are checked before tracing; results are not (nothing can raise under ``jit``): an
-overflow (explosive dynamics, inputs extreme for the dtype) comes back as NaN or inf.
-``check_filter_result`` raises ``FloatingPointError`` on such a result, naming the first bad
-step, the fields and what to check.
+Tracing. Every filter and smoother is a pure JAX function of its parameters and observations:
+``jax.jit``, ``jax.vmap`` (over a batch of series, of parameters, or both) and ``jax.grad``
+apply to the public functions themselves, whose results are pytrees of arrays. Each public
+function validates its inputs once, at the boundary, and hands checked arrays to an unchecked
+kernel (``_imm_filter``, ``_gpb2_filter``, ...). On concrete values every check runs and a bad
+input raises ``ValueError`` naming the argument (``check_params``: shapes, finite values,
+probability rows, PSD covariances; no +-inf observation). On tracers (the function is being
+jitted, vmapped or differentiated) only the static checks run: types, ranks, shapes, M, d and
+o consistent, real dtypes. Values are unknown while tracing, so invalid parameter values are
+then not refused: they come back as NaN or as wrong numbers. Call
+``attnbayes.models.switching.check_params("params", params)`` on concrete parameters before
+transforming over them, and ``check_filter_result`` on the concrete result.
+
+Results are never checked (nothing can raise under ``jit``): an overflow (explosive dynamics,
+inputs extreme for the dtype) comes back as NaN or inf. ``check_filter_result`` raises
+``FloatingPointError`` on such a result, naming the first bad step, the fields and what to
+check.
+
+Differentiability. The results (log-likelihood, mode probabilities, moments) of
+``kalman_filter``, ``gpb1_filter``, ``gpb2_filter``, ``imm_filter``, ``exact_filter``,
+``one_step_log_predictive`` and of the smoothers ``kalman_smoother``, ``kim_smoother``,
+``exact_smoother`` and ``fixed_modes_smoother`` are differentiable in every field of
+``SwitchingParams`` and in the observations (a NaN row has gradient 0), wherever the
+innovation covariances H P H^T + R are positive definite and the mode probabilities in
+``initial_probs`` and ``transition_matrix`` are > 0: a zero probability enters through its
+log, and its own gradient entry is NaN (the others stay finite); parametrise probabilities
+by logits to optimise them. The gradient is that of the formulas, in all directions:
+keeping transition rows on the simplex and covariances symmetric is the caller's affair.
+Not differentiable:
+
+- ``rbpf``: the modes are drawn (categorical) and the particles resampled (discrete
+  indices). ``jax.grad`` runs but holds the draws fixed: that is not the gradient of the
+  expected log-likelihood estimate (the score-function terms of the discrete draws are
+  missing), and it jumps where a draw changes. ``jit`` and ``vmap`` (over keys, parameters
+  or series) apply.
+- ``all_histories``: a static enumeration of the M^T mode sequences (NumPy integers; M and T
+  are shapes, not values).
+- the Gibbs sampler (``attnbayes.inference.switching.gibbs``): ``switching_gibbs_init`` and
+  ``switching_gibbs_step`` draw discrete modes (both mode samplers), states and parameters
+  at random: they ``jit`` and ``vmap``, but a gradient of a draw means nothing.
+  ``run_switching_gibbs`` returns a DataTree and ``compare_switching`` a table: NumPy on
+  the results, so neither traces; call them on concrete values.
+- discrete arguments: ``fixed_modes_smoother``'s ``modes``, the ``method`` of
+  ``one_step_log_predictive``, ``max_histories``, ``num_particles`` (static).
+- ``check_filter_result`` and ``check_params``'s value checks run NumPy on concrete values
+  only (``check_filter_result`` refuses tracers with a ``TypeError``).
 
 ``attention_as_imm_step`` is the reading of the note "Attention as GPB2/IMM message passing": one
 IMM mixing-and-collapse step, with the attention kernel in the place of the transition matrix, is
@@ -229,8 +271,15 @@ _FILTER_ARGS = """
     (``attnbayes.inference.switching.filters``) on the concrete result: it raises
     ``FloatingPointError`` naming the first non-finite step and field.
 
+    ``jit``-, ``vmap``- and ``grad``-able over ``params`` and ``observations`` (module
+    docstring). Under a transformation only the static checks (shapes, dtypes) run: invalid
+    parameter values (rows not summing to one, covariances not PSD) then give NaN or wrong
+    numbers instead of a ``ValueError``, so call
+    ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
+
     Args:
-        params: ``SwitchingParams`` (validated: shapes, stochastic rows, PSD covariances).
+        params: ``SwitchingParams`` (validated: shapes, stochastic rows, PSD covariances;
+            the value checks only when concrete).
         observations: (T, o); a row holding a NaN is missing as a whole (predict only;
             its other values are not used).
 
@@ -293,6 +342,11 @@ def one_step_log_predictive(params, observations, *, method: str = "imm") -> jax
     or inputs extreme for the dtype; nothing raises, and under ``jit``/``vmap`` nothing could):
     run the named filter and ``check_filter_result(result, params=params)`` to see the field
     and the likely cause.
+
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations`` (``method``
+    is static). Under a transformation only the static checks (shapes, dtypes) run, so invalid
+    parameter values give NaN or wrong numbers instead of a ``ValueError``: call
+    ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
 
     Args:
         params: ``SwitchingParams``.
@@ -377,6 +431,12 @@ def exact_filter(params, observations, *, max_histories: int = 2**16) -> FilterR
     ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
     (``attnbayes.inference.switching.filters``) on the concrete result: it raises
     ``FloatingPointError`` naming the first non-finite step and field.
+
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations`` (M and T
+    are shapes, so the histories are static). Under a transformation only the static checks
+    (shapes, dtypes) run, so invalid parameter values give NaN or wrong numbers instead of a
+    ``ValueError``: call ``attnbayes.models.switching.check_params("params", params)`` on
+    concrete values first.
     """
     params, obs = check_inputs(params, observations)
     m, t = params.initial_probs.shape[0], obs.shape[0]

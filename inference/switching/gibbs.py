@@ -75,7 +75,17 @@ from jax.scipy.special import gammaln, logsumexp
 from ... import validation
 from ...models.switching import SwitchingParams, SwitchingPriors, check_priors, switching_dims
 from .. import sampling
-from .kalman import check_inputs, symmetrise
+from .kalman import (
+    _chol,
+    _mm,
+    _mv,
+    _solve_lower,
+    _solve_lower_t,
+    _t,
+    check_inputs,
+    kalman_update,
+    symmetrise,
+)
 
 MODE_SAMPLERS = ("collapsed", "conditional")
 INITS = ("prior",)
@@ -159,24 +169,10 @@ class _Model(NamedTuple):
 # ----------------------------------------------------------------------------- Gaussian helpers
 
 
-# Small dense linear algebra written out in fused jnp operations (no LAPACK calls): inside the
-# scans over time the matrices are d x d and o x o, and one custom call per factorisation or
-# triangular solve would cost more than the arithmetic.
-
-
-def _mm(a, b):
-    """a @ b for small matrices, as a broadcast product and a sum: XLA fuses it into the scan's
-    loop body, while a dot of tiny matrices on the CPU is a library call costing far more."""
-    return jnp.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
-
-
-def _mv(a, v):
-    """a @ v for a small matrix a and vector v (see ``_mm``)."""
-    return jnp.sum(a * v[..., None, :], axis=-1)
-
-
-def _t(a):
-    return jnp.swapaxes(a, -1, -2)
+# Small dense linear algebra is written out in fused jnp operations (``kalman._mm``, ``_chol``,
+# ...): inside the scans over time the matrices are d x d and o x o, and one custom call per
+# factorisation or triangular solve would cost more than the arithmetic. The Kalman update is
+# ``kalman.kalman_update``, the one update every filter, smoother and the RBPF use.
 
 
 def _take(arrays, index):
@@ -198,66 +194,7 @@ def _pick(values, index):
     return functools.reduce(jnp.add, picked)
 
 
-def _chol(a):
-    """Lower Cholesky factor of a PD matrix (n, n), column by column."""
-    n = a.shape[-1]
-    below = jnp.arange(n)
-    cols = []
-    for j in range(n):
-        v = a[:, j]
-        for k in range(j):
-            v = v - cols[k] * cols[k][j]
-        cols.append(jnp.where(below >= j, v / jnp.sqrt(v[j]), 0.0))
-    return jnp.stack(cols, axis=1)
-
-
-def _solve_lower(l, b):
-    """L^-1 b for lower-triangular L (n, n) and b (n,) or (n, k), by forward substitution."""
-    rows = []
-    for i in range(l.shape[-1]):
-        v = b[i]
-        for k in range(i):
-            v = v - l[i, k] * rows[k]
-        rows.append(v / l[i, i])
-    return jnp.stack(rows, axis=0)
-
-
-def _solve_lower_t(l, b):
-    """L^-T b for lower-triangular L, by back substitution."""
-    n = l.shape[-1]
-    rows = [None] * n
-    for i in reversed(range(n)):
-        v = b[i]
-        for k in range(i + 1, n):
-            v = v - l[k, i] * rows[k]
-        rows[i] = v / l[i, i]
-    return jnp.stack(rows, axis=0)
-
-
-def _update(mean, cov, y, emission, emission_cov):
-    """``attnbayes.inference.switching.kalman.kalman_update`` (Joseph form; a NaN row leaves (m, P)
-    unchanged and
-    adds 0) with the factorisation and solves written out: (m+, P+, log N(y; H m, H P H' + R))."""
-    missing = jnp.any(jnp.isnan(y))
-    y = jnp.where(missing, 0.0, y)
-    h_cov = _mm(emission, cov)
-    chol = _chol(symmetrise(_mm(h_cov, _t(emission)) + emission_cov))
-    resid = y - _mv(emission, mean)
-    gain = _t(_solve_lower_t(chol, _solve_lower(chol, h_cov)))  # P H' S^-1
-    new_mean = mean + _mv(gain, resid)
-    factor = jnp.eye(mean.shape[0], dtype=mean.dtype) - _mm(gain, emission)
-    new_cov = symmetrise(_mm(_mm(factor, cov), _t(factor)) + _mm(_mm(gain, emission_cov), _t(gain)))
-    white = _solve_lower(chol, resid)
-    log_lik = (
-        -0.5 * jnp.sum(white**2)
-        - jnp.sum(jnp.log(jnp.diag(chol)))
-        - 0.5 * y.shape[0] * jnp.log(2.0 * jnp.pi)
-    )
-    return (
-        jnp.where(missing, mean, new_mean),
-        jnp.where(missing, cov, new_cov),
-        jnp.where(missing, 0.0, log_lik),
-    )
+_update = kalman_update  # an alias, for tests/test_switching_gibbs.py (which compares the two)
 
 
 def _eig_psd(cov):
@@ -418,7 +355,7 @@ def _kalman_filter(modes, model: _Model, q, r):
     def step(carry, inp):
         t, y, (m0, p0, f, b, q_k, h, r_k) = inp
         mean, cov = _predicted(t, *carry, m0, p0, f, b, q_k)
-        mean, cov, _ = _update(mean, cov, y, h, r_k)
+        mean, cov, _ = kalman_update(mean, cov, y, h, r_k)
         return (mean, cov), (mean, cov)
 
     init = (jnp.zeros(d, p.initial_means.dtype), jnp.zeros((d, d), p.initial_means.dtype))
@@ -529,7 +466,7 @@ def _collapsed_pass(key, modes, model: _Model, theta, sample=True):
 
     def candidate(t, y, mean, cov, m0, p0, f, b, q_k, h, r_k):
         pred_mean, pred_cov = _predicted(t, mean, cov, m0, p0, f, b, q_k)
-        return _update(pred_mean, pred_cov, y, h, r_k)
+        return kalman_update(pred_mean, pred_cov, y, h, r_k)
 
     def step(carry, inp):
         mean, cov, prev = carry
@@ -811,7 +748,13 @@ def _check_priors(priors, m: int, dtype) -> _Priors:
     )
 
 
-def _check_modes(name: str, modes, shape: tuple[int, ...], m: int) -> np.ndarray:
+def _check_modes(name: str, modes, shape: tuple[int, ...], m: int):
+    if validation.is_traced(modes):  # static checks only: the labels are unknown
+        if not jnp.issubdtype(modes.dtype, jnp.integer):
+            raise ValueError(f"{name}: expected integer mode labels, got dtype {modes.dtype}")
+        if tuple(modes.shape) != shape:
+            raise ValueError(f"{name}: expected shape {shape}, got {tuple(modes.shape)}")
+        return modes.astype(jnp.int32)
     arr = np.asarray(modes)
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
@@ -852,6 +795,10 @@ def switching_gibbs_init(
         observations: (T, o); a row with NaN is missing.
         modes: optional (T,) integer labels in 0..M-1.
         priors: optional ``attnbayes.models.switching.SwitchingPriors`` (for ``lp``).
+
+    ``jit``- and ``vmap``-able over the key, ``params``, ``observations`` and ``modes`` (only
+    the static checks run on what is traced: call ``check_params`` on concrete values first);
+    not differentiable (the state is a random draw).
     """
     validation.check_key("key", key)
     params, obs = check_inputs(params, observations)
@@ -880,8 +827,11 @@ def switching_gibbs_step(
     ``priors``) theta | x, s, y; returns (state, info), as BlackJAX kernels do. Pure and
     jit-able; ``mode_sampler`` is static.
 
-    With concrete arguments, ``params`` and ``observations`` are validated on every call (as
-    in ``run_switching_gibbs``); under ``jax.jit`` those value checks are skipped.
+    ``params`` and ``observations`` are validated on every call (as in
+    ``run_switching_gibbs``); under ``jax.jit`` or ``jax.vmap`` only the static checks (shapes,
+    dtypes) run on what is traced, so call ``attnbayes.models.switching.check_params`` on
+    concrete parameters first. Not differentiable: the modes, states and parameters are
+    random draws (the mode samplers draw discrete modes).
 
     Args:
         key: a ``jax.random`` key.
@@ -894,11 +844,10 @@ def switching_gibbs_step(
     mode_sampler = _check_mode_sampler(mode_sampler)
     if not isinstance(state, SwitchingGibbsState):
         raise ValueError(f"state: expected a SwitchingGibbsState, got {type(state).__name__}")
-    if _is_concrete(params, observations):
-        validation.check_key("key", key)
-        params, observations = check_inputs(params, observations)
-        if mode_sampler == "conditional":
-            _check_definite(params)
+    validation.check_key("key", key)
+    params, observations = check_inputs(params, observations)  # value checks when concrete
+    if mode_sampler == "conditional" and _is_concrete(params.dynamics_covs, params.initial_covs):
+        _check_definite(params)
     m = np.shape(params.initial_probs)[0]
     t_max, d = np.shape(observations)[0], np.shape(params.initial_means)[1]
     if np.shape(state.modes) != (t_max,) or np.shape(state.states) != (t_max, d):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import validation
-from ...models.switching import SwitchingParams, check_params
+from ...models.switching import SwitchingParams, as_float_field, check_params
 
 
 class FilterResult(NamedTuple):
@@ -76,6 +76,75 @@ def moment_match(weights, means, covs):
     return mean, symmetrise(cov)
 
 
+# Small dense linear algebra written out in fused jnp operations (no LAPACK calls): inside the
+# scans over time the matrices are d x d and o x o, and on the CPU one library call per product,
+# factorisation or triangular solve costs more than the arithmetic. Above ``_SMALL`` rows the
+# unrolled loops would grow the program (and the d^3 broadcast products the memory traffic), so
+# the helpers fall back to the library routines. The choice is static (by shape).
+_SMALL = 8
+
+
+def _mm(a, b):
+    """a @ b for small matrices, as a broadcast product and a sum: XLA fuses it into the scan's
+    loop body, while a dot of tiny matrices on the CPU is a library call costing far more."""
+    if a.shape[-1] > _SMALL:
+        return a @ b
+    return jnp.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+
+
+def _mv(a, v):
+    """a @ v for a small matrix a and vector v (see ``_mm``)."""
+    if a.shape[-1] > _SMALL:
+        return a @ v
+    return jnp.sum(a * v[..., None, :], axis=-1)
+
+
+def _t(a):
+    return jnp.swapaxes(a, -1, -2)
+
+
+def _chol(a):
+    """Lower Cholesky factor of a PD matrix (n, n), column by column."""
+    n = a.shape[-1]
+    if n > _SMALL:
+        return jnp.linalg.cholesky(a)
+    below = jnp.arange(n)
+    cols = []
+    for j in range(n):
+        v = a[:, j]
+        for k in range(j):
+            v = v - cols[k] * cols[k][j]
+        cols.append(jnp.where(below >= j, v / jnp.sqrt(v[j]), 0.0))
+    return jnp.stack(cols, axis=1)
+
+
+def _solve_lower(l, b):
+    """L^-1 b for lower-triangular L (n, n) and b (n,) or (n, k), by forward substitution."""
+    if l.shape[-1] > _SMALL:
+        return jax.scipy.linalg.solve_triangular(l, b, lower=True)
+    rows = []
+    for i in range(l.shape[-1]):
+        v = b[i]
+        for k in range(i):
+            v = v - l[i, k] * rows[k]
+        rows.append(v / l[i, i])
+    return jnp.stack(rows, axis=0)
+
+
+def _solve_lower_t(l, b):
+    """L^-T b for lower-triangular L, by back substitution."""
+    n = l.shape[-1]
+    if n > _SMALL:
+        return jax.scipy.linalg.solve_triangular(l, b, lower=True, trans="T")
+    rows = [None] * n
+    for i in reversed(range(n)):
+        v = b[i]
+        for k in range(i + 1, n):
+            v = v - l[k, i] * rows[k]
+        rows[i] = v / l[i, i]
+    return jnp.stack(rows, axis=0)
+
+
 def kalman_predict(mean, cov, dynamics, bias, dynamics_cov):
     """x_{t+1} | y_{1:t} ~ N(F m + b, F P F^T + Q)."""
     return dynamics @ mean + bias, symmetrise(dynamics @ cov @ dynamics.T + dynamics_cov)
@@ -84,22 +153,28 @@ def kalman_predict(mean, cov, dynamics, bias, dynamics_cov):
 def kalman_update(mean, cov, y, emission, emission_cov):
     """Condition N(m, P) on y ~ N(H x, R): (m+, P+ (Joseph form), log N(y; H m, H P H^T + R)).
 
+    S = H P H^T + R = L L^T (Cholesky), K = P H^T S^-1 (two triangular solves),
+    m+ = m + K (y - H m), P+ = (I - K H) P (I - K H)^T + K R K^T (symmetrised), and
+    log N = -|L^-1 (y - H m)|^2 / 2 - sum log diag(L) - o log(2 pi) / 2.
     A row y containing NaN leaves (m, P) unchanged and contributes 0 to the log-likelihood.
+    For small matrices the products, the factorisation and the solves are written out in fused
+    elementwise operations (faster on the CPU inside a scan than library calls); every filter,
+    smoother, the RBPF and the Gibbs sampler use this one update. Differentiable in all its
+    arguments where S is positive definite.
     """
     missing = jnp.any(jnp.isnan(y))
     y = jnp.where(missing, 0.0, y)
-    innov_cov = symmetrise(emission @ cov @ emission.T + emission_cov)
-    chol = jnp.linalg.cholesky(innov_cov)
-    resid = y - emission @ mean
-    # K = P H^T S^{-1}, from S K^T = H P
-    gain = jax.scipy.linalg.cho_solve((chol, True), emission @ cov).T
-    new_mean = mean + gain @ resid
-    factor = jnp.eye(mean.shape[0], dtype=mean.dtype) - gain @ emission
-    new_cov = symmetrise(factor @ cov @ factor.T + gain @ emission_cov @ gain.T)
-    white = jax.scipy.linalg.solve_triangular(chol, resid, lower=True)
+    h_cov = _mm(emission, cov)
+    chol = _chol(symmetrise(_mm(h_cov, _t(emission)) + emission_cov))
+    resid = y - _mv(emission, mean)
+    gain = _t(_solve_lower_t(chol, _solve_lower(chol, h_cov)))  # P H' S^-1
+    new_mean = mean + _mv(gain, resid)
+    factor = jnp.eye(mean.shape[0], dtype=mean.dtype) - _mm(gain, emission)
+    new_cov = symmetrise(_mm(_mm(factor, cov), _t(factor)) + _mm(_mm(gain, emission_cov), _t(gain)))
+    white = _solve_lower(chol, resid)
     log_lik = (
         -0.5 * jnp.sum(white**2)
-        - jnp.sum(jnp.log(jnp.diag(chol)))
+        - jnp.sum(jnp.log(jnp.diagonal(chol)))
         - 0.5 * y.shape[0] * jnp.log(2.0 * jnp.pi)
     )
     return (
@@ -134,23 +209,34 @@ def _kalman_filter(params: SwitchingParams, observations):
 
 
 def check_inputs(params, observations, *, num_modes=None):
-    """Validate (params, observations (T, o)) before tracing; cast params to the data dtype."""
+    """Validate (params, observations (T, o)) at a public entry point; cast params to the data
+    dtype. Returns (params, observations) for the unchecked kernels.
+
+    Tracer-aware (``check_params``): the static checks (types, ranks, shapes, M, d and o
+    consistent, real dtypes, ``num_modes``) always run; the value checks (finite parameters,
+    probability vectors, stochastic rows, PSD/PD covariances, no +-inf observation) run on
+    concrete values only, and are skipped for what is a JAX tracer (the public function is
+    being jitted, vmapped or differentiated). NumPy is never called on a tracer: concrete
+    arrays come back as NumPy arrays (jit moves them to the device; nine ``jnp.asarray`` calls
+    cost as much as the whole filter on one short series), traced ones as JAX arrays.
+    """
     params = check_params("params", params)
     m = params.initial_probs.shape[0]
     if num_modes is not None and m != num_modes:
         raise ValueError(f"params: expected {num_modes} mode(s), got M = {m}")
-    obs = validation.as_float_array("observations", observations)
+    obs = as_float_field("observations", observations)
     o = params.emission_matrices.shape[1]
     if obs.ndim != 2 or obs.shape[1] != o or obs.shape[0] < 1:
         raise ValueError(f"observations: expected shape (T, {o}), got {tuple(obs.shape)}")
-    if not validation.is_traced(obs) and np.any(np.isinf(np.asarray(obs))):
+    traced = validation.is_traced(obs)
+    if not traced and np.any(np.isinf(obs)):
         raise ValueError("observations: contain +-inf (use a NaN row for a missing observation)")
     dtype = jax.dtypes.canonicalize_dtype(obs.dtype)
-    # NumPy arrays: jit moves them to the device; nine jnp.asarray calls cost as much as the
-    # whole filter on one short series
-    return SwitchingParams(*(np.asarray(a, dtype) for a in params)), (
-        obs if validation.is_traced(obs) else np.asarray(obs, dtype)
-    )
+
+    def cast(a):
+        return a.astype(dtype) if validation.is_traced(a) else np.asarray(a, dtype)
+
+    return SwitchingParams(*(cast(a) for a in params)), cast(obs)
 
 
 def kalman_filter(params: SwitchingParams, observations) -> FilterResult:
@@ -162,6 +248,11 @@ def kalman_filter(params: SwitchingParams, observations) -> FilterResult:
     ``jit``/``vmap`` no check could raise); call ``check_filter_result(result, params=params)``
     (``attnbayes.inference.switching.filters``) on the concrete result: it raises
     ``FloatingPointError`` naming the first non-finite step and field.
+
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations``. Under a
+    transformation only the static checks (shapes, dtypes) run, so invalid parameter values
+    give NaN or wrong numbers instead of a ``ValueError``: call
+    ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
 
     Args:
         params: ``SwitchingParams`` with M = 1.

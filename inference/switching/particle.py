@@ -158,6 +158,14 @@ def rbpf(
     (``attnbayes.inference.switching.filters``) on the concrete result: it raises
     ``FloatingPointError`` naming the first non-finite step and field.
 
+    Traceable: ``jit`` and ``vmap`` over ``key``, ``params``, ``observations`` and
+    ``ess_threshold`` (``num_particles`` is static). Under a transformation only the static
+    checks (shapes, dtypes) run, so invalid parameter values give NaN or wrong numbers instead
+    of a ``ValueError``: call ``attnbayes.models.switching.check_params("params", params)`` on
+    concrete values first. Not differentiable: ``jax.grad`` runs, but the modes are drawn and
+    the particles resampled (discrete) and those draws are held fixed, so it is not the
+    gradient of the expected log-likelihood estimate.
+
     Args:
         key: a ``jax.random`` key.
         params: ``SwitchingParams`` (Q may be singular PSD).
@@ -171,9 +179,12 @@ def rbpf(
     """
     validation.check_key("key", key)
     num_particles = validation.check_positive_int("num_particles", num_particles)
-    if isinstance(ess_threshold, bool) or not isinstance(ess_threshold, numbers.Real):
+    if validation.is_traced(ess_threshold):
+        if ess_threshold.ndim != 0:
+            raise ValueError(f"ess_threshold: expected a scalar, got shape {ess_threshold.shape}")
+    elif isinstance(ess_threshold, bool) or not isinstance(ess_threshold, numbers.Real):
         raise ValueError(f"ess_threshold: expected a number in [0, 1], got {ess_threshold!r}")
-    if not 0.0 <= float(ess_threshold) <= 1.0:
+    elif not 0.0 <= float(ess_threshold) <= 1.0:
         raise ValueError(f"ess_threshold: must be in [0, 1], got {ess_threshold}")
     params, obs = check_inputs(params, observations)
     return _rbpf(key, params, obs, num_particles, jnp.asarray(ess_threshold, obs.dtype))

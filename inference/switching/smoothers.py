@@ -62,17 +62,45 @@ class SmootherResult(NamedTuple):
 # ----------------------------------------------------------------------------- building blocks
 
 
+def _psd_pinv(a):
+    """The pseudo-inverse of a symmetric PSD matrix (d, d), by eigendecomposition: eigenvalues
+    below d * eps * max eigenvalue count as zero."""
+    eig, vec = jnp.linalg.eigh(symmetrise(a))
+    cutoff = a.shape[-1] * jnp.finfo(a.dtype).eps * jnp.max(eig)
+    keep = eig > cutoff
+    inv = jnp.where(keep, 1.0 / jnp.where(keep, eig, 1.0), 0.0)
+    return (vec * inv) @ vec.T
+
+
+@jax.custom_jvp
 def psd_solve(a, b):
     """A^+ B for symmetric PSD A (d, d) and B (d, k), by eigendecomposition.
 
     Eigenvalues below d * eps * max eigenvalue count as zero, so this is the exact solve when A
     is positive definite and the pseudo-inverse solve when it is singular.
+
+    Its derivative is that of the pseudo-inverse at constant rank (Golub and Pereyra 1973):
+    d(A^+) = -A^+ dA A^+ + A^+ A^+ dA (I - A A^+) + (I - A A^+) dA A^+ A^+ (= -A^-1 dA A^-1
+    for PD A), not the derivative of ``eigh``, which is NaN where A has a repeated eigenvalue
+    (the isotropic and axis-symmetric covariances of the scenarios), although A^+ B is smooth
+    there.
     """
     eig, vec = jnp.linalg.eigh(symmetrise(a))
     cutoff = a.shape[-1] * jnp.finfo(a.dtype).eps * jnp.max(eig)
     keep = eig > cutoff
     inv = jnp.where(keep, 1.0 / jnp.where(keep, eig, 1.0), 0.0)
     return vec @ (inv[:, None] * (vec.T @ b))
+
+
+@psd_solve.defjvp
+def _psd_solve_jvp(primals, tangents):
+    a, b = primals
+    da, db = tangents
+    pinv = _psd_pinv(a)
+    da = symmetrise(da)
+    null = jnp.eye(a.shape[-1], dtype=a.dtype) - symmetrise(a) @ pinv  # onto the null space
+    d_pinv = -pinv @ da @ pinv + pinv @ pinv @ da @ null + null @ da @ pinv @ pinv
+    return psd_solve(a, b), d_pinv @ b + pinv @ db
 
 
 def rts_step(filt_mean, filt_cov, next_mean, next_cov, dynamics, bias, dynamics_cov):
@@ -176,6 +204,11 @@ def kalman_smoother(params: SwitchingParams, observations) -> SmootherResult:
     concrete result (``FloatingPointError``), and on the filter of the same series to see the step
     where it began.
 
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations``. Under a
+    transformation only the static checks (shapes, dtypes) run, so invalid parameter values
+    give NaN or wrong numbers instead of a ``ValueError``: call
+    ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
+
     Args:
         params: ``SwitchingParams`` with M = 1 (Q may be singular PSD).
         observations: (T, o); a row holding a NaN is missing as a whole (its other
@@ -247,6 +280,11 @@ def exact_smoother(
     concrete result (``FloatingPointError``), and on the filter of the same series to see the step
     where it began.
 
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations``. Under a
+    transformation only the static checks (shapes, dtypes) run, so invalid parameter values
+    give NaN or wrong numbers instead of a ``ValueError``: call
+    ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
+
     Args:
         params: ``SwitchingParams`` (Q may be singular PSD).
         observations: (T, o); a row holding a NaN is missing as a whole (its other
@@ -296,6 +334,11 @@ def fixed_modes_smoother(params: SwitchingParams, observations, modes) -> Smooth
     ``attnbayes.inference.switching.filters.check_filter_result(result, params=params)`` on the
     concrete result (``FloatingPointError``), and on the filter of the same series to see the step
     where it began.
+
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations``. Under a
+    transformation only the static checks (shapes, dtypes) run, so invalid parameter values
+    give NaN or wrong numbers instead of a ``ValueError``: call
+    ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
 
     Args:
         params: ``SwitchingParams`` (Q may be singular PSD).
@@ -430,6 +473,11 @@ def kim_smoother(params: SwitchingParams, observations, filtered: FilterResult) 
     ``attnbayes.inference.switching.filters.check_filter_result(result, params=params)`` on the
     concrete result (``FloatingPointError``), and on the filter of the same series to see the step
     where it began.
+
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations``. Under a
+    transformation only the static checks (shapes, dtypes) run, so invalid parameter values
+    give NaN or wrong numbers instead of a ``ValueError``: call
+    ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
 
     Args:
         params: ``SwitchingParams``.
