@@ -234,3 +234,24 @@ def test_ruff_refuses_bare_imports_outside_the_packages(line):
     )
     assert result.returncode == 1
     assert "TID251" in result.stdout and "is banned" in result.stdout
+
+
+LEAN_IMPORT = """
+import sys
+import attnbayes.inference
+from attnbayes.inference import attention, deconvolution, kernel_regression, mcmc, switching
+from attnbayes.inference import diagnostics
+heavy = sorted(m for m in ("arviz", "arviz_base", "arviz_stats", "xarray", "pandas")
+               if m in sys.modules)
+print(",".join(heavy))
+"""
+
+
+def test_the_algorithms_import_without_arviz_xarray_or_pandas():
+    """ArviZ, xarray and pandas cost seconds to import; only the code that uses them imports
+    them (the samplers' DataTrees, the comparisons' tables, model comparison, the app)."""
+    result = subprocess.run(
+        [sys.executable, "-P", "-c", LEAN_IMPORT], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"imported at import time: {result.stdout.strip()}"

@@ -240,19 +240,30 @@ def _run(mode_sampler: str, singular: bool):
 # ----------------------------------------------------------------------------- building blocks
 
 
-def test_fused_kalman_update_and_psd_factor_match_references():
-    """The written-out update equals ``kalman.kalman_update`` (also on a NaN row), and the
-    semidefinite factor reproduces singular PSD matrices to round-off (and ``_psd_solve`` is a
-    generalised inverse of them)."""
+def test_kalman_update_and_psd_factor_match_references():
+    """``kalman.kalman_update`` (the one update, written out for small matrices) equals the
+    textbook update in NumPy (gain, Joseph form, log N(y; H m, S)); a NaN row leaves (m, P)
+    unchanged and adds 0. The semidefinite factor reproduces singular PSD matrices to
+    round-off (and ``_psd_solve`` is a generalised inverse of them)."""
     rng = np.random.default_rng(0)
     a = rng.normal(size=(3, 3))
     cov, h = a @ a.T + 0.1 * np.eye(3), rng.normal(size=(2, 3))
     r, mean, y = np.diag([0.5, 2.0]), rng.normal(size=3), rng.normal(size=2)
-    for obs in (y, np.array([np.nan, 1.0])):
-        got = jax.jit(sg._update)(mean, cov, obs, h, r)
-        want = jax.jit(kalman_update)(mean, cov, obs, h, r)
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    s_mat = h @ cov @ h.T + r
+    gain = cov @ h.T @ np.linalg.inv(s_mat)
+    joseph = np.eye(3) - gain @ h
+    resid = y - h @ mean
+    want = (
+        mean + gain @ resid,
+        joseph @ cov @ joseph.T + gain @ r @ gain.T,
+        -0.5 * (resid @ np.linalg.solve(s_mat, resid) + np.linalg.slogdet(2 * np.pi * s_mat)[1]),
+    )
+    update = jax.jit(kalman_update)
+    for got, ref in zip(update(mean, cov, y, h, r), want, strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    missing = update(mean, cov, np.array([np.nan, 1.0]), h, r)
+    for got, ref in zip(missing, (mean, cov, 0.0), strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
     g = rng.normal(size=(4, 2))
     for mat in (g @ g.T, np.zeros((4, 4)), cov, maneuvering_target().dynamics_covs[1]):
         c = np.asarray(jax.jit(sg._psd_factor)(jnp.asarray(mat)))

@@ -31,19 +31,20 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
-import xarray as xr
 from jax.scipy.special import gammaln, ndtri
 
 from ... import validation
 from ...models.deconvolution import model_dims
 from .. import sampling
 from .em import _check_problem, _check_sigma, _m_step, e_step_attention
+
+if TYPE_CHECKING:  # xarray is imported where used: importing the algorithms stays lean
+    import xarray as xr
 
 INITS = ("data", "prior")
 
@@ -535,6 +536,8 @@ def run_gibbs(
 
     restore = (lambda a: a[..., 0]) if scalar else (lambda a: a)
     dims = model_dims(scalar)
+    import arviz as az
+
     return az.from_dict(
         {
             "posterior": {"weights": np.asarray(weights), "atoms": restore(np.asarray(atoms))},

@@ -14,14 +14,17 @@ labelling agrees on, and what this module computes per posterior draw (mu^(s), w
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import xarray as xr
 
 from ... import validation
 from .em import e_step_attention
+
+if TYPE_CHECKING:  # xarray is imported where used: importing the algorithms stays lean
+    import xarray as xr
 
 INVARIANT_NAMES = ("z_mean", "nu_cdf", "log_lik_total")
 
@@ -125,6 +128,8 @@ def add_invariants(
         obs = next(iter(ll.data_vars))
         other = [d for d in ll[obs].dims if d not in sample_dims]
         new["log_lik_total"] = (sample_dims, np.asarray(ll[obs].sum(other)))
+    import xarray as xr
+
     extra = xr.Dataset(new, coords=coords)
     out = datatree.copy()
     merged = xr.merge([post, extra], compat="override", join="outer")

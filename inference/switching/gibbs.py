@@ -63,13 +63,11 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
-import xarray as xr
 from jax.scipy.special import gammaln, logsumexp
 
 from ... import validation
@@ -86,6 +84,9 @@ from .kalman import (
     kalman_update,
     symmetrise,
 )
+
+if TYPE_CHECKING:  # xarray is imported where used: importing the algorithms stays lean
+    import xarray as xr
 
 MODE_SAMPLERS = ("collapsed", "conditional")
 INITS = ("prior",)
@@ -192,9 +193,6 @@ def _pick(values, index):
     (selects, as in ``_take``)."""
     picked = [jnp.where(index == j, values[..., j], 0.0) for j in range(values.shape[-1])]
     return functools.reduce(jnp.add, picked)
-
-
-_update = kalman_update  # an alias, for tests/test_switching_gibbs.py (which compares the two)
 
 
 def _eig_psd(cov):
@@ -1011,6 +1009,8 @@ def run_switching_gibbs(
     for name, sampled in zip(names, np.asarray(prior.sampled), strict=True):
         if sampled:
             posterior[name] = np.asarray(getattr(draws, name))
+    import arviz as az
+
     return az.from_dict(
         {
             "posterior": posterior,
