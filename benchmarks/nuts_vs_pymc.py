@@ -1,8 +1,9 @@
-"""NUTS through the suite's ``run_nuts`` (NumPyro/JAX) against PyMC's default sampler.
+"""NUTS through the suite's ``run_nuts`` (NumPyro/JAX) against plain NumPyro, PyMC's default
+sampler and nutpie, each backend named.
 
 The "three-atoms" scenario: N = 2000 draws of 0.5 delta(-2) + 0.3 delta(0) + 0.2 delta(3) with
 sigma = 1, fitted with K = 3 ordered atoms, float64, 2 chains of 1000 warmup + 1000 draws each.
-Both samplers get the same data and the same prior:
+Every sampler gets the same data and the same prior:
 
     w ~ Dirichlet(1_K),   mu ~ N(atom_loc, atom_scale^2) iid restricted to mu_1 < ... < mu_K,
     x_i ~ sum_k w_k N(mu_k, sigma^2),
@@ -13,31 +14,47 @@ with atom_loc = mean(x) and atom_scale = 2 sd(x) + sigma, as
 (prod N on the sorted region): the same posterior, since the two densities differ by the constant
 K!.
 
-Timings, all in one run so that the ratio is meaningful on a shared machine:
+Rows (all in one run, so that ratios are meaningful on a shared machine):
 
-- NumPyro: the whole ``run_nuts(deconvolution_model, ...)`` call. "compile" is the JAX
-  tracing, lowering and XLA compilation reported by ``jax.monitoring`` while ``MCMC.run``
-  runs; "sampling" is the rest of ``MCMC.run`` (warmup + draws). "whole call" adds what
-  ``run_nuts`` does afterwards (pointwise log-likelihood for LOO, DataTree); the posterior
-  predictive is switched off (``posterior_predictive=False``), as ``pm.sample`` draws none.
-- PyMC: ``pm.sample`` with its defaults (NUTS, jitter+adapt_diag, PyTensor's C backend,
-  one process per chain), run in a child process that never imports JAX (PyMC forks its
-  chain processes, which is unsafe once JAX has started its threads). "sampling" is PyMC's
-  own ``sampling_time``; "compile" is the rest of ``pm.sample`` (graph rewriting, compiling
-  and initialisation). PyTensor caches compiled C modules on disk, so this depends on the
-  cache: the child starts from an empty one, runs a 5 + 5 iteration ``pm.sample`` (its
-  compile time, a first use on a machine, is printed below the table), then the real one,
-  whose compile time is that of a user with a warm cache. XLA keeps no cache between
-  processes unless asked to, so NumPyro's compile time is the same on every run. "whole
-  call" is the ``pm.sample`` call.
+- ``run_nuts`` (NumPyro NUTS, JAX/XLA on CPU), first call for these shapes (both NumPyro paths
+  first run once on N = 50, so that neither pays the process's one-off costs): "compile" is the JAX
+  tracing, lowering and XLA compilation reported by ``jax.monitoring`` during the call;
+  "compile + sampling" is ``posterior.attrs["sampling_time"]`` (compiling, then the sampling
+  program: init, warmup, draws, pointwise log-likelihood); "whole call" adds the rest of
+  ``run_nuts`` (the DataTree). ``posterior_predictive=False``, as the others draw none.
+- ``run_nuts`` second call (another key, same data shapes): the compiled program is reused.
+- plain NumPyro: ``MCMC(NUTS(model))``, ``.run``, ``get_samples`` (a fresh ``MCMC``, as a
+  script makes): "compile" from ``jax.monitoring``, "sampling" the rest of ``.run``.
+- PyMC's default sampler and compiler: ``pm.sample(nuts_sampler="pymc")`` (PyMC's own NUTS;
+  without the argument PyMC hands off to nutpie when nutpie is installed) with PyTensor's default
+  mode, whose linker is Numba in PyTensor 3.3 (the linker named in the table is read from
+  ``pytensor.compile.mode.get_default_mode()`` in the child). One process per chain
+  (``cores=chains``). "sampling" is PyMC's ``sampling_time``; "compile" the rest of
+  ``pm.sample`` (graph rewriting, compiling and initialisation).
+- the same with PyTensor's C backend (``PYTENSOR_FLAGS=linker=cvm``), the default when Numba is
+  not installed.
+- nutpie: ``nutpie.compile_pymc_model(model)`` (its default Numba backend; "compile") and
+  ``nutpie.sample(compiled, chains=2, cores=2)`` ("sampling").
 
-ESS is ArviZ's bulk ESS, minimum over the sorted atoms and the weights. The two posteriors
-must agree: posterior means within 4 combined Monte Carlo standard errors.
+PyMC and nutpie run in child processes that never import JAX (PyMC forks its chain processes,
+which is unsafe once JAX has started its threads), with ``--pymc-python`` (default: this
+interpreter), so that they can live in another virtual environment. PyTensor and Numba cache
+compiled code on disk, so each child starts from empty caches (``base_compiledir`` and
+``NUMBA_CACHE_DIR`` in a temporary directory), runs a 5 + 5 iteration fit first (its compile
+time, a first use on a machine, is printed below the table), then the real one, whose compile
+time is that of a user with a warm cache. XLA keeps no cache between processes unless asked to,
+so NumPyro's first-call compile time is the same on every run.
+
+ESS is ArviZ's bulk ESS, minimum over the sorted atoms and the weights. The posteriors must
+agree: every backend's posterior means within 4 combined Monte Carlo standard errors of the
+first run_nuts call's.
 
     python benchmarks/nuts_vs_pymc.py [--num-points 2000] [--num-warmup 1000] \
-        [--num-samples 1000] [--chains 2] [--seed 0]
+        [--num-samples 1000] [--chains 2] [--seed 0] [--pymc-python PATH] \
+        [--backends pymc-numba pymc-c nutpie]
 
-Needs ``pymc`` (in the ``bench`` extra: ``pip install -e ".[bench]"``).
+Needs ``pymc`` and ``nutpie`` (and ``numba``) for ``--pymc-python``: e.g. a separate venv,
+``python -m venv /tmp/pymcvenv && /tmp/pymcvenv/bin/pip install pymc nutpie numba``.
 """
 
 from __future__ import annotations
@@ -56,21 +73,16 @@ import numpy as np
 SIGMA = 1.0
 NUM_ATOMS = 3
 NAMES = ("atoms", "weights")
+BACKENDS = ("pymc-numba", "pymc-c", "nutpie")
 
 
 # ----------------------------------------------------------------------------- PyMC (child)
 
 
-def pymc_worker(workdir: Path) -> None:
-    """Fit the model with ``pm.sample`` defaults; write draws and timings to ``workdir``."""
+def _pymc_model(x, settings):
     import pymc as pm
-    import pytensor
 
-    with open(workdir / "settings.json") as fh:
-        settings = json.load(fh)
-    x = np.load(workdir / "data.npy")
     loc, scale, k = settings["atom_loc"], settings["atom_scale"], NUM_ATOMS
-    assert pytensor.config.floatX == "float64"
     with pm.Model() as model:
         weights = pm.Dirichlet("weights", a=np.ones(k))
         atoms = pm.Normal(
@@ -84,31 +96,80 @@ def pymc_worker(workdir: Path) -> None:
             initval=loc + scale * np.linspace(-0.5, 0.5, k),
         )
         pm.NormalMixture("x", w=weights, mu=atoms, sigma=SIGMA, observed=x)
+    return model
 
-    def sample(draws, tune):
-        start = time.perf_counter()
-        idata = pm.sample(
-            draws=draws,
-            tune=tune,
-            chains=settings["chains"],
-            cores=settings["chains"],
-            random_seed=settings["seed"],
-            progressbar=False,
-            compute_convergence_checks=False,
-            model=model,
-        )
-        return idata, time.perf_counter() - start, float(idata["posterior"].attrs["sampling_time"])
 
-    _, cold_total, cold_sampling = sample(5, 5)  # fills the empty PyTensor cache
-    idata, total, sampling = sample(settings["num_samples"], settings["num_warmup"])
-    stats = idata["sample_stats"]
-    np.savez(
-        workdir / "pymc.npz",
-        **{name: np.asarray(idata["posterior"][name]) for name in NAMES},
+def pymc_worker(workdir: Path, backend: str) -> None:
+    """Fit the model with one PyMC backend; write draws and timings to ``workdir``."""
+    import pymc as pm
+    import pytensor
+    from pytensor.compile.mode import get_default_mode
+
+    with open(workdir / "settings.json") as fh:
+        settings = json.load(fh)
+    x = np.load(workdir / "data.npy")
+    assert pytensor.config.floatX == "float64"
+    model = _pymc_model(x, settings)
+    chains = settings["chains"]
+    linker = get_default_mode().linker
+    # the backend by name: Numba, or C (PyTensor CVM: the VM loop and the ops in C)
+    linker = {"NumbaLinker": "Numba", "VMLinker": "C/CVM"}.get(
+        type(linker).__name__, type(linker).__name__
     )
-    with open(workdir / "pymc.json", "w") as fh:
+    if linker == "C/CVM" and not getattr(get_default_mode().linker, "use_cloop", False):
+        linker = "Python VM (vm)"
+
+    if backend == "nutpie":
+        import nutpie
+
+        def fit(draws, tune):
+            start = time.perf_counter()
+            compiled = nutpie.compile_pymc_model(model)
+            compiled_at = time.perf_counter()
+            tree = nutpie.sample(
+                compiled,
+                draws=draws,
+                tune=tune,
+                chains=chains,
+                cores=chains,
+                seed=settings["seed"],
+                progress_bar=False,
+            )
+            end = time.perf_counter()
+            return tree, end - start, end - compiled_at
+
+        name = f"nutpie {nutpie.__version__} (compile_pymc_model, Numba backend)"
+    else:
+
+        def fit(draws, tune):
+            start = time.perf_counter()
+            tree = pm.sample(
+                draws=draws,
+                tune=tune,
+                chains=chains,
+                cores=chains,
+                random_seed=settings["seed"],
+                progressbar=False,
+                compute_convergence_checks=False,
+                nuts_sampler="pymc",
+                model=model,
+            )
+            total = time.perf_counter() - start
+            return tree, total, float(tree["posterior"].attrs["sampling_time"])
+
+        name = f"PyMC {pm.__version__} pm.sample(nuts_sampler='pymc'), PyTensor {linker} backend"
+
+    _, cold_total, cold_sampling = fit(5, 5)  # fills the empty PyTensor / Numba caches
+    tree, total, sampling = fit(settings["num_samples"], settings["num_warmup"])
+    stats = tree["sample_stats"]
+    np.savez(
+        workdir / f"{backend}.npz",
+        **{name_: np.asarray(tree["posterior"][name_]) for name_ in NAMES},
+    )
+    with open(workdir / f"{backend}.json", "w") as fh:
         json.dump(
             {
+                "name": name,
                 "total": total,
                 "whole": total,
                 "sampling": sampling,
@@ -117,86 +178,142 @@ def pymc_worker(workdir: Path) -> None:
                 "mean_tree_size": float(np.asarray(stats["n_steps"]).mean()),
                 "pymc": pm.__version__,
                 "pytensor": pytensor.__version__,
+                "linker": linker,
             },
             fh,
         )
 
 
-def run_pymc(workdir: Path) -> tuple[dict, dict]:
+def run_pymc(workdir: Path, backend: str, python: str) -> tuple[dict, dict]:
     env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    cache = workdir / f"cache-{backend}"
     flags = [env["PYTENSOR_FLAGS"]] if env.get("PYTENSOR_FLAGS") else []
-    flags += ["floatX=float64", f"base_compiledir={workdir / 'pytensor-cache'}"]
+    flags += ["floatX=float64", f"base_compiledir={cache / 'pytensor'}"]
+    if backend == "pymc-c":
+        flags.append("linker=cvm")
     env["PYTENSOR_FLAGS"] = ",".join(flags)
-    subprocess.run([sys.executable, __file__, "--pymc-worker", str(workdir)], env=env, check=True)
-    with open(workdir / "pymc.json") as fh:
+    env["NUMBA_CACHE_DIR"] = str(cache / "numba")
+    subprocess.run(
+        [python, __file__, "--pymc-worker", str(workdir), "--backends", backend],
+        env=env,
+        check=True,
+    )
+    with open(workdir / f"{backend}.json") as fh:
         info = json.load(fh)
-    draws = dict(np.load(workdir / "pymc.npz"))
+    draws = dict(np.load(workdir / f"{backend}.npz"))
     return info, draws
 
 
 # ----------------------------------------------------------------------------- NumPyro (parent)
 
 
-def run_numpyro(x, settings: dict) -> tuple[dict, dict]:
-    """``run_nuts`` on the model; compile time from ``jax.monitoring`` inside ``MCMC.run``."""
+class _CompileClock:
+    """Seconds of JAX tracing, lowering and XLA compilation reported by ``jax.monitoring``."""
+
+    EVENTS = (
+        "/jax/core/compile/jaxpr_trace_duration",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration",
+        "/jax/core/compile/backend_compile_duration",
+    )
+
+    def __init__(self):
+        import jax.monitoring
+
+        self.seconds = 0.0
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+    def _listen(self, event, duration, **_):
+        if event in self.EVENTS:
+            self.seconds += duration
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+
+
+def _stats(tree_stats, steps: str = "n_steps") -> dict:
+    return {
+        "divergences": int(np.asarray(tree_stats["diverging"]).sum()),
+        "mean_tree_size": float(np.asarray(tree_stats[steps]).mean()),
+    }
+
+
+def run_numpyro(x, settings: dict, clock: _CompileClock, seed: int, label: str):
+    """``run_nuts`` on the model: whole call, sampling program, compile time."""
     import jax
-    import jax.monitoring
-    import numpyro.infer
 
     from attnbayes.inference.mcmc import run_nuts
     from attnbayes.models.deconvolution import deconvolution_model, model_dims
 
-    compile_events = ("/jax/core/compile/",)
-    events: list[tuple[float, float]] = []  # (end time, duration)
-
-    def listener(event, duration, **_):
-        if event.startswith(compile_events):
-            events.append((time.perf_counter(), duration))
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    window: list[float] = []
-    original_run = numpyro.infer.MCMC.run
-
-    def timed_run(self, *args, **kwargs):  # records when MCMC.run starts inside run_nuts
-        window.append(time.perf_counter())
-        return original_run(self, *args, **kwargs)
-
-    numpyro.infer.MCMC.run = timed_run
-    try:
-        start = time.perf_counter()
-        datatree = run_nuts(
-            jax.random.key(settings["seed"]),
-            deconvolution_model,
-            x,
-            sigma=SIGMA,
-            num_atoms=NUM_ATOMS,
-            num_warmup=settings["num_warmup"],
-            num_samples=settings["num_samples"],
-            num_chains=settings["chains"],
-            dims=model_dims(True),
-            ordered=True,
-            atom_loc=settings["atom_loc"],
-            atom_scale=settings["atom_scale"],
-            posterior_predictive=False,  # pm.sample draws none either
-        )
-        wall = time.perf_counter() - start
-    finally:
-        numpyro.infer.MCMC.run = original_run
-        jax.monitoring.unregister_event_duration_listener(listener)
+    clock.reset()
+    start = time.perf_counter()
+    datatree = run_nuts(
+        jax.random.key(seed),
+        deconvolution_model,
+        x,
+        sigma=SIGMA,
+        num_atoms=NUM_ATOMS,
+        num_warmup=settings["num_warmup"],
+        num_samples=settings["num_samples"],
+        num_chains=settings["chains"],
+        dims=model_dims(True),
+        ordered=True,
+        # 0-d arrays: arguments of the compiled program, not constants in it
+        atom_loc=np.asarray(settings["atom_loc"]),
+        atom_scale=np.asarray(settings["atom_scale"]),
+        posterior_predictive=False,  # pm.sample and nutpie draw none either
+    )
+    wall = time.perf_counter() - start
     post = datatree["posterior"]
-    mcmc_time = float(post.attrs["sampling_time"])  # MCMC.run + get_samples, compile included
-    lo, hi = window[0], window[0] + mcmc_time
-    compile_time = sum(d for end, d in events if lo <= end <= hi)
-    stats = datatree["sample_stats"]
+    program = float(post.attrs["sampling_time"])  # the sampling program, compile included
     info = {
-        "total": mcmc_time,
-        "sampling": mcmc_time - compile_time,
+        "name": f"{label} (NumPyro NUTS, JAX/XLA CPU, chains {post.attrs['chain_method']})",
+        "total": program,
+        "sampling": program - clock.seconds,
         "whole": wall,
-        "chain_method": post.attrs["chain_method"],
-        "divergences": int(np.asarray(stats["diverging"]).sum()),
-        "mean_tree_size": float(np.asarray(stats["n_steps"]).mean()),
+        **_stats(datatree["sample_stats"]),
     }
     return info, {name: np.asarray(post[name]) for name in NAMES}
+
+
+def run_plain_numpyro(x, settings: dict, clock: _CompileClock, chain_method: str):
+    """``MCMC(NUTS(model)).run`` and ``get_samples``: whole call and compile time."""
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    from attnbayes.models.deconvolution import deconvolution_model
+
+    clock.reset()
+    start = time.perf_counter()
+    mcmc = MCMC(
+        NUTS(deconvolution_model),
+        num_warmup=settings["num_warmup"],
+        num_samples=settings["num_samples"],
+        num_chains=settings["chains"],
+        chain_method=chain_method,
+        progress_bar=False,
+    )
+    mcmc.run(
+        jax.random.key(settings["seed"] + 1),
+        x,
+        sigma=SIGMA,
+        num_atoms=NUM_ATOMS,
+        ordered=True,
+        atom_loc=settings["atom_loc"],
+        atom_scale=settings["atom_scale"],
+        extra_fields=("diverging", "num_steps"),
+    )
+    samples = mcmc.get_samples(group_by_chain=True)
+    jax.block_until_ready(samples)
+    wall = time.perf_counter() - start
+    info = {
+        "name": f"plain NumPyro MCMC(NUTS) .run + get_samples (JAX/XLA CPU, chains {chain_method})",
+        "total": wall,
+        "sampling": wall - clock.seconds,
+        "whole": wall,
+        **_stats(mcmc.get_extra_fields(group_by_chain=True), steps="num_steps"),
+    }
+    return info, {name: np.asarray(samples[name]) for name in NAMES}
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -222,13 +339,20 @@ def main() -> None:
     parser.add_argument("--num-samples", type=int, default=1000)
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--pymc-python",
+        default=sys.executable,
+        help="interpreter of the PyMC / nutpie children (default: this one)",
+    )
+    parser.add_argument("--backends", nargs="*", default=list(BACKENDS), choices=BACKENDS)
     parser.add_argument("--pymc-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pymc_worker is not None:
-        pymc_worker(args.pymc_worker)
+        pymc_worker(args.pymc_worker, args.backends[0])
         return
 
-    # One XLA host device per chain, so that run_nuts runs the chains in parallel as PyMC does.
+    # One XLA host device per chain, so that the NumPyro rows run the chains in parallel, as
+    # PyMC and nutpie do.
     os.environ.setdefault(
         "XLA_FLAGS", f"--xla_force_host_platform_device_count={max(args.chains, 2)}"
     )
@@ -247,71 +371,103 @@ def main() -> None:
         "atom_loc": float(np.mean(x)),
         "atom_scale": float(2.0 * np.std(x) + SIGMA),
     }
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         np.save(workdir / "data.npy", x)
         with open(workdir / "settings.json", "w") as fh:
             json.dump(settings, fh)
-        pymc_info, pymc_draws = run_pymc(workdir)
-    numpyro_info, numpyro_draws = run_numpyro(x, settings)
+        for backend in args.backends:
+            runs.append(run_pymc(workdir, backend, args.pymc_python))
+    import arviz_base  # noqa: F401  (imported before the timed calls, as a session would)
+    import xarray  # noqa: F401
 
-    results = {}
-    for name, info, draws in (
-        ("NumPyro (run_nuts)", numpyro_info, numpyro_draws),
-        ("PyMC (pm.sample)", pymc_info, pymc_draws),
-    ):
+    clock = _CompileClock()
+    chain_method = "parallel" if jax.local_device_count() >= args.chains else "sequential"
+    # Warm-up of both NumPyro paths on another shape (N = 50, 10 + 10 iterations), so that the
+    # first timed call does not pay the process's one-off JAX costs for the others.
+    tiny = {**settings, "num_warmup": 10, "num_samples": 10}
+    run_numpyro(x[:50], tiny, clock, args.seed, "warm-up")
+    run_plain_numpyro(x[:50], tiny, clock, chain_method)
+    numpyro_runs = [
+        run_numpyro(x, settings, clock, args.seed, "run_nuts, first call"),
+        run_numpyro(
+            x, settings, clock, args.seed + 2, "run_nuts, second call, compiled program reused"
+        ),
+        run_plain_numpyro(x, settings, clock, chain_method),
+    ]
+    runs = numpyro_runs + runs
+
+    results = []
+    for info, draws in runs:
         min_ess, means, ses = summarise(draws)
-        results[name] = (info, min_ess, means, ses)
+        results.append((info, min_ess, means, ses))
+
+    versions = ""
+    if len(runs) > len(numpyro_runs):
+        extra = runs[len(numpyro_runs)][0]
+        versions = f"; PyMC {extra['pymc']}, PyTensor {extra['pytensor']}"
+    import numpyro
 
     print(
         f"three-atoms, N = {args.num_points}, K = {NUM_ATOMS}, sigma = {SIGMA}, float64, "
         f"{args.chains} chains x ({args.num_warmup} warmup + {args.num_samples} draws); "
-        f"PyMC {pymc_info['pymc']}, PyTensor {pymc_info['pytensor']}"
+        f"JAX {jax.__version__}, NumPyro {numpyro.__version__}{versions}"
     )
     print()
     print(
-        "| sampler | compile s | sampling s | compile + sampling s | whole call s | min bulk ESS "
-        "| ESS/s sampling | ESS/s compile + sampling | ESS/s whole call | divergences "
-        "| mean leapfrog steps |"
+        "| sampler (backend) | compile s | sampling s | compile + sampling s | whole call s "
+        "| min bulk ESS | ESS/s sampling | ESS/s compile + sampling | ESS/s whole call "
+        "| divergences | mean leapfrog steps |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    rates = {}
-    for name, (info, min_ess, _, _) in results.items():
+    for info, min_ess, _, _ in results:
         compile_time = info["total"] - info["sampling"]
-        rates[name] = [min_ess / info[key] for key in ("sampling", "total", "whole")]
+        rates = [min_ess / info[key] for key in ("sampling", "total", "whole")]
         print(
-            f"| {name} | {compile_time:.1f} | {info['sampling']:.1f} | {info['total']:.1f} "
+            f"| {info['name']} | {compile_time:.1f} | {info['sampling']:.1f} | {info['total']:.1f} "
             f"| {info['whole']:.1f} | {min_ess:.0f} | "
-            + " | ".join(f"{rate:.1f}" for rate in rates[name])
+            + " | ".join(f"{rate:.1f}" for rate in rates)
             + f" | {info['divergences']} | {info['mean_tree_size']:.1f} |"
         )
-    ratios = [a / b for a, b in zip(*rates.values(), strict=True)]
-    print("| NumPyro / PyMC | | | | | | " + " | ".join(f"{r:.2f}x" for r in ratios) + " | | |")
     print()
+    base = results[0][0]
     print(
-        f"NumPyro: the whole run_nuts call adds "
-        f"{numpyro_info['whole'] - numpyro_info['total']:.1f} s after sampling (pointwise "
-        f"log-likelihood, DataTree; pm.sample computes no log-likelihood); "
-        f"chains {numpyro_info['chain_method']}. PyMC's compile with an empty PyTensor cache "
-        f"(first use on a machine; the table has the warm-cache figure): "
-        f"{pymc_info['cold_compile']:.1f} s."
+        "whole call relative to run_nuts's first call: "
+        + "; ".join(
+            f"{info['name'].split(' (')[0]} {info['whole'] / base['whole']:.2f}x"
+            for info, *_ in results[1:]
+        )
     )
+    colds = [(info["name"], info["cold_compile"]) for info, *_ in results if "cold_compile" in info]
+    if colds:
+        print(
+            "Compile with empty PyTensor / Numba caches (first use on a machine; the table has "
+            "the warm-cache figure): "
+            + "; ".join(f"{name}: {seconds:.1f} s" for name, seconds in colds)
+        )
     print()
-    print("| quantity | NumPyro mean (MCSE) | PyMC mean (MCSE) | z |")
-    print("|---|---|---|---|")
-    (_, _, m_np, s_np), (_, _, m_pm, s_pm) = (v for v in results.values())
+    print("| quantity | " + " | ".join(info["name"].split(" (")[0] for info, *_ in results) + " |")
+    print("|---|" + "---|" * len(results))
+    _, _, m_ref, s_ref = results[0]
     worst = 0.0
     for name in NAMES:
         for k in range(NUM_ATOMS):
-            z = (m_np[name][k] - m_pm[name][k]) / np.hypot(s_np[name][k], s_pm[name][k])
-            worst = max(worst, abs(z))
-            print(
-                f"| {name}[{k}] | {m_np[name][k]:.4f} ({s_np[name][k]:.4f}) "
-                f"| {m_pm[name][k]:.4f} ({s_pm[name][k]:.4f}) | {z:+.2f} |"
-            )
+            cells = []
+            for i, (_, _, means, ses) in enumerate(results):
+                cell = f"{means[name][k]:.4f} ({ses[name][k]:.4f})"
+                if i:
+                    z = (means[name][k] - m_ref[name][k]) / np.hypot(ses[name][k], s_ref[name][k])
+                    worst = max(worst, abs(z))
+                    cell += f" z={z:+.2f}"
+                cells.append(cell)
+            print(f"| {name}[{k}] | " + " | ".join(cells) + " |")
     verdict = "agree" if worst < 4 else "DISAGREE"
     print()
-    print(f"posteriors {verdict}: max |z| = {worst:.2f} (threshold 4)")
+    print(
+        f"posterior means (MCSE); z against run_nuts's first call. Posteriors {verdict}: "
+        f"max |z| = {worst:.2f} (threshold 4)"
+    )
     if worst >= 4:
         sys.exit(1)
 

@@ -1,15 +1,19 @@
 """Convergence diagnostics of MCMC output: rank-normalised split R-hat, bulk and tail ESS,
-divergences (Vehtari, Gelman, Simpson, Carpenter and Bürkner 2021)."""
+divergences (Vehtari, Gelman, Simpson, Carpenter and Bürkner 2021).
+
+ArviZ (arviz_stats), xarray and pandas are imported when ``diagnostics`` runs, not with this module.
+"""
 
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import arviz as az
 import numpy as np
-import pandas as pd
-import xarray as xr
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import xarray as xr
 
 __all__ = ["Diagnostics", "diagnostics"]
 
@@ -48,6 +52,8 @@ class Diagnostics(NamedTuple):
 
 
 def _element_labels(name: str, da: xr.DataArray) -> list[str]:
+    import pandas as pd
+
     if da.ndim == 0:
         return [name]
     index = pd.MultiIndex.from_product([da[d].values for d in da.dims])
@@ -59,6 +65,10 @@ def diagnostics(datatree: xr.DataTree, var_names: list[str] | None = None) -> Di
 
     Uses ArviZ's rank-normalised split R-hat and ESS (Vehtari et al. 2021).
     """
+    import arviz_stats as azs  # arviz.rhat and arviz.ess are these, without the plotting stack
+    import pandas as pd
+    import xarray as xr
+
     if not isinstance(datatree, xr.DataTree) or "posterior" not in datatree.children:
         raise ValueError("datatree: expected an ArviZ DataTree with a 'posterior' group")
     posterior = datatree["posterior"].to_dataset()
@@ -68,9 +78,9 @@ def diagnostics(datatree: xr.DataTree, var_names: list[str] | None = None) -> Di
         raise ValueError(f"var_names: not in the posterior: {unknown}")
     with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        r_hat = az.rhat(datatree, var_names=names)
-        ess_bulk = az.ess(datatree, var_names=names, method="bulk")
-        ess_tail = az.ess(datatree, var_names=names, method="tail")
+        r_hat = azs.rhat(datatree, var_names=names)
+        ess_bulk = azs.ess(datatree, var_names=names, method="bulk")
+        ess_tail = azs.ess(datatree, var_names=names, method="tail")
     frames, num_constant = [], 0
     for name in names:
         da = posterior[name]

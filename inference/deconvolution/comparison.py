@@ -320,10 +320,14 @@ def _oracle_fit(x, sigma, measure, scalar, x_heldout) -> MethodFit:
 
 
 def _prior_settings(x_np, sigma, scalar) -> dict:
-    """The atoms' prior shared by NUTS and Gibbs: centred at the data, scale 2 sd(x) + sigma."""
+    """The atoms' prior shared by NUTS and Gibbs: centred at the data, scale 2 sd(x) + sigma.
+
+    Arrays (0-d for scalar data), not Python floats: ``run_nuts`` compiles Python numbers into
+    its program, so new data would compile again; arrays are arguments of one program.
+    """
     return dict(
-        atom_loc=np.mean(x_np, axis=0) if not scalar else float(np.mean(x_np)),
-        atom_scale=float(2.0 * np.std(x_np) + sigma),
+        atom_loc=np.asarray(np.mean(x_np, axis=0) if not scalar else np.mean(x_np)),
+        atom_scale=np.asarray(2.0 * np.std(x_np) + sigma),
     )
 
 
