@@ -509,7 +509,18 @@ def main(argv: list[str] | None = None) -> int:
     command_line = ["attnbayes", *(sys.argv[1:] if argv is None else argv)]
     start = time.perf_counter()
 
+    interrupted = []
+
+    def on_sigint(signum, frame):
+        # Python's own handler raises KeyboardInterrupt in whatever frame runs; in a garbage
+        # collector callback (JAX has one) it is printed and dropped. Remember it, so the next
+        # progress step raises it again, before anything is written.
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
     def progress(message: str) -> None:
+        if interrupted:
+            raise KeyboardInterrupt
         print(f"[{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
 
     def fail(message: str, status: int) -> int:
@@ -520,9 +531,12 @@ def main(argv: list[str] | None = None) -> int:
 
     run = {"report": _report, "deconvolve": _deconvolve, "filter": _filter}[args.command]
     previous = signal.getsignal(signal.SIGTERM)
+    previous_int = signal.getsignal(signal.SIGINT)
     in_main_thread = threading.current_thread() is threading.main_thread()
     if in_main_thread:
         signal.signal(signal.SIGTERM, _on_sigterm)
+        if previous_int is signal.default_int_handler:  # an ignored SIGINT stays ignored
+            signal.signal(signal.SIGINT, on_sigint)
     try:
         _configure_jax()
         matplotlib.use("Agg")  # figures go to files only; the one place a backend is set
@@ -546,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
     print(path)
     return 0
 
