@@ -1,5 +1,6 @@
 # `make run`  : write the comparison report into reports/attnbayes/ (the main job)
 # `make test` : lint and run the test suite
+# `make notebooks` : execute the notebooks (CI runs it after `make test`)
 # Both create .venv with a Python >= 3.12 found on this machine and install the project into it.
 
 VENV := .venv
@@ -18,7 +19,7 @@ FIND_PYTHON := for c in $(CANDIDATES); do \
 	    && { echo $$p; break; }; \
 	done
 
-.PHONY: run test test-slow lint bench clean
+.PHONY: run test notebooks test-slow lint bench clean
 
 $(STAMP): pyproject.toml
 	@if [ ! -x $(PY) ]; then \
@@ -39,12 +40,16 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/attnbayes report --out reports
 
-# Notebooks run with small sizes (ATTNBAYES_NB_N) and are not rewritten by the test run.
 # Two pytest workers (one per core; tests/conftest.py keeps each file on one worker).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	ATTNBAYES_NB_N=200 $(PY) -P -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests --nbmake notebooks
+	$(PY) -P -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests
+
+# Executes the five notebooks with small sizes (ATTNBAYES_NB_N); they are not rewritten.
+# CI runs it after `make test`.
+notebooks: $(STAMP)
+	ATTNBAYES_NB_N=200 $(PY) -P -m pytest -q -n 2 --nbmake notebooks
 
 test-slow: $(STAMP)
 	$(PY) -P -m pytest -q -m slow

@@ -213,6 +213,14 @@ def _traces_abstractly(model, treedef, leaves, dynamic) -> bool:
 _DYNAMIC_CHOICE: dict = {}
 
 
+def _leaf_tokens(leaves, as_array) -> tuple:
+    """A hashable token per leaf: shape and dtype where ``as_array``, else the value itself."""
+    return tuple(
+        _array_token(leaf) if a else _static_token(leaf)
+        for leaf, a in zip(leaves, as_array, strict=True)
+    )
+
+
 def _choose_dynamic(model, treedef, leaves, top_level) -> tuple[bool, ...]:
     """Which array leaves become arguments of the compiled program (the rest are constants).
 
@@ -224,10 +232,7 @@ def _choose_dynamic(model, treedef, leaves, top_level) -> tuple[bool, ...]:
     key = (
         model,
         treedef,
-        tuple(
-            _array_token(leaf) if is_arr else _static_token(leaf)
-            for leaf, is_arr in zip(leaves, arrays, strict=True)
-        ),
+        _leaf_tokens(leaves, arrays),
         jax.config.read("jax_enable_x64"),
     )
     if key in _DYNAMIC_CHOICE:
@@ -491,10 +496,7 @@ def _entry(model, args, kwargs, init_values, settings: _Settings, sites) -> tupl
     key = (
         model,
         treedef,
-        tuple(
-            _array_token(leaf) if d else _static_token(leaf)
-            for leaf, d in zip(leaves, dynamic, strict=True)
-        ),
+        _leaf_tokens(leaves, dynamic),
         settings,
         jax.config.read("jax_enable_x64"),
     )

@@ -63,6 +63,7 @@ def test_add_invariants_vector_data_shapes():
         add_invariants(_fake_posterior(atoms, weights), x[:, :1], 0.7, jax.random.PRNGKey(1))
 
 
+@pytest.mark.slow  # statistical; shares the slow three-atom comparison
 def test_comparison_table_is_tidy_and_recomputable(three_atom_data, three_atom_comparison):
     _, z, x = three_atom_data
     table, fits = three_atom_comparison

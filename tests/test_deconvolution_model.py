@@ -416,6 +416,7 @@ def test_dp_prior_predictive():
     assert np.all(np.isfinite(np.asarray(tr["x"]["value"])))
 
 
+@pytest.mark.slow  # statistical; shares the slow three-atom comparison
 def test_dp_nuts_run(three_atom_data, three_atom_comparison):
     """The session's NUTS-DP run (``compare_deconvolution``, 8 sticks, through ``run_nuts`` with
     ``model_dims(True, prior="dp")``): the DataTree carries the DP sites and a finite

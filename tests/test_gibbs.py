@@ -700,6 +700,7 @@ def test_approximate_gibbs_rejects_bad_input(kwargs, name):
 # ----------------------------------------------------------------------------- Gibbs vs NUTS
 
 
+@pytest.mark.slow  # statistical; shares the slow three-atom comparison
 @pytest.mark.slow
 def test_gibbs_agrees_with_nuts_on_invariants(three_atom_data, three_atom_comparison):
     """Same data and prior as the conftest NUTS run (K = 3, ordered, Dirichlet(1), atoms

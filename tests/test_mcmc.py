@@ -121,6 +121,7 @@ def test_diagnostics_against_arviz_and_constants():
         diagnostics({"posterior": None})
 
 
+@pytest.mark.slow  # statistical; shares the slow three-atom comparison
 def test_nuts_recovers_three_atom_measure(three_atom_comparison):
     """Posterior of the CDF of nu at points between the atoms covers the truth.
 
@@ -147,6 +148,7 @@ def test_nuts_recovers_three_atom_measure(three_atom_comparison):
     )
 
 
+@pytest.mark.slow  # statistical; shares the slow three-atom comparison
 def test_nuts_converges_on_invariant_quantities(three_atom_comparison):
     dt = three_atom_comparison.fits["nuts"].datatree
     d = diagnostics(dt, var_names=["z_mean", "nu_cdf", "log_lik_total"])

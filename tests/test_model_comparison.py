@@ -123,6 +123,7 @@ def test_compare_num_modes_and_its_checks(series):
         mc.switching_lfo(jax.random.PRNGKey(0), params, y, min_observations=20)
 
 
+@pytest.mark.slow  # statistical: model selection on simulated data
 def test_compare_num_atoms_prefers_enough_atoms():
     _, x = simulate(jax.random.PRNGKey(3), "three-atoms", 1.0, 150)
     result = mc.compare_num_atoms(

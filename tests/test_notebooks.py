@@ -1,6 +1,6 @@
 """The notebooks are committed with their outputs and kept in sync with their jupytext pairs.
 
-(They are executed by `pytest --nbmake notebooks`, which `make test` runs.)
+(They are executed by `pytest --nbmake notebooks`, which `make notebooks` runs in CI.)
 """
 
 from pathlib import Path

@@ -12,12 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import validation
+from ...validation import check_real_scalar, is_traced
 from .simplex import (
     ArraySpec,
     check_score_inputs,
-    is_traced,
     max_abs,
-    real_scalar,
 )
 
 # ----------------------------------------------------------------------------- checks
@@ -27,7 +26,7 @@ def _check_scale(scale):
     """None (the default), a tracer, or a finite real number; returned as given."""
     if scale is None or is_traced(scale):
         return scale
-    s = real_scalar("scale", scale, "a finite number")
+    s = check_real_scalar("scale", scale, "a finite number")
     if not math.isfinite(s):
         raise ValueError(f"scale: must be a finite number, got {s}")
     return scale
@@ -35,7 +34,7 @@ def _check_scale(scale):
 
 def _abs_scale(scale, dim: int) -> float:
     """|scale| of a concrete (checked) scale; the default 1 / sqrt(d) for None."""
-    return 1.0 / math.sqrt(dim) if scale is None else abs(real_scalar("scale", scale, ""))
+    return 1.0 / math.sqrt(dim) if scale is None else abs(check_real_scalar("scale", scale, ""))
 
 
 def _scores_shape(queries, keys, *, same_dim=True, q_name="queries"):

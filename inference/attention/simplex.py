@@ -54,6 +54,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...validation import check_real_scalar, is_traced
+
 REGULARISERS = ("shannon", "gini", "tsallis")
 
 
@@ -65,11 +67,6 @@ REGULARISERS = ("shannon", "gini", "tsallis")
 # the dtype's largest number (``check_score_bound``). Value checks run on concrete inputs only,
 # before any tracing; under ``jax.jit`` the arguments are tracers and only the static checks
 # (dtype, rank, size) run.
-
-
-def is_traced(value) -> bool:
-    """True when ``value`` is a JAX tracer (its numbers are unknown until run time)."""
-    return isinstance(value, jax.core.Tracer)
 
 
 class ArraySpec(NamedTuple):
@@ -130,21 +127,6 @@ def check_array(name, value, *, min_rank=1, max_rank=None, neg_inf=False):
     return value if isinstance(value, jax.Array) else arr
 
 
-def real_scalar(name, value, what):
-    """A concrete real number (Python or NumPy scalar, or a 0-d array) as a float; no bools."""
-    if isinstance(value, bool | np.bool_) or isinstance(value, str | bytes) or value is None:
-        raise ValueError(f"{name}: expected {what}, got {value!r}")
-    try:
-        arr = np.asarray(value)
-    except (ValueError, TypeError):
-        raise ValueError(f"{name}: expected {what}, got {value!r}") from None
-    if arr.ndim != 0 or not (
-        jnp.issubdtype(arr.dtype, jnp.integer) or jnp.issubdtype(arr.dtype, jnp.floating)
-    ):
-        raise ValueError(f"{name}: expected {what}, got {value!r}")
-    return float(arr)
-
-
 def check_temperature(temperature, *, allow_zero: bool = False, dtype=None):
     """tau: a finite real number > 0 (>= 0 with ``allow_zero``), returned as a float.
 
@@ -155,7 +137,7 @@ def check_temperature(temperature, *, allow_zero: bool = False, dtype=None):
     if is_traced(temperature):
         return temperature
     bound = ">= 0" if allow_zero else "> 0"
-    t = real_scalar("temperature", temperature, f"a finite number {bound}")
+    t = check_real_scalar("temperature", temperature, f"a finite number {bound}")
     if not np.isfinite(t) or t < 0 or (t == 0 and not allow_zero):
         raise ValueError(f"temperature: must be a finite number {bound}, got {t}")
     if dtype is not None and 0 < t < float(jnp.finfo(dtype).tiny):
@@ -172,7 +154,7 @@ def _check_alpha(alpha):
         if alpha.ndim != 0 or not jnp.issubdtype(alpha.dtype, jnp.floating):
             raise ValueError(f"alpha: expected a number > 1, got a traced array {alpha.aval}")
         return alpha
-    a = real_scalar("alpha", alpha, "a number > 1")
+    a = check_real_scalar("alpha", alpha, "a number > 1")
     if not np.isfinite(a) or a <= 1:
         raise ValueError(f"alpha: must be a finite number > 1, got {a}")
     return a
@@ -629,9 +611,7 @@ __all__ = [
     "entmax15",
     "entmax_bisect",
     "float_dtype",
-    "is_traced",
     "max_abs",
-    "real_scalar",
     "regularised_argmax",
     "regularised_objective",
     "regulariser_value",
