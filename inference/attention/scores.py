@@ -12,7 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import validation
-from ...validation import check_real_scalar, is_traced
 from .simplex import (
     ArraySpec,
     check_score_inputs,
@@ -24,9 +23,9 @@ from .simplex import (
 
 def _check_scale(scale):
     """None (the default), a tracer, or a finite real number; returned as given."""
-    if scale is None or is_traced(scale):
+    if scale is None or validation.is_traced(scale):
         return scale
-    s = check_real_scalar("scale", scale, "a finite number")
+    s = validation.check_real_scalar("scale", scale, "a finite number")
     if not math.isfinite(s):
         raise ValueError(f"scale: must be a finite number, got {s}")
     return scale
@@ -34,7 +33,9 @@ def _check_scale(scale):
 
 def _abs_scale(scale, dim: int) -> float:
     """|scale| of a concrete (checked) scale; the default 1 / sqrt(d) for None."""
-    return 1.0 / math.sqrt(dim) if scale is None else abs(check_real_scalar("scale", scale, ""))
+    if scale is None:
+        return 1.0 / math.sqrt(dim)
+    return abs(validation.check_real_scalar("scale", scale, ""))
 
 
 def _scores_shape(queries, keys, *, same_dim=True, q_name="queries"):
@@ -76,7 +77,7 @@ def _check_mask(mask, shape):
     """A boolean mask broadcastable to the scores' ``shape``; returned as an array."""
     if mask is None:
         return None
-    if not is_traced(mask) and not isinstance(mask, jax.Array):
+    if not validation.is_traced(mask) and not isinstance(mask, jax.Array):
         try:
             mask = np.asarray(mask)
         except (ValueError, TypeError) as err:
@@ -171,7 +172,7 @@ def _check_scored(
         return shape
 
     def stages(arrays, tau, _):
-        if is_traced(scale):
+        if validation.is_traced(scale):
             return []
         b = arrays[-1] if bias is not None else None
         return _dot_product_stages(arrays[0], arrays[1], scale, b, tau, names=(q_name, bias_name))
@@ -295,7 +296,7 @@ def _distance_stages(queries, keys, bandwidth, bias):
     with np.errstate(over="ignore", invalid="ignore"):
         diff = np.maximum(q.max(0) - k.min(0), k.max(0) - q.min(0))
         stages = [("queries", float(diff.max()), "|q_c - k_c| between queries and keys")]
-        if not is_traced(bandwidth):
+        if not validation.is_traced(bandwidth):
             u = diff / np.asarray(bandwidth, np.float64)
             sq = float(np.sum(u * u))
             stages += [
