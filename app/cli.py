@@ -491,10 +491,6 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that every temporary output is removed."""
 
 
-def _on_sigterm(signum, frame):
-    raise Terminated
-
-
 def _debug_requested(args) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get("ATTNBAYES_DEBUG", "") not in (
         "",
@@ -509,18 +505,25 @@ def main(argv: list[str] | None = None) -> int:
     command_line = ["attnbayes", *(sys.argv[1:] if argv is None else argv)]
     start = time.perf_counter()
 
-    interrupted = []
+    # A signal handler raises in whatever frame runs. In a garbage-collector callback (JAX has
+    # one) Python drops the exception and reports it through sys.unraisablehook, so the run
+    # would go on. The signal is remembered instead: the next progress step raises it again,
+    # before anything is written, and the dropped one is not reported.
+    pending: list[type[BaseException]] = []
 
-    def on_sigint(signum, frame):
-        # Python's own handler raises KeyboardInterrupt in whatever frame runs; in a garbage
-        # collector callback (JAX has one) it is printed and dropped. Remember it, so the next
-        # progress step raises it again, before anything is written.
-        interrupted.append(signum)
-        raise KeyboardInterrupt
+    def on_signal(signum, frame):
+        pending.append(KeyboardInterrupt if signum == signal.SIGINT else Terminated)
+        raise pending[-1]
+
+    previous_unraisable = sys.unraisablehook
+
+    def drop_pending(unraisable) -> None:
+        if unraisable.exc_type not in pending:
+            previous_unraisable(unraisable)
 
     def progress(message: str) -> None:
-        if interrupted:
-            raise KeyboardInterrupt
+        if pending:
+            raise pending[0]
         print(f"[{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
 
     def fail(message: str, status: int) -> int:
@@ -534,9 +537,10 @@ def main(argv: list[str] | None = None) -> int:
     previous_int = signal.getsignal(signal.SIGINT)
     in_main_thread = threading.current_thread() is threading.main_thread()
     if in_main_thread:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.signal(signal.SIGTERM, on_signal)
         if previous_int is signal.default_int_handler:  # an ignored SIGINT stays ignored
-            signal.signal(signal.SIGINT, on_sigint)
+            signal.signal(signal.SIGINT, on_signal)
+        sys.unraisablehook = drop_pending
     try:
         _configure_jax()
         matplotlib.use("Agg")  # figures go to files only; the one place a backend is set
@@ -561,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
             signal.signal(signal.SIGINT, previous_int)
+            sys.unraisablehook = previous_unraisable
     print(path)
     return 0
 

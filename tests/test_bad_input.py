@@ -685,6 +685,33 @@ def test_sigterm_exits_143_and_leaves_nothing(dec_csv, out, capsys, monkeypatch)
     assert signal.getsignal(signal.SIGTERM) is not None
 
 
+def test_a_signal_dropped_in_a_gc_callback_still_stops_the_run(dec_csv, out, capsys, monkeypatch):
+    """A signal handler that raises inside a garbage-collector callback (JAX registers one) has
+    its exception dropped by Python and reported as "Exception ignored". The command remembers
+    the signal, raises it at its next progress step (before writing) and reports nothing else."""
+    import gc
+
+    real = attnbayes.inference.deconvolution.comparison.compare_deconvolution
+
+    def signal_inside_gc(*args, **kwargs):
+        def callback(phase, info):
+            if phase == "start":
+                gc.callbacks.remove(callback)
+                signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+
+        gc.callbacks.append(callback)
+        gc.collect()
+        assert callback not in gc.callbacks  # the handler ran, and its exception was dropped
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(
+        attnbayes.inference.deconvolution.comparison, "compare_deconvolution", signal_inside_gc
+    )
+    code, _, err = run(["deconvolve", dec_csv, "--sigma", 1, "--out", out], capsys)
+    assert code == 143 and one_line(err) == "attnbayes: terminated; nothing written"
+    assert listing(out) == ["keep.txt"]
+
+
 # ----------------------------------------------------------------------------- library harnesses
 
 
