@@ -68,8 +68,14 @@ LONGEST_FIRST = ("test_report.py", "three_atom_comparison")
 
 
 def _group(item) -> str:
+    """A test's xdist group: the session comparison's, else its module's ``XDIST_GROUP`` (files
+    that compile the same programs, e.g. one sampler at the same shapes, share a worker and so
+    its in-process compilation cache), else its file name."""
     fixtures = getattr(item, "fixturenames", ())
-    return "three_atom_comparison" if "three_atom_comparison" in fixtures else item.path.name
+    if "three_atom_comparison" in fixtures:
+        return "three_atom_comparison"
+    module = getattr(item, "module", None)
+    return getattr(module, "XDIST_GROUP", None) or item.path.name
 
 
 def pytest_configure(config):

@@ -266,6 +266,7 @@ def test_outlier_keeps_imm_finite_and_mode_probabilities_right(scenario_series):
     assert np.abs(ref["mode_probs"][t_out] - right).max() > 0.1
 
 
+@pytest.mark.slow  # statistical: eight series, the exact filter over 3^12 histories each
 def test_filters_close_to_exact_on_short_series(capsys):
     """T = 12, eight series: GPB2 and IMM close to the exact filter, GPB1 farther; the table
     of averages is printed."""

@@ -42,6 +42,8 @@ T = 6
 MISSING_ROW = 3
 NUM_CHAINS = 4
 NUM_SAMPLES = 2000  # one compiled configuration for every fast run
+# test_switching_comparison.py runs the sampler at these sizes too: one worker compiles it once
+XDIST_GROUP = "switching-gibbs"
 NO_PRIORS = sg._check_priors(None, 2, jnp.float64)
 
 
@@ -623,6 +625,28 @@ def test_bad_input_errors():
         sg.switching_gibbs_step(key, state._replace(states=state.states[:-1]), params, y)
     with pytest.raises(ValueError, match="^modes:"):
         sg.switching_gibbs_init(key, params, y, modes=np.zeros(T + 1, int))
+
+
+def test_non_finite_draws_are_refused_naming_the_step():
+    """Explosive dynamics (F scaled by 1e100) observed once: the filtered variances overflow
+    by step 3 and backward sampling carries the NaN to every step, so the run raises instead
+    of returning the draws. (Moved here from the bad-input catalogue: at ``_run``'s sizes it
+    reuses that compiled sampler.)"""
+    params, y, _, _ = definite_problem()
+    params = params._replace(dynamics_matrices=1e100 * np.asarray(params.dynamics_matrices))
+    y = np.full_like(y, np.nan)
+    y[0] = 0.5
+    with pytest.raises(
+        FloatingPointError, match=r"^run_switching_gibbs: non-finite .* step 1 of 6"
+    ):
+        sg.run_switching_gibbs(
+            jax.random.key(0),
+            params,
+            y,
+            num_warmup=2,
+            num_samples=NUM_SAMPLES,
+            num_chains=NUM_CHAINS,
+        )
 
 
 # ----------------------------------------------------------------------------- slow
