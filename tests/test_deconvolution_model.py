@@ -349,6 +349,7 @@ def _gamma_expectation(fn, shape, rate):
     return integrate.quad(lambda a: fn(a) * density(a), 0.0, np.inf, epsabs=1e-12)[0]
 
 
+@pytest.mark.slow  # statistical: 50,000 prior draws per case, a program compiled per case
 @pytest.mark.parametrize(("shape", "rate"), [(2.0, 2.0), (1.0, 1.0)])
 def test_dp_prior_weight_moments(shape, rate):
     """Monte Carlo moments of the prior weights against integrals over the Gamma prior.
