@@ -356,10 +356,11 @@ def test_one_sweep_transition_matches_enumeration():
 
 
 def test_gibbs_step_is_the_same_kernel_one_chain_at_a_time():
-    """``gibbs_init`` / ``gibbs_step`` (BlackJAX style): vmapped over 20000 keys from one state,
-    the public step has the enumerated next-state moments; its info holds the incoming
-    state's pointwise log-likelihood, lp and occupied count; jit equals eager; vmap over
-    states equals a loop; scalar data keep (K,) atoms."""
+    """``gibbs_init`` / ``gibbs_step`` (BlackJAX style): vmapped over 19997 keys from one state
+    (in a batch of 20000 whose first three start elsewhere), the public step has the enumerated
+    next-state moments; its info holds the incoming state's pointwise log-likelihood, lp and
+    occupied count; jit equals eager; vmap over states equals a loop; scalar data keep (K,)
+    atoms."""
     sigma, alpha, loc, scale = SWEEP_PRIOR.values()
     prior = {"concentration": alpha, "atom_loc": loc, "atom_scale": scale}
     state = gibbs.GibbsState(jnp.asarray(SWEEP_ATOMS), jnp.log(jnp.asarray(SWEEP_WEIGHTS)))
