@@ -117,7 +117,7 @@ def main() -> None:
     sim = jax.jit(jax.vmap(lambda k: simulate(k, model, t_max)[2]))
     ys = np.asarray(sim(keys))  # (n, T, 2)
     y = ys[0]
-    params, y_jax = check_inputs(start, y)
+    params, y_jax, _ = check_inputs(start, y)
     print(
         f"maneuvering-target, float64, T = {t_max}, batch {n} series; "
         f"jax {jax.__version__} on {jax.devices()[0].platform}"

@@ -225,7 +225,7 @@ def switching_log_likelihood(
     if observations is None:
         observations = datatree["observed_data"]["observations"].to_numpy()
     draws = draw_params(params, post)
-    _, obs = check_inputs(SwitchingParams(*(a[0, 0] for a in draws)), observations)
+    _, obs, _ = check_inputs(SwitchingParams(*(a[0, 0] for a in draws)), observations)
     values = np.asarray(_batched_log_predictive(SwitchingParams(*map(jnp.asarray, draws)), obs))
     return xr.DataArray(
         values,
@@ -315,7 +315,7 @@ def switching_lfo(
         ``log_likelihood`` group, the number of Gibbs fits made).
     """
     validation.check_key("key", key)
-    params, obs = check_inputs(params, observations)
+    params, obs, _ = check_inputs(params, observations)
     num_steps = obs.shape[0]
     min_observations = validation.check_positive_int("min_observations", min_observations)
     if min_observations >= num_steps:
@@ -386,7 +386,7 @@ def compare_num_modes(
     validation.check_key("key", key)
     checked = {}
     for name, p in candidates.items():
-        checked[name], obs = check_inputs(p, observations)
+        checked[name], obs, _ = check_inputs(p, observations)
     priors = dict(priors or {})
     unknown = set(priors) - set(candidates)
     if unknown:

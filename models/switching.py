@@ -7,11 +7,15 @@ Model with M modes, state dimension d, observation dimension o, steps t = 1..T:
 
     s_1 ~ Cat(pi0),                   s_t | s_{t-1} = i ~ Cat(Pi[i, :])
     x_1 | s_1 = j ~ N(m0_j, P0_j)     (no prediction before the first update)
-    x_t | x_{t-1}, s_t = j ~ N(F_j x_{t-1} + b_j, Q_j)
-    y_t | x_t, s_t = j ~ N(H_j x_t, R_j)
+    x_t | x_{t-1}, s_t = j ~ N(F_j x_{t-1} + b_j + B_j u_t, Q_j)
+    y_t | x_t, s_t = j ~ N(H_j x_t + d_j + D_j u_t, R_j)
 
-Process noise covariances Q_j may be singular PSD (the discrete white-noise acceleration model
-has rank 2 in 2-D); emission covariances R_j must be positive definite.
+with optional known inputs u_t (k,) (dynamax's convention: u_t enters the step into x_t and
+the emission of y_t; u_1 enters only the first emission). Process noise covariances Q_j may be
+singular PSD (the discrete white-noise acceleration model has rank 2 in 2-D); so may the
+emission covariances R_j, as long as every innovation covariance H_j P H_j^T + R_j stays
+positive definite (an exactly observed coordinate with a random prediction). A coordinate of
+y_t that is NaN is missing: the update conditions on the observed ones.
 
 This module holds the parameters (``SwitchingParams``), the named scenario
 ``"maneuvering-target"``, ``simulate``, and the NumPyro program ``switching_model``. The program
@@ -56,7 +60,14 @@ class SwitchingParams(NamedTuple):
         dynamics_biases: (M, d) b_j.
         dynamics_covs: (M, d, d) Q_j (PSD, may be singular).
         emission_matrices: (M, o, d) H_j.
-        emission_covs: (M, o, o) R_j (positive definite).
+        emission_covs: (M, o, o) R_j (PSD; see the module docstring).
+        emission_biases: (M, o) d_j; ``None`` means zeros.
+        dynamics_input_weights: (M, d, k) B_j on the inputs u_t; ``None`` means no inputs.
+        emission_input_weights: (M, o, k) D_j on the inputs u_t; ``None`` means no inputs.
+
+    ``check_params`` fills the optional fields: zeros of shape (M, o), and input weights with
+    k = 0 columns when neither is given (or zeros with the other's k), so the kernels beneath
+    always see arrays.
     """
 
     initial_probs: jax.Array
@@ -68,6 +79,20 @@ class SwitchingParams(NamedTuple):
     dynamics_covs: jax.Array
     emission_matrices: jax.Array
     emission_covs: jax.Array
+    emission_biases: jax.Array | None = None
+    dynamics_input_weights: jax.Array | None = None
+    emission_input_weights: jax.Array | None = None
+
+    @property
+    def num_inputs(self) -> int:
+        """k, the number of input columns the weights take (0 without inputs)."""
+        for w in (self.dynamics_input_weights, self.emission_input_weights):
+            if w is not None:
+                return int(w.shape[-1])
+        return 0
+
+
+_OPTIONAL_FIELDS = ("emission_biases", "dynamics_input_weights", "emission_input_weights")
 
 
 def _check_psd(name: str, covs: np.ndarray, *, definite: bool) -> None:
@@ -109,7 +134,7 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
     Tracer-aware: the static checks (the type, each field's rank and shape, M, d and o
     consistent across the fields, real dtypes) always run; the value checks (finiteness, a
     probability vector ``initial_probs``, stochastic rows of ``transition_matrix``, symmetric
-    PSD ``initial_covs`` and ``dynamics_covs``, PD ``emission_covs``) run on every field that is
+    PSD ``initial_covs``, ``dynamics_covs`` and ``emission_covs``) run on every field that is
     concrete and are skipped for a field that is a JAX tracer (the caller is under ``jax.jit``,
     ``jax.vmap`` or ``jax.grad``: its numbers are unknown while tracing). Concrete fields come
     back as NumPy arrays, traced ones as they are (cast to float); NumPy is never called on a
@@ -118,7 +143,11 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
     """
     if not isinstance(params, SwitchingParams):
         raise ValueError(f"{name}: expected a SwitchingParams, got {type(params).__name__}")
-    fields = {f: as_float_field(f"{name}.{f}", getattr(params, f)) for f in SwitchingParams._fields}
+    fields = {
+        f: as_float_field(f"{name}.{f}", getattr(params, f))
+        for f in SwitchingParams._fields
+        if getattr(params, f) is not None or f not in _OPTIONAL_FIELDS
+    }
     concrete = {f: not validation.is_traced(a) for f, a in fields.items()}
     for f, arr in fields.items():
         if concrete[f]:
@@ -137,6 +166,20 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
             f"{name}.emission_matrices: expected shape ({m}, o, {d}), got {tuple(emis.shape)}"
         )
     o = emis.shape[1]
+    dyn_w, emi_w = fields.get("dynamics_input_weights"), fields.get("emission_input_weights")
+    for f, w, rows in (("dynamics_input_weights", dyn_w, d), ("emission_input_weights", emi_w, o)):
+        if w is not None and (w.ndim != 3 or w.shape[:2] != (m, rows)):
+            raise ValueError(f"{name}.{f}: expected shape ({m}, {rows}, k), got {tuple(w.shape)}")
+    k = next((w.shape[2] for w in (dyn_w, emi_w) if w is not None), 0)
+    zeros = {
+        "emission_biases": (m, o),
+        "dynamics_input_weights": (m, d, k),
+        "emission_input_weights": (m, o, k),
+    }
+    for f, shape in zeros.items():
+        if f not in fields:
+            fields[f] = np.zeros(shape, emis.dtype)
+            concrete[f] = True
     expected = {
         "transition_matrix": (m, m),
         "initial_covs": (m, d, d),
@@ -144,6 +187,9 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
         "dynamics_biases": (m, d),
         "dynamics_covs": (m, d, d),
         "emission_covs": (m, o, o),
+        "emission_biases": (m, o),
+        "dynamics_input_weights": (m, d, k),
+        "emission_input_weights": (m, o, k),
     }
     for f, shape in expected.items():
         if tuple(fields[f].shape) != shape:
@@ -157,13 +203,9 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
             f"{name}.transition_matrix: rows must be probability vectors "
             "([i, j] = P(s_t = j | s_{t-1} = i))"
         )
-    for f, definite in (
-        ("initial_covs", False),
-        ("dynamics_covs", False),
-        ("emission_covs", True),
-    ):
+    for f in ("initial_covs", "dynamics_covs", "emission_covs"):
         if concrete[f]:
-            _check_psd(f"{name}.{f}", fields[f], definite=definite)
+            _check_psd(f"{name}.{f}", fields[f], definite=False)
     return SwitchingParams(**fields)
 
 
@@ -280,6 +322,9 @@ def maneuvering_target(
         dynamics_covs=q,
         emission_matrices=np.stack([h] * m),
         emission_covs=np.tile(measurement_sigma**2 * np.eye(2), (m, 1, 1)),
+        emission_biases=np.zeros((m, 2)),
+        dynamics_input_weights=np.zeros((m, 4, 0)),
+        emission_input_weights=np.zeros((m, 2, 0)),
     )
 
 
@@ -333,8 +378,46 @@ def _psd_factor(covs):
     return vec * jnp.sqrt(jnp.clip(eig, 0.0))[..., None, :]
 
 
-@functools.partial(jax.jit, static_argnames=("num_steps",))
-def _simulate(key, params: SwitchingParams, num_steps: int):
+def step_offsets(params: SwitchingParams, u):
+    """The per-mode offsets of one step with input u (k,): dynamics b_j + B_j u (M, d) and
+    emission d_j + D_j u (M, o). With k = 0 they are b_j and d_j."""
+    dyn = params.dynamics_biases + jnp.einsum("mdk,k->md", params.dynamics_input_weights, u)
+    emi = params.emission_biases + jnp.einsum("mok,k->mo", params.emission_input_weights, u)
+    return dyn, emi
+
+
+def check_input_series(name: str, inputs, params: SwitchingParams, num_steps: int):
+    """Validate the inputs u_{1:T} of a checked ``params`` for T = ``num_steps``.
+
+    ``None`` stands for no inputs and becomes a (T, 0) array when ``params`` takes none (k = 0);
+    parameters with input weights need a (T, k) array of finite numbers. Tracer-aware: the
+    shape checks always run, finiteness only on concrete values. Returns NumPy (concrete) or
+    JAX (traced) arrays.
+    """
+    k = params.emission_input_weights.shape[-1]
+    if inputs is None:
+        if k:
+            raise ValueError(
+                f"{name}: params take k = {k} input column(s) (dynamics_input_weights, "
+                f"emission_input_weights), so inputs of shape ({num_steps}, {k}) are required"
+            )
+        return np.zeros((num_steps, 0), params.emission_matrices.dtype)
+    arr = as_float_field(name, inputs)
+    if arr.ndim == 1 and k == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2 or tuple(arr.shape) != (num_steps, k):
+        raise ValueError(
+            f"{name}: expected shape ({num_steps}, {k}) (T steps, k = {k} input columns of "
+            f"the params' input weights), got {tuple(arr.shape)}"
+        )
+    if not validation.is_traced(arr):
+        validation.check_finite(name, arr)
+    return arr
+
+
+@jax.jit
+def _simulate(key, params: SwitchingParams, inputs):
+    num_steps = inputs.shape[0]
     key_s0, key_x0, key_steps = jax.random.split(key, 3)
     d = params.initial_means.shape[1]
     o = params.emission_matrices.shape[1]
@@ -343,46 +426,51 @@ def _simulate(key, params: SwitchingParams, num_steps: int):
     chol_r = _psd_factor(params.emission_covs)
     log_trans = jnp.log(params.transition_matrix)
 
-    def emit(key, s, x):
+    def emit(key, s, x, offset):
         eps = jax.random.normal(key, (o,), x.dtype)
-        return params.emission_matrices[s] @ x + chol_r[s] @ eps
+        return params.emission_matrices[s] @ x + offset[s] + chol_r[s] @ eps
 
     s1 = jax.random.categorical(key_s0, jnp.log(params.initial_probs))
     x1 = params.initial_means[s1] + chol_p0[s1] @ jax.random.normal(
         key_x0, (d,), params.initial_means.dtype
     )
 
-    def step(carry, key):
+    def step(carry, inp):
         s, x = carry
+        key, u = inp
         key_s, key_x, key_y = jax.random.split(key, 3)
+        dyn_offset, emi_offset = step_offsets(params, u)
         s_new = jax.random.categorical(key_s, log_trans[s])
         eps = jax.random.normal(key_x, (d,), x.dtype)
-        x_new = params.dynamics_matrices[s_new] @ x + params.dynamics_biases[s_new]
+        x_new = params.dynamics_matrices[s_new] @ x + dyn_offset[s_new]
         x_new = x_new + chol_q[s_new] @ eps
-        return (s_new, x_new), (s_new, x_new, emit(key_y, s_new, x_new))
+        return (s_new, x_new), (s_new, x_new, emit(key_y, s_new, x_new, emi_offset))
 
     keys = jax.random.split(key_steps, num_steps)
-    y1 = emit(keys[0], s1, x1)
-    _, (modes, states, obs) = jax.lax.scan(step, (s1, x1), keys[1:])
+    y1 = emit(keys[0], s1, x1, step_offsets(params, inputs[0])[1])
+    _, (modes, states, obs) = jax.lax.scan(step, (s1, x1), (keys[1:], inputs[1:]))
     modes = jnp.concatenate([s1[None], modes])
     states = jnp.concatenate([x1[None], states])
     obs = jnp.concatenate([y1[None], obs])
     return modes, states, obs
 
 
-def simulate(key, params: SwitchingParams | str, num_steps: int):
+def simulate(key, params: SwitchingParams | str, num_steps: int, *, inputs=None):
     """Draw (modes (T,), states (T, d), observations (T, o)) from the model.
 
     ``params`` is a ``SwitchingParams`` or a scenario name. x_1 comes from the initial
-    distribution of s_1 with no dynamics step before it; y_t is emitted under s_t.
+    distribution of s_1 with no dynamics step before it; y_t is emitted under s_t, with the
+    offsets d_j + D_j u_t; the step into x_t adds b_j + B_j u_t. ``inputs`` (T, k) u_{1:T} are
+    required when ``params`` has input weights (k > 0).
     """
     validation.check_key("key", key)
     if isinstance(params, str):
         params = get_scenario(params)
     params = check_params("params", params)
     num_steps = validation.check_positive_int("num_steps", num_steps)
+    inputs = check_input_series("inputs", inputs, params, num_steps)
     arrays = SwitchingParams(*(jnp.asarray(a) for a in params))
-    return _simulate(key, arrays, num_steps)
+    return _simulate(key, arrays, jnp.asarray(inputs, arrays.initial_means.dtype))
 
 
 # ----------------------------------------------------------------------------- priors
@@ -462,24 +550,47 @@ def _gauss_logpdf(resid, chol):
     )
 
 
+def masked_gaussian_logpdf(resid, observed, cov):
+    """log N(resid_o; 0, cov_oo) over the observed coordinates o of one vector.
+
+    resid (n,) and observed (n,) bool; the missing coordinates are replaced by an independent
+    unit-variance zero (cov -> cov_oo (+) I, resid -> 0 there), whose log density
+    -log(2 pi) / 2 per coordinate is added back, so shapes stay fixed under ``jit``. No
+    coordinate observed gives 0.
+    """
+    both = observed[:, None] & observed[None, :]
+    cov = jnp.where(both, cov, 0.0) + jnp.diag(jnp.where(observed, 0.0, 1.0).astype(cov.dtype))
+    resid = jnp.where(observed, resid, 0.0)
+    chol = jnp.linalg.cholesky(cov)
+    white = solve_triangular(chol, resid, lower=True)
+    num_observed = jnp.sum(observed)
+    return (
+        -0.5 * jnp.sum(white**2)
+        - jnp.sum(jnp.log(jnp.diagonal(chol)))
+        - 0.5 * num_observed * jnp.log(2.0 * jnp.pi)
+    )
+
+
 @jax.jit
-def _log_joint(params: SwitchingParams, states, observations):
+def _log_joint(params: SwitchingParams, states, observations, inputs):
     chol_p0 = jnp.linalg.cholesky(params.initial_covs)
     chol_q = jnp.linalg.cholesky(params.dynamics_covs)
-    chol_r = jnp.linalg.cholesky(params.emission_covs)
     per_mode = jax.vmap(_gauss_logpdf)  # over modes: resid (M, n), chol (M, n, n)
-    # state terms (T, M): log N(x_1; m0_j, P0_j), then log N(x_t; F_j x_{t-1} + b_j, Q_j)
+    dyn_off, emi_off = jax.vmap(step_offsets, in_axes=(None, 0))(params, inputs)  # (T, M, .)
+    # state terms (T, M): log N(x_1; m0_j, P0_j), then log N(x_t; F_j x_{t-1} + b_j + B_j u_t, Q_j)
     first = per_mode(states[0] - params.initial_means, chol_p0)
     pred = jnp.einsum("jab,tb->tja", params.dynamics_matrices, states[:-1])
-    resid_x = states[1:, None] - pred - params.dynamics_biases
+    resid_x = states[1:, None] - pred - dyn_off[1:]
     rest = jax.vmap(per_mode, in_axes=(0, None))(resid_x, chol_q)
     log_em = jnp.concatenate([first[None], rest])
-    # observation terms (T, M): log N(y_t; H_j x_t, R_j), zero on a missing (NaN) row
-    missing = jnp.any(jnp.isnan(observations), axis=1)
-    obs = jnp.where(missing[:, None], 0.0, observations)
-    resid_y = obs[:, None] - jnp.einsum("joa,ta->tjo", params.emission_matrices, states)
-    log_y = jax.vmap(per_mode, in_axes=(0, None))(resid_y, chol_r)
-    log_em = log_em + jnp.where(missing[:, None], 0.0, log_y)
+    # observation terms (T, M): log N(y_t; H_j x_t + d_j + D_j u_t, R_j) over the observed
+    # coordinates of y_t (a NaN coordinate is missing)
+    observed = ~jnp.isnan(observations)
+    obs = jnp.where(observed, observations, 0.0)
+    resid_y = obs[:, None] - jnp.einsum("joa,ta->tjo", params.emission_matrices, states) - emi_off
+    per_mode_y = jax.vmap(masked_gaussian_logpdf, in_axes=(0, None, 0))
+    log_y = jax.vmap(per_mode_y, in_axes=(0, 0, None))(resid_y, observed, params.emission_covs)
+    log_em = log_em + log_y
     # forward algorithm: alpha_t(j) = log p(s_t = j, x_{1:t}, y_{1:t})
     log_trans = jnp.log(params.transition_matrix)
 
@@ -517,27 +628,30 @@ def _check_series(name: str, value, width: int, what: str, *, allow_nan: bool):
     return arr
 
 
-def switching_log_joint(params: SwitchingParams, states, observations) -> jax.Array:
+def switching_log_joint(params: SwitchingParams, states, observations, *, inputs=None):
     """log p(x_{1:T}, y_{1:T}) = log sum_{s_{1:T}} p(s, x, y), by the forward algorithm.
 
         alpha_1(j) = log pi0_j + e_1(j),
         alpha_t(j) = logsumexp_i(alpha_{t-1}(i) + log Pi_ij) + e_t(j),   result logsumexp alpha_T
-        e_1(j) = log N(x_1; m0_j, P0_j) + log N(y_1; H_j x_1, R_j)
-        e_t(j) = log N(x_t; F_j x_{t-1} + b_j, Q_j) + log N(y_t; H_j x_t, R_j)
+        e_1(j) = log N(x_1; m0_j, P0_j) + log N(y_1; H_j x_1 + d_j + D_j u_1, R_j)
+        e_t(j) = log N(x_t; F_j x_{t-1} + b_j + B_j u_t, Q_j) + log N(y_t; H_j x_t + d_j
+                 + D_j u_t, R_j)
 
-    A row of y holding a NaN is missing and contributes no y-term. Needs positive definite Q_j
-    and P0_j (checked when the parameters are concrete). Pure JAX: jit-, vmap- and grad-able.
+    A NaN coordinate of y is missing: the y-term is the density of the observed coordinates
+    (a wholly missing row contributes nothing). Needs positive definite Q_j, P0_j and R_j
+    (checked when the parameters are concrete). Pure JAX: jit-, vmap- and grad-able.
 
     Args:
         params: ``SwitchingParams``.
         states: (T, d) x_{1:T}.
         observations: (T, o) y_{1:T}.
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
 
     Returns:
         () the log joint density.
     """
     params = check_params("params", params)  # value checks only on concrete fields
-    for field in ("initial_covs", "dynamics_covs"):
+    for field in ("initial_covs", "dynamics_covs", "emission_covs"):
         if not validation.is_traced(getattr(params, field)):
             _check_definite(f"params.{field}", getattr(params, field))
     d = params.initial_means.shape[-1]
@@ -546,9 +660,15 @@ def switching_log_joint(params: SwitchingParams, states, observations) -> jax.Ar
     obs = _check_series("observations", observations, o, "y_{1:T}", allow_nan=True)
     if states.shape[0] != obs.shape[0]:
         raise ValueError(f"states: has {states.shape[0]} steps but observations has {obs.shape[0]}")
+    inputs = check_input_series("inputs", inputs, params, obs.shape[0])
     dtype = jnp.result_type(jnp.asarray(states).dtype, jnp.asarray(obs).dtype)
     arrays = SwitchingParams(*(jnp.asarray(a, dtype) for a in params))
-    return _log_joint(arrays, jnp.asarray(states, dtype), jnp.asarray(obs, dtype))
+    return _log_joint(
+        arrays,
+        jnp.asarray(states, dtype),
+        jnp.asarray(obs, dtype),
+        jnp.asarray(inputs, dtype),
+    )
 
 
 # ----------------------------------------------------------------------------- NumPyro program
@@ -561,6 +681,7 @@ def switching_model(
     num_steps: int | None = None,
     priors: SwitchingPriors | None = None,
     jitter: float = 0.0,
+    inputs=None,
 ):
     """NumPyro program of the switching state-space model with the modes marginalised.
 
@@ -586,6 +707,10 @@ def switching_model(
         priors: ``SwitchingPriors`` or ``None`` (all of Pi, Q, R fixed).
         jitter: >= 0 added to the diagonal of every Q_j. Must be > 0 when some Q_j is singular
             (e.g. the maneuvering target's rank-2 white-noise acceleration Q).
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights (k > 0).
+
+    ``switching_marginal_model`` (``attnbayes.inference.switching``) integrates the states out
+    too, with a filter, so that NUTS samples the parameters alone.
     """
     if isinstance(params, str):
         params = get_scenario(params)
@@ -599,7 +724,11 @@ def switching_model(
         raise ValueError(f"jitter: must be a finite number >= 0, got {jitter}")
     priors = check_priors("priors", priors, m)
     if y is not None:  # a density over the states needs PD covariances; simulating does not
-        for field, extra in (("initial_covs", 0.0), ("dynamics_covs", jitter)):
+        for field, extra in (
+            ("initial_covs", 0.0),
+            ("dynamics_covs", jitter),
+            ("emission_covs", 0.0),
+        ):
             if not validation.is_traced(getattr(params, field)):
                 _check_definite(f"params.{field}", getattr(params, field), extra)
         y = _check_series("y", y, o, "observations", allow_nan=True)
@@ -609,8 +738,10 @@ def switching_model(
     elif num_steps is None:
         raise ValueError("num_steps: required when y is None")
     num_steps = validation.check_positive_int("num_steps", num_steps)
+    inputs = check_input_series("inputs", inputs, params, num_steps)
 
     dtype = jnp.asarray(params.initial_means).dtype if y is None else jnp.asarray(y).dtype
+    inputs = jnp.asarray(inputs, dtype)
     arrays = SwitchingParams(*(jnp.asarray(a, dtype) for a in params))
     trans, dyn_covs, emi_covs = (
         arrays.transition_matrix,
@@ -642,13 +773,13 @@ def switching_model(
                 "y: with y=None the program simulates and needs a PRNG key; run it under "
                 "numpyro.handlers.seed or numpyro.infer.Predictive"
             )
-        modes, states, obs = _simulate(key, model, num_steps)
+        modes, states, obs = _simulate(key, model, inputs)
         numpyro.deterministic("modes", modes)
         numpyro.deterministic("states", states)
         numpyro.deterministic("observations", obs)
         return
     states = numpyro.sample("states", dist.ImproperUniform(constraints.real, (), (num_steps, d)))
-    numpyro.factor("log_joint", _log_joint(model, states, jnp.asarray(y, dtype)))
+    numpyro.factor("log_joint", _log_joint(model, states, jnp.asarray(y, dtype), inputs))
 
 
 def switching_dims(
@@ -681,6 +812,7 @@ __all__ = [
     "SwitchingParams",
     "SwitchingPriors",
     "as_float_field",
+    "check_input_series",
     "check_params",
     "check_priors",
     "constant_velocity",
@@ -688,7 +820,9 @@ __all__ = [
     "coordinated_turn",
     "get_scenario",
     "maneuvering_target",
+    "masked_gaussian_logpdf",
     "simulate",
+    "step_offsets",
     "switching_dims",
     "switching_log_joint",
     "switching_model",

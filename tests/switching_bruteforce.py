@@ -3,9 +3,10 @@
 Every mode history s_{1:T} (M^T of them) makes the model linear-Gaussian: with
 e = (x_1 - m0_{s_1}, w_2, ..., w_T) independent, e ~ N(0, blockdiag(P0_{s_1}, Q_{s_2}, ...,
 Q_{s_T})), the states are x = mu + L e with L[t, u] = F_{s_t} ... F_{s_{u+1}} (identity on the
-diagonal), and y = blockdiag(H_{s_t}) x + v, v ~ N(0, blockdiag(R_{s_t})). Each history's dense
-joint Gaussian of (x_{1:T}, y_{1:T}) is conditioned densely on the observed rows (a row of y
-holding a NaN is missing and dropped), and the histories are mixed with weights
+diagonal), mu_t = F_{s_t} mu_{t-1} + b_{s_t} + B_{s_t} u_t, and y = blockdiag(H_{s_t}) x +
+(d_{s_t} + D_{s_t} u_t)_t + v, v ~ N(0, blockdiag(R_{s_t})). Each history's dense joint Gaussian
+of (x_{1:T}, y_{1:T}) is conditioned densely on the observed entries (a NaN entry of y is
+missing and dropped), and the histories are mixed with weights
 p(s_{1:t}, y_{1:t}). Written independently of the JAX code it checks; fast enough for M = 2,
 T <= 8.
 
@@ -62,8 +63,37 @@ class BruteForcePosterior(NamedTuple):
 
 
 def as_numpy(params: SwitchingParams) -> SwitchingParams:
-    """The fields as float64 NumPy arrays."""
-    return SwitchingParams(*(np.asarray(a, dtype=float) for a in params))
+    """The fields as float64 NumPy arrays (the optional ones filled: zero offsets, k = 0 or
+    the other input weight's k)."""
+    fields = {
+        f: None if a is None else np.asarray(a, dtype=float) for f, a in params._asdict().items()
+    }
+    m, o, d = fields["emission_matrices"].shape
+    k = next(
+        (
+            fields[f].shape[-1]
+            for f in ("dynamics_input_weights", "emission_input_weights")
+            if fields[f] is not None
+        ),
+        0,
+    )
+    for f, shape in (
+        ("emission_biases", (m, o)),
+        ("dynamics_input_weights", (m, d, k)),
+        ("emission_input_weights", (m, o, k)),
+    ):
+        if fields[f] is None:
+            fields[f] = np.zeros(shape)
+    return SwitchingParams(**fields)
+
+
+def _inputs(p: SwitchingParams, inputs, t_max: int) -> np.ndarray:
+    k = p.emission_input_weights.shape[-1]
+    return (
+        np.zeros((t_max, k))
+        if inputs is None
+        else np.asarray(inputs, dtype=float).reshape(t_max, k)
+    )
 
 
 # ----------------------------------------------------------------------------- one history
@@ -79,15 +109,19 @@ class _HistoryGaussian(NamedTuple):
     sxy: np.ndarray  # (T d, T o)
 
 
-def _history_gaussian(p: SwitchingParams, hist) -> _HistoryGaussian:
+def _history_gaussian(p: SwitchingParams, hist, u) -> _HistoryGaussian:
     t_max, d = len(hist), p.initial_means.shape[1]
     o = p.emission_matrices.shape[1]
     # mean recursion
     means = [p.initial_means[hist[0]]]
     for t in range(1, t_max):
         j = hist[t]
-        means.append(p.dynamics_matrices[j] @ means[-1] + p.dynamics_biases[j])
+        bias = p.dynamics_biases[j] + p.dynamics_input_weights[j] @ u[t]
+        means.append(p.dynamics_matrices[j] @ means[-1] + bias)
     mx = np.concatenate(means)
+    offsets = np.concatenate(
+        [p.emission_biases[j] + p.emission_input_weights[j] @ u[t] for t, j in enumerate(hist)]
+    )
     # x - mu = L e, e ~ N(0, D)
     big_l = np.zeros((t_max * d, t_max * d))
     for u in range(t_max):
@@ -109,7 +143,7 @@ def _history_gaussian(p: SwitchingParams, hist) -> _HistoryGaussian:
         big_r[t * o : (t + 1) * o, t * o : (t + 1) * o] = p.emission_covs[j]
     sxy = sx @ big_h.T
     sy = big_h @ sx @ big_h.T + big_r
-    return _HistoryGaussian(mx, sx, big_h @ mx, 0.5 * (sy + sy.T), sxy)
+    return _HistoryGaussian(mx, sx, big_h @ mx + offsets, 0.5 * (sy + sy.T), sxy)
 
 
 def _log_mode_prob(p: SwitchingParams, hist) -> float:
@@ -131,10 +165,9 @@ def _gauss_logpdf(x, mean, cov) -> float:
 
 
 def _observed_rows(y: np.ndarray, t: int) -> np.ndarray:
-    """Indices into the flattened y_{1:T} of the observed rows among the first t steps."""
-    o = y.shape[1]
-    observed = ~np.isnan(y[:t]).any(axis=1)
-    return np.flatnonzero(np.repeat(observed, o))
+    """Indices into the flattened y_{1:T} of the observed (non-NaN) entries of the first t
+    steps."""
+    return np.flatnonzero(~np.isnan(y[:t]).ravel())
 
 
 def _condition(g: _HistoryGaussian, y: np.ndarray, rows: np.ndarray, xs: slice):
@@ -183,7 +216,7 @@ def _check_y(p: SwitchingParams, y) -> np.ndarray:
     return y
 
 
-def enumerate_posterior(params: SwitchingParams, y) -> BruteForcePosterior:
+def enumerate_posterior(params: SwitchingParams, y, inputs=None) -> BruteForcePosterior:
     """Exact filtering and smoothing posteriors by enumerating every mode history.
 
     Filtered quantities at step t use the M^t histories s_{1:t} and y_{1:t} only; smoothed
@@ -191,11 +224,13 @@ def enumerate_posterior(params: SwitchingParams, y) -> BruteForcePosterior:
 
     Args:
         params: ``SwitchingParams`` (NumPy or JAX arrays).
-        y: (T, o); a row holding a NaN is a missing observation.
+        y: (T, o); a NaN entry is a missing observation.
+        inputs: (T, k) u_{1:T} when the params have input weights.
     """
     p = as_numpy(params)
     y = _check_y(p, y)
     t_max, m = y.shape[0], p.initial_probs.shape[0]
+    u = _inputs(p, inputs, t_max)
     d = p.initial_means.shape[1]
     filt = [np.zeros((t_max, m)), np.zeros((t_max, m, d)), np.zeros((t_max, m, d, d))]
     filt += [np.zeros((t_max, d)), np.zeros((t_max, d, d))]
@@ -207,7 +242,7 @@ def enumerate_posterior(params: SwitchingParams, y) -> BruteForcePosterior:
         xs = slice((t - 1) * d, t * d)
         log_w, means, covs = [], [], []
         for h in hists:
-            g = _history_gaussian(p, h)
+            g = _history_gaussian(p, h, u)
             mean, cov, ll = _condition(g, y[:t], rows, xs)
             log_w.append(_log_mode_prob(p, h) + ll)
             means.append(mean)
@@ -222,7 +257,7 @@ def enumerate_posterior(params: SwitchingParams, y) -> BruteForcePosterior:
     means = np.zeros((len(hists), t_max, d))
     covs = np.zeros((len(hists), t_max, d, d))
     for k, h in enumerate(hists):
-        g = _history_gaussian(p, h)
+        g = _history_gaussian(p, h, u)
         mean, cov, ll = _condition(g, y, rows, slice(None))
         log_joint[k] = _log_mode_prob(p, h) + ll
         for t in range(t_max):
@@ -235,7 +270,7 @@ def enumerate_posterior(params: SwitchingParams, y) -> BruteForcePosterior:
     return BruteForcePosterior(hists, log_joint, float(logsumexp(log_joint)), *filt, *smooth)
 
 
-def log_posterior_density(params: SwitchingParams, y, x) -> float:
+def log_posterior_density(params: SwitchingParams, y, x, inputs=None) -> float:
     """log p(x_{1:T} | y_{1:T}) = log sum_s p(s | y) N(x; E[x | s, y], Cov[x | s, y]).
 
     Needs every conditional Cov[x_{1:T} | s, y] positive definite: take PD Q_j and P0_j.
@@ -249,30 +284,32 @@ def log_posterior_density(params: SwitchingParams, y, x) -> float:
     y = _check_y(p, y)
     x = np.asarray(x, dtype=float).ravel()
     t_max, m = y.shape[0], p.initial_probs.shape[0]
+    u = _inputs(p, inputs, t_max)
     rows = _observed_rows(y, t_max)
     terms = []
     for h in itertools.product(range(m), repeat=t_max):
-        g = _history_gaussian(p, h)
+        g = _history_gaussian(p, h, u)
         mean, cov, ll = _condition(g, y, rows, slice(None))
         terms.append((_log_mode_prob(p, h) + ll, _gauss_logpdf(x, mean, cov)))
     log_joint, log_dens = np.array(terms).T
     return float(logsumexp(log_joint - logsumexp(log_joint) + log_dens))
 
 
-def log_joint_density(params: SwitchingParams, x, y) -> float:
+def log_joint_density(params: SwitchingParams, x, y, inputs=None) -> float:
     """log p(x_{1:T}, y_{1:T}) = log sum_s p(s) N((x, y_obs); dense joint mean and covariance).
 
-    Needs PD Q_j and P0_j (the density of x must exist). NaN rows of y are dropped.
+    Needs PD Q_j and P0_j (the density of x must exist). NaN entries of y are dropped.
     """
     p = as_numpy(params)
     y = _check_y(p, y)
     x = np.asarray(x, dtype=float).ravel()
     t_max, m = y.shape[0], p.initial_probs.shape[0]
+    u = _inputs(p, inputs, t_max)
     rows = _observed_rows(y, t_max)
     z = np.concatenate([x, y.ravel()[rows]])
     terms = []
     for h in itertools.product(range(m), repeat=t_max):
-        g = _history_gaussian(p, h)
+        g = _history_gaussian(p, h, u)
         mean = np.concatenate([g.mx, g.my[rows]])
         cross = g.sxy[:, rows]
         cov = np.block([[g.sx, cross], [cross.T, g.sy[np.ix_(rows, rows)]]])
@@ -281,11 +318,17 @@ def log_joint_density(params: SwitchingParams, x, y) -> float:
 
 
 def random_switching_params(
-    rng: np.random.Generator, M: int = 2, d: int = 2, o: int = 1, singular_q: bool = False
+    rng: np.random.Generator,
+    M: int = 2,
+    d: int = 2,
+    o: int = 1,
+    singular_q: bool = False,
+    num_inputs: int | None = None,
 ) -> SwitchingParams:
     """A valid random model: stable F_j (spectral radius 0.9), PD P0_j and R_j, Q_j PD or of
     rank max(1, d - 1) (``singular_q``), Dirichlet(2) rows of Pi and pi0 (no tiny
-    probabilities)."""
+    probabilities). With ``num_inputs`` = k (0 allowed), also random emission offsets d_j and
+    input weights B_j, D_j with k columns (drawn after the other fields)."""
     a = rng.normal(size=(M, d, d))
     radius = np.max(np.abs(np.linalg.eigvals(a)), axis=-1)
     f = 0.9 * a / radius[:, None, None]
@@ -297,7 +340,7 @@ def random_switching_params(
         g = rng.normal(size=(M, d, d))
         q = 0.5 * g @ np.swapaxes(g, -1, -2) + 0.2 * np.eye(d)
     rr = rng.normal(size=(M, o, o))
-    return SwitchingParams(
+    params = SwitchingParams(
         initial_probs=rng.dirichlet(np.full(M, 2.0)),
         transition_matrix=rng.dirichlet(np.full(M, 2.0), size=M),
         initial_means=rng.normal(size=(M, d)),
@@ -307,6 +350,13 @@ def random_switching_params(
         dynamics_covs=0.5 * (q + np.swapaxes(q, -1, -2)),
         emission_matrices=rng.normal(size=(M, o, d)),
         emission_covs=rr @ np.swapaxes(rr, -1, -2) + 0.5 * np.eye(o),
+    )
+    if num_inputs is None:
+        return params
+    return params._replace(
+        emission_biases=rng.normal(size=(M, o)),
+        dynamics_input_weights=0.5 * rng.normal(size=(M, d, num_inputs)),
+        emission_input_weights=rng.normal(size=(M, o, num_inputs)),
     )
 
 

@@ -146,7 +146,7 @@ def _bad_params(params: SwitchingParams) -> dict:
         ),
         "emission-covs-not-pd": (
             params._replace(emission_covs=-np.ones((m, 1, 1))),
-            r"^params\.emission_covs: covariance matrices must be positive definite",
+            r"^params\.emission_covs: covariance matrices must be positive semi-definite",
         ),
         "dynamics-covs-not-psd": (
             params._replace(dynamics_covs=np.tile(-np.eye(2), (m, 1, 1))),
@@ -505,9 +505,10 @@ def test_scenario_options_still_work():
     assert np.asarray(one.initial_probs).shape == (1,)
 
 
-def test_a_partly_missing_row_is_missing_as_a_whole():
-    """As the docstrings say: a row holding a NaN is a predict-only step; its other values are
-    not used (the CLI refuses such rows; the library documents and keeps this)."""
+def test_a_partly_missing_row_updates_on_its_observed_coordinate():
+    """A NaN coordinate is missing and the others are used: the missing value itself never
+    matters (any finite stand-in gives the same result), while a wholly missing row gives a
+    different (predict-only) step."""
     params = get_scenario("maneuvering-target")
     y = 10.0 * np.random.default_rng(2).normal(size=(6, 2))
     partly, whole = y.copy(), y.copy()
@@ -516,12 +517,17 @@ def test_a_partly_missing_row_is_missing_as_a_whole():
     for f in (imm_filter, lambda p, o: kalman_smoother(p, o)):
         p = params if f is imm_filter else _one_mode(params)
         a, b = f(p, partly), f(p, whole)
-        for field in FilterResult._fields:
-            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+        assert not np.allclose(a.mean[3], b.mean[3])
+        assert float(a.log_likelihood) < float(b.log_likelihood)  # one more density term
+        for stand_in in (0.0, 1e3):
+            other = partly.copy()
+            other[3, 1] = stand_in
+            c = f(p, other)
+            assert not np.allclose(c.mean[3], a.mean[3])
 
 
 def _one_mode(params: SwitchingParams) -> SwitchingParams:
-    fields = {f: np.asarray(v)[:1] for f, v in params._asdict().items()}
+    fields = {f: np.asarray(v)[:1] for f, v in params._asdict().items() if v is not None}
     return SwitchingParams(
         **fields | {"initial_probs": np.ones(1), "transition_matrix": np.ones((1, 1))}
     )

@@ -15,12 +15,19 @@ from attnbayes.inference.switching.filters import (
     imm_filter,
     kalman_filter,
 )
-from attnbayes.models.switching import SwitchingParams, maneuvering_target, simulate
+from attnbayes.models.switching import (
+    SwitchingParams,
+    check_params,
+    maneuvering_target,
+    simulate,
+)
 
 
 def one_mode(params: SwitchingParams, mode: int) -> SwitchingParams:
     """The M = 1 model that always stays in ``mode``."""
-    fields = {f: np.asarray(v)[mode : mode + 1] for f, v in params._asdict().items()}
+    fields = {
+        f: np.asarray(v)[mode : mode + 1] for f, v in params._asdict().items() if v is not None
+    }
     fields["initial_probs"] = np.ones(1)
     fields["transition_matrix"] = np.ones((1, 1))
     return SwitchingParams(**fields)
@@ -46,18 +53,26 @@ def random_model(rng, d=3, o=2):
     )
 
 
-def dense_filter(params: SwitchingParams, y):
+def dense_filter(params: SwitchingParams, y, inputs=None):
     """Brute force: the joint Gaussian of (x_1..x_T, y_1..y_T), conditioned densely.
 
     Returns the filtered means (T, d) and covariances (T, d, d), and log p(y) over the observed
-    rows (NaN rows dropped)."""
+    entries (NaN entries dropped). With ``inputs`` (T, k): x_t's mean gains B u_t (t >= 2) and
+    y_t's d + D u_t."""
     m0, p0 = params.initial_means[0], params.initial_covs[0]
     f, b, q = params.dynamics_matrices[0], params.dynamics_biases[0], params.dynamics_covs[0]
     h, r = params.emission_matrices[0], params.emission_covs[0]
     t_max, d = y.shape[0], m0.shape[0]
+    o = h.shape[0]
+    if inputs is None:
+        u, big_b, big_d, off = np.zeros((t_max, 0)), np.zeros((d, 0)), np.zeros((o, 0)), 0.0
+    else:
+        u = np.asarray(inputs, float)
+        big_b, big_d = params.dynamics_input_weights[0], params.emission_input_weights[0]
+        off = params.emission_biases[0]
     means = [m0]
-    for _ in range(1, t_max):
-        means.append(f @ means[-1] + b)
+    for t in range(1, t_max):
+        means.append(f @ means[-1] + b + big_b @ u[t])
     # cross covariances Cov(x_t, x_s) = F^(t-s) Cov(x_s, x_s) for t >= s
     var = [p0]
     for _ in range(1, t_max):
@@ -72,14 +87,12 @@ def dense_filter(params: SwitchingParams, y):
     big_h = np.kron(np.eye(t_max), h)
     sy = big_h @ sx @ big_h.T + np.kron(np.eye(t_max), r)
     sxy = sx @ big_h.T
-    mx, my = np.concatenate(means), big_h @ np.concatenate(means)
-    o = h.shape[0]
-    observed = ~np.isnan(y).any(axis=1)
+    mx = np.concatenate(means)
+    my = big_h @ mx + np.concatenate([off + big_d @ u[t] for t in range(t_max)])
+    observed = ~np.isnan(y)
     filt_means, filt_covs = [], []
     for t in range(t_max):
-        rows = np.concatenate(
-            [np.arange(s * o, (s + 1) * o) for s in range(t + 1) if observed[s]] or [[]]
-        ).astype(int)
+        rows = np.flatnonzero(observed[: t + 1].ravel())
         xs = slice(t * d, (t + 1) * d)
         if rows.size == 0:
             filt_means.append(mx[xs])
@@ -88,7 +101,7 @@ def dense_filter(params: SwitchingParams, y):
         gain = sxy[xs][:, rows] @ np.linalg.inv(sy[np.ix_(rows, rows)])
         filt_means.append(mx[xs] + gain @ (y.ravel()[rows] - my[rows]))
         filt_covs.append(sx[xs, xs] - gain @ sxy[xs][:, rows].T)
-    rows = np.flatnonzero(np.repeat(observed, o))
+    rows = np.flatnonzero(observed.ravel())
     log_lik = multivariate_normal(my[rows], sy[np.ix_(rows, rows)]).logpdf(y.ravel()[rows])
     return np.array(filt_means), np.array(filt_covs), log_lik
 
@@ -108,6 +121,29 @@ def test_kalman_filter_equals_dense_conditioning(missing):
     np.testing.assert_allclose(float(res.log_likelihood), log_lik, rtol=1e-11)
     np.testing.assert_allclose(res.mode_probs, 1.0)
     assert res.means.shape == (7, 1, 3) and res.covs.shape == (7, 1, 3, 3)
+
+
+def test_kalman_filter_with_inputs_offsets_and_partly_missing_rows_equals_dense_conditioning():
+    """Emission offset d, inputs through B (dynamics) and D (emissions), and rows with one of
+    two coordinates missing: the one masked Kalman update against dense conditioning on the
+    observed entries."""
+    rng = np.random.default_rng(1)
+    params = random_model(rng)._replace(
+        emission_biases=rng.normal(size=(1, 2)),
+        dynamics_input_weights=rng.normal(size=(1, 3, 2)),
+        emission_input_weights=rng.normal(size=(1, 2, 2)),
+    )
+    u = rng.normal(size=(8, 2))
+    y = rng.normal(size=(8, 2)) * 3.0
+    y[1, 0] = np.nan
+    y[3] = np.nan
+    y[4, 1] = np.nan
+    y[6, 0] = np.nan
+    res = kalman_filter(params, y, inputs=u)
+    means, covs, log_lik = dense_filter(params, y, u)
+    np.testing.assert_allclose(res.mean, means, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(res.cov, covs, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(float(res.log_likelihood), log_lik, rtol=1e-11)
 
 
 def test_kalman_filter_on_the_turning_mode_of_the_scenario():
@@ -131,7 +167,8 @@ def test_kalman_filter_on_the_turning_mode_of_the_scenario():
 def kalman_filter_jit(params, obs):
     from attnbayes.inference.switching.kalman import _kalman_filter
 
-    return _kalman_filter(SwitchingParams(*(jax.numpy.asarray(a) for a in params)), obs)
+    checked = check_params("params", params)
+    return _kalman_filter(SwitchingParams(*(jax.numpy.asarray(a) for a in checked)), obs)
 
 
 def test_kalman_filter_bad_input():
@@ -337,7 +374,7 @@ def test_switching_filters_bad_input(scenario_series):
             f(params, y[:4, :1])
     bad_r = np.asarray(params.emission_covs).copy()
     bad_r[1] = [[1.0, 2.0], [2.0, 1.0]]
-    with pytest.raises(ValueError, match="^params.emission_covs: .*positive definite"):
+    with pytest.raises(ValueError, match="^params.emission_covs: .*positive semi-definite"):
         imm_filter(params._replace(emission_covs=bad_r), y)
     with pytest.raises(ValueError, match="^params.initial_probs"):
         imm_filter(params._replace(initial_probs=np.array([1.2, -0.2])), y)

@@ -28,7 +28,7 @@ def test_rbpf_with_one_mode_is_the_kalman_filter():
 
 def simulate_numpy(rng, params, num_steps):
     """Observations (T, o) drawn from the switching model (Q PD here)."""
-    pi0, trans, m0, p0, f, b, q, h, r = (np.asarray(a) for a in params)
+    pi0, trans, m0, p0, f, b, q, h, r = (np.asarray(a) for a in params[:9])
     s = rng.choice(len(pi0), p=pi0)
     x = rng.multivariate_normal(m0[s], p0[s])
     ys = []

@@ -28,7 +28,7 @@ FIELDS = ("mode_probs", "means", "covs", "mean", "cov")
 def exact_filter_numpy(params: SwitchingParams, y) -> FilterResult:
     """Exact filtering by branching every component into M at each step (M^t Gaussians at t,
     log-domain weights p(s_{1:t}, y_{1:t})), with per-mode and overall moment matching."""
-    pi0, trans, m0, p0, f, b, q, h, r = (np.asarray(a, dtype=float) for a in params)
+    pi0, trans, m0, p0, f, b, q, h, r = (np.asarray(a, dtype=float) for a in params[:9])
     num_modes = pi0.shape[0]
     y = np.asarray(y, dtype=float)
     out = {k: [] for k in FIELDS}
@@ -211,7 +211,7 @@ def kim_backward_numpy(params: SwitchingParams, filt: FilterResult) -> dict:
     filters"): for each pair (j, k), the RTS step of the mode-k smoothed moment at t + 1 through
     the mode-j filtered moment at t under the dynamics of mode k; joint weights
     P(s_t = j | s_{t+1} = k, y_{1:t}) P(s_{t+1} = k | y_{1:T}); collapse over k into mode j."""
-    _, trans, _, _, f, b, q, _, _ = (np.asarray(a, dtype=float) for a in params)
+    _, trans, _, _, f, b, q, _, _ = (np.asarray(a, dtype=float) for a in params[:9])
     probs, f_means, f_covs = (np.asarray(a, dtype=float) for a in filt[:3])
     t_max, m, _ = f_means.shape
     sp, sm, sc = probs.copy(), f_means.copy(), f_covs.copy()

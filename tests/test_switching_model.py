@@ -93,8 +93,8 @@ def test_simulate_shapes_and_laws():
 def simulate_jit(key, params):
     from attnbayes.models.switching import _simulate
 
-    arrays = SwitchingParams(*(jax.numpy.asarray(a) for a in params))
-    return _simulate(key, arrays, 400)
+    arrays = SwitchingParams(*(jax.numpy.asarray(a) for a in check_params("params", params)))
+    return _simulate(key, arrays, jax.numpy.zeros((400, 0)))
 
 
 def test_simulate_public_entry_and_bad_input():
@@ -112,7 +112,7 @@ def test_simulate_public_entry_and_bad_input():
     bad = {
         "transition_matrix": np.array([[0.9, 0.2], [0.1, 0.9]]),
         "initial_probs": np.array([0.5, 0.6]),
-        "emission_covs": np.zeros((2, 2, 2)),
+        "emission_covs": -np.tile(np.eye(2), (2, 1, 1)),
         "dynamics_covs": -np.tile(np.eye(4), (2, 1, 1)),
         "dynamics_matrices": np.zeros((2, 3, 3)),
         "initial_means": np.full((2, 4), np.nan),
@@ -183,7 +183,7 @@ def test_bruteforce_identical_modes_carry_no_mode_information():
     two = SwitchingParams(
         initial_probs=np.array([0.3, 0.7]),
         transition_matrix=np.array([[0.8, 0.2], [0.4, 0.6]]),
-        **{f: np.repeat(getattr(one, f), 2, axis=0) for f in SwitchingParams._fields[2:]},
+        **{f: np.repeat(getattr(one, f), 2, axis=0) for f in SwitchingParams._fields[2:9]},
     )
     y = rng.normal(size=(4, 1))
     bf = enumerate_posterior(two, y)
@@ -236,7 +236,7 @@ def test_switching_log_joint_equals_enumeration():
         got = float(switching_log_joint(params, x, y))
         np.testing.assert_allclose(got, log_joint_density(params, x, y), rtol=1e-10)
     # jit and vmap over a batch of state paths
-    arrays = SwitchingParams(*(jnp.asarray(a) for a in params))
+    arrays = SwitchingParams(*(jnp.asarray(a) for a in check_params("params", params)))
     xs = np.stack([x, x + 0.3, x - 1.0])
     batch = jax.jit(jax.vmap(switching_log_joint, in_axes=(None, 0, None)))(arrays, xs, y)
     for k in range(3):

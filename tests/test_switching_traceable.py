@@ -65,7 +65,7 @@ def two_modes(scale: float = 1.0, stay: float = 0.85) -> SwitchingParams:
 
 
 def one_mode(params: SwitchingParams) -> SwitchingParams:
-    fields = {f: np.asarray(v)[:1] for f, v in params._asdict().items()}
+    fields = {f: np.asarray(v)[:1] for f, v in params._asdict().items() if v is not None}
     return SwitchingParams(**fields)._replace(
         initial_probs=np.ones(1), transition_matrix=np.ones((1, 1))
     )
@@ -90,9 +90,10 @@ def isotropic() -> SwitchingParams:
     )
 
 
-P2 = two_modes()
+# every field given (zero offsets, k = 0 input weights): the kernels take checked params
+P2 = check_params("params", two_modes())
 P1 = one_mode(P2)
-PISO = isotropic()
+PISO = check_params("params", isotropic())
 _, _, _Y = simulate(jax.random.key(1), P2, T)
 Y = np.array(_Y)
 Y[4] = np.nan  # a missing row
@@ -204,6 +205,8 @@ def _directions(params: SwitchingParams, seed: int) -> SwitchingParams:
     rng = np.random.default_rng(seed)
     out = {}
     for field, value in params._asdict().items():
+        if value is None:
+            continue
         d = rng.normal(size=np.shape(value))
         if field in ("initial_probs", "transition_matrix"):
             d = 0.1 * (d - d.mean(axis=-1, keepdims=True))
@@ -315,7 +318,7 @@ def test_check_params_on_tracers_runs_static_checks_only():
     np.testing.assert_array_equal(out.transition_matrix, bad_rows.transition_matrix)
     # one traced field: the concrete ones are still value-checked
     bad_cov = P2._replace(emission_covs=-np.ones((2, 1, 1)))
-    with pytest.raises(ValueError, match=r"^params\.emission_covs: .* positive definite"):
+    with pytest.raises(ValueError, match=r"^params\.emission_covs: .* positive semi-definite"):
         jax.grad(lambda t: imm_filter(bad_cov._replace(transition_matrix=t), Y).log_likelihood)(
             jnp.asarray(P2.transition_matrix)
         )
@@ -347,11 +350,11 @@ def test_invalid_values_raise_eagerly_but_not_under_jit(name):
 
 
 def test_check_inputs_returns_numpy_when_concrete_and_tracers_when_traced():
-    params, obs = check_inputs(P2, Y)
+    params, obs, _ = check_inputs(P2, Y)
     assert all(isinstance(a, np.ndarray) for a in (*params, obs))
 
     def traced(p, y):
-        params, obs = check_inputs(p, y)
+        params, obs, _ = check_inputs(p, y)
         assert all(isinstance(a, jax.core.Tracer) for a in (*params, obs))
         return obs
 

@@ -8,6 +8,9 @@
 - ``particle``: the Rao-Blackwellised particle filter (Doucet, de Freitas, Murphy and Russell 2000);
 - ``gibbs``: blocked Gibbs sampling of modes, states and parameters (Carter and Kohn 1994;
   Kim and Nelson 1999);
+- ``learning``: the filters' log-likelihood of a parametrised model
+  (``attnbayes.models.markov_switching``), maximum likelihood (L-BFGS, several starts,
+  Hessian standard errors), EM, smoothed regime probabilities, durations, AIC/BIC;
 - ``comparison``: every method on the same series, one tidy table.
 
 The filters and smoothers are ``jax.jit``-, ``jax.vmap``- and ``jax.grad``-able over
@@ -48,6 +51,16 @@ from .gibbs import (
     switching_gibbs_step,
 )
 from .kalman import FilterResult, check_inputs, kalman_filter, kalman_predict, kalman_update
+from .learning import (
+    LIKELIHOODS,
+    SwitchingFitResult,
+    expected_durations,
+    fit_switching,
+    hamilton_filter,
+    information_criteria,
+    smoothed_regime_probabilities,
+    switching_log_likelihood,
+)
 from .particle import rbpf, systematic_resample
 from .smoothers import (
     SmootherResult,
@@ -59,6 +72,7 @@ from .smoothers import (
 
 __all__ = [
     "FILTERS",
+    "LIKELIHOODS",
     "MODE_SAMPLERS",
     "SMOOTHERS",
     "SWITCHING_METHODS",
@@ -66,6 +80,7 @@ __all__ = [
     "SmootherResult",
     "SwitchingComparison",
     "SwitchingFit",
+    "SwitchingFitResult",
     "SwitchingGibbsInfo",
     "SwitchingGibbsState",
     "all_histories",
@@ -77,11 +92,15 @@ __all__ = [
     "default_switching_methods",
     "exact_filter",
     "exact_smoother",
+    "expected_durations",
+    "fit_switching",
     "fixed_modes_smoother",
     "gpb1_filter",
     "gpb2_filter",
+    "hamilton_filter",
     "imm_filter",
     "imm_mixing",
+    "information_criteria",
     "kalman_filter",
     "kalman_predict",
     "kalman_smoother",
@@ -91,7 +110,9 @@ __all__ = [
     "one_step_log_predictive_unchecked",
     "rbpf",
     "run_switching_gibbs",
+    "smoothed_regime_probabilities",
     "switching_gibbs_init",
     "switching_gibbs_step",
+    "switching_log_likelihood",
     "systematic_resample",
 ]

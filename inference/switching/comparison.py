@@ -310,7 +310,7 @@ def compare_switching(
     Returns:
         ``SwitchingComparison(table, fits, references)``.
     """
-    params, obs = check_inputs(params, observations)
+    params, obs, _ = check_inputs(params, observations)
     m, d, t_max = params.initial_probs.shape[0], params.initial_means.shape[1], obs.shape[0]
     states_true = _check_truth("states_true", states_true, (t_max, d))
     modes_true = _check_truth("modes_true", modes_true, (t_max,), integer=True, num_modes=m)

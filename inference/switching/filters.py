@@ -47,9 +47,10 @@ Differentiability. The results (log-likelihood, mode probabilities, moments) of
 ``exact_smoother`` and ``fixed_modes_smoother`` are differentiable in every field of
 ``SwitchingParams`` and in the observations (a NaN row has gradient 0), wherever the
 innovation covariances H P H^T + R are positive definite and the mode probabilities in
-``initial_probs`` and ``transition_matrix`` are > 0: a zero probability enters through its
-log, and its own gradient entry is NaN (the others stay finite); parametrise probabilities
-by logits to optimise them. The gradient is that of the formulas, in all directions:
+``initial_probs`` and ``transition_matrix`` are > 0. A zero probability is a structural zero
+(``log_probabilities``): its own gradient entry is 0, not the one-sided derivative, and the
+others stay finite to every order (Hessians too); parametrise probabilities by logits to
+optimise them. The gradient is that of the formulas, in all directions:
 keeping transition rows on the simplex and covariances symmetric is the caller's affair.
 Not differentiable:
 
@@ -86,14 +87,16 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from ... import validation
-from ...models.switching import check_params
+from ...models.switching import check_params, step_offsets
 from .kalman import (
     FilterResult,
     check_inputs,
     kalman_filter,
     kalman_predict,
     kalman_update,
+    log_probabilities,
     moment_match,
+    no_inputs,
     normalise_log_weights,
 )
 from .particle import rbpf
@@ -148,17 +151,18 @@ def _mix(log_mixing, means, covs):
     return jax.vmap(collapse, in_axes=(1, None, None))(log_mixing, means, covs)
 
 
-def _predict_each(params, means, covs):
-    """Component j predicted under mode j: (M, d), (M, d, d)."""
+def _predict_each(params, means, covs, offsets):
+    """Component j predicted under mode j with offset b_j + B_j u_t: (M, d), (M, d, d)."""
     return jax.vmap(kalman_predict)(
-        means, covs, params.dynamics_matrices, params.dynamics_biases, params.dynamics_covs
+        means, covs, params.dynamics_matrices, offsets, params.dynamics_covs
     )
 
 
-def _update_each(params, means, covs, y):
-    """Component j updated with y under mode j: means, covs and log N(y; H_j m_j, S_j)."""
-    return jax.vmap(kalman_update, in_axes=(0, 0, None, 0, 0))(
-        means, covs, y, params.emission_matrices, params.emission_covs
+def _update_each(params, means, covs, y, offsets):
+    """Component j updated with y under mode j: means, covs and log N(y; H_j m_j + e_j, S_j),
+    e_j = d_j + D_j u_t (``offsets`` (M, o))."""
+    return jax.vmap(kalman_update, in_axes=(0, 0, 0, 0, 0))(
+        means, covs, y - offsets, params.emission_matrices, params.emission_covs
     )
 
 
@@ -175,23 +179,25 @@ def _result(log_probs, means, covs, log_likelihood):
     )
 
 
-def _first_step(params, y):
+def _first_step(params, y, u):
     """Step 1: update N(m0_j, P0_j) with y_1 under each mode j (no prediction before it)."""
-    means, covs, ll = _update_each(params, params.initial_means, params.initial_covs, y)
-    log_joint = jnp.log(params.initial_probs) + ll
+    _, emi = step_offsets(params, u)
+    means, covs, ll = _update_each(params, params.initial_means, params.initial_covs, y, emi)
+    log_joint = log_probabilities(params.initial_probs) + ll
     increment = logsumexp(log_joint)
     return (means, covs, log_joint - increment), increment
 
 
-def _run(step, params, observations):
-    """Scan ``step((means, covs, log_probs), y) -> (carry, increment)`` over steps 2..T."""
-    carry, first = _first_step(params, observations[0])
+def _run(step, params, observations, inputs):
+    """Scan ``step(params, (means, covs, log_probs), (y_t, u_t)) -> (carry, increment)`` over
+    steps 2..T."""
+    carry, first = _first_step(params, observations[0], inputs[0])
 
-    def body(carry, y):
-        carry, increment = step(params, carry, y)
+    def body(carry, yu):
+        carry, increment = step(params, carry, yu)
         return carry, (carry, increment)
 
-    _, (rest, increments) = jax.lax.scan(body, carry, observations[1:])
+    _, (rest, increments) = jax.lax.scan(body, carry, (observations[1:], inputs[1:]))
     means, covs, log_probs = (
         jnp.concatenate([a[None], b]) for a, b in zip(carry, rest, strict=True)
     )
@@ -201,65 +207,77 @@ def _run(step, params, observations):
 # ----------------------------------------------------------------------------- the filters
 
 
-def _imm_step(params, carry, y):
+def _imm_step(params, carry, yu):
     means, covs, log_probs = carry
-    log_predicted, log_mixing = imm_mixing(log_probs, jnp.log(params.transition_matrix))
-    means, covs = _predict_each(params, *_mix(log_mixing, means, covs))
-    means, covs, ll = _update_each(params, means, covs, y)
+    y, u = yu
+    dyn, emi = step_offsets(params, u)
+    log_predicted, log_mixing = imm_mixing(log_probs, log_probabilities(params.transition_matrix))
+    means, covs = _predict_each(params, *_mix(log_mixing, means, covs), dyn)
+    means, covs, ll = _update_each(params, means, covs, y, emi)
     log_joint = log_predicted + ll
     increment = logsumexp(log_joint)
     return (means, covs, log_joint - increment), increment
 
 
-def _gpb1_step(params, carry, y):
+def _gpb1_step(params, carry, yu):
     means, covs, log_probs = carry
+    y, u = yu
+    dyn, emi = step_offsets(params, u)
     m = log_probs.shape[0]
     mean, cov = collapse(log_probs, means, covs)
-    log_predicted = logsumexp(log_probs[:, None] + jnp.log(params.transition_matrix), axis=0)
-    means, covs = _predict_each(
-        params, jnp.broadcast_to(mean, (m, *mean.shape)), jnp.broadcast_to(cov, (m, *cov.shape))
+    log_predicted = logsumexp(
+        log_probs[:, None] + log_probabilities(params.transition_matrix), axis=0
     )
-    means, covs, ll = _update_each(params, means, covs, y)
+    means, covs = _predict_each(
+        params,
+        jnp.broadcast_to(mean, (m, *mean.shape)),
+        jnp.broadcast_to(cov, (m, *cov.shape)),
+        dyn,
+    )
+    means, covs, ll = _update_each(params, means, covs, y, emi)
     log_joint = log_predicted + ll
     increment = logsumexp(log_joint)
     return (means, covs, log_joint - increment), increment
 
 
-def _gpb2_step(params, carry, y):
+def _gpb2_step(params, carry, yu):
     means, covs, log_probs = carry
+    y, u = yu
+    dyn, emi = step_offsets(params, u)
 
-    def under_mode(f, b, q, h, r):
+    def under_mode(f, b, q, h, r, e):
         """All previous components i predicted and updated under one new mode."""
         pm, pc = jax.vmap(kalman_predict, in_axes=(0, 0, None, None, None))(means, covs, f, b, q)
-        return jax.vmap(kalman_update, in_axes=(0, 0, None, None, None))(pm, pc, y, h, r)
+        return jax.vmap(kalman_update, in_axes=(0, 0, None, None, None))(pm, pc, y - e, h, r)
 
     # (M_j, M_i, ...) after the vmap over the new mode j
     new_means, new_covs, ll = jax.vmap(under_mode)(
         params.dynamics_matrices,
-        params.dynamics_biases,
+        dyn,
         params.dynamics_covs,
         params.emission_matrices,
         params.emission_covs,
+        emi,
     )
-    log_w = log_probs[None, :] + jnp.log(params.transition_matrix).T + ll  # [j, i]
+    log_w = log_probs[None, :] + log_probabilities(params.transition_matrix).T + ll  # [j, i]
     increment = logsumexp(log_w)
     means, covs = jax.vmap(collapse)(log_w, new_means, new_covs)
     return (means, covs, logsumexp(log_w, axis=1) - increment), increment
 
 
 @jax.jit
-def _imm_filter(params, observations):
-    return _run(_imm_step, params, observations)
+def _imm_filter(params, observations, inputs=None):
+    return _run(_imm_step, params, observations, no_inputs(params, observations, inputs))
 
 
 @jax.jit
-def _gpb1_filter(params, observations):
-    return _run(_gpb1_step, params, observations)
+def _gpb1_filter(params, observations, inputs=None):
+    return _run(_gpb1_step, params, observations, no_inputs(params, observations, inputs))
 
 
 @jax.jit
-def _gpb2_filter(params, observations):
-    return _run(_gpb2_step, params, observations)
+def _gpb2_filter(params, observations, inputs=None):
+    return _run(_gpb2_step, params, observations, no_inputs(params, observations, inputs))
 
 
 _FILTER_ARGS = """
@@ -271,8 +289,8 @@ _FILTER_ARGS = """
     (``attnbayes.inference.switching.filters``) on the concrete result: it raises
     ``FloatingPointError`` naming the first non-finite step and field.
 
-    ``jit``-, ``vmap``- and ``grad``-able over ``params`` and ``observations`` (module
-    docstring). Under a transformation only the static checks (shapes, dtypes) run: invalid
+    ``jit``-, ``vmap``- and ``grad``-able over ``params``, ``observations`` and ``inputs``
+    (module docstring). Under a transformation only the static checks (shapes, dtypes) run: invalid
     parameter values (rows not summing to one, covariances not PSD) then give NaN or wrong
     numbers instead of a ``ValueError``, so call
     ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
@@ -280,8 +298,9 @@ _FILTER_ARGS = """
     Args:
         params: ``SwitchingParams`` (validated: shapes, stochastic rows, PSD covariances;
             the value checks only when concrete).
-        observations: (T, o); a row holding a NaN is missing as a whole (predict only;
-            its other values are not used).
+        observations: (T, o); a NaN coordinate is missing (the update conditions on the
+            observed coordinates; a wholly missing row is a predict-only step).
+        inputs: (T, k) known inputs u_{1:T}, required when ``params`` has input weights.
 
     Returns:
         ``FilterResult``: mode_probs (T, M), means (T, M, d), covs (T, M, d, d), mean (T, d),
@@ -289,35 +308,35 @@ _FILTER_ARGS = """
 """
 
 
-def imm_filter(params, observations) -> FilterResult:
+def imm_filter(params, observations, *, inputs=None) -> FilterResult:
     """Interacting multiple model filter: mix, then M Kalman predict-update steps.
 
     mu_{i|j} = Pi_ij pi_i / c_j, (m0_j, P0_j) = collapse_i(mu_{i|j}, m_i, P_i), then predict
     with (F_j, b_j, Q_j) and update with (H_j, R_j); pi_j' ~ c_j N(y_t; H_j m_j^-, S_j).
     """
-    return _imm_filter(*check_inputs(params, observations))
+    return _imm_filter(*check_inputs(params, observations, inputs=inputs))
 
 
-def gpb1_filter(params, observations) -> FilterResult:
+def gpb1_filter(params, observations, *, inputs=None) -> FilterResult:
     """Generalised pseudo-Bayesian filter of order 1: collapse all modes to one Gaussian, then
     predict and update under each new mode j; pi_j' ~ c_j N(y_t; H_j m_j^-, S_j)."""
-    return _gpb1_filter(*check_inputs(params, observations))
+    return _gpb1_filter(*check_inputs(params, observations, inputs=inputs))
 
 
-def gpb2_filter(params, observations) -> FilterResult:
+def gpb2_filter(params, observations, *, inputs=None) -> FilterResult:
     """Generalised pseudo-Bayesian filter of order 2: M^2 Kalman updates (i -> j), weights
     w_ij ~ pi_i Pi_ij N(y_t; H_j m_ij^-, S_ij), then for each j collapse over i."""
-    return _gpb2_filter(*check_inputs(params, observations))
+    return _gpb2_filter(*check_inputs(params, observations, inputs=inputs))
 
 
 for _f in (imm_filter, gpb1_filter, gpb2_filter):
     _f.__doc__ = _f.__doc__.rstrip() + _FILTER_ARGS
 
 
-def _increments(step, params, observations):
+def _increments(step, params, observations, inputs):
     """log p(y_t | y_{1:t-1}) for t = 1..T, as ``_run`` sums them."""
-    carry, first = _first_step(params, observations[0])
-    _, rest = jax.lax.scan(lambda c, y: step(params, c, y), carry, observations[1:])
+    carry, first = _first_step(params, observations[0], inputs[0])
+    _, rest = jax.lax.scan(lambda c, yu: step(params, c, yu), carry, (observations[1:], inputs[1:]))
     return jnp.concatenate([first[None], rest])
 
 
@@ -325,11 +344,15 @@ _STEPS = {"imm": _imm_step, "gpb1": _gpb1_step, "gpb2": _gpb2_step}
 
 
 @functools.partial(jax.jit, static_argnames=("method",))
-def one_step_log_predictive_unchecked(params, observations, method):
-    return _increments(_STEPS[method], params, observations)
+def one_step_log_predictive_unchecked(params, observations, method, inputs=None):
+    """``one_step_log_predictive`` on checked arrays (``check_inputs``); ``inputs`` (T, k) or
+    None for a model without inputs."""
+    return _increments(
+        _STEPS[method], params, observations, no_inputs(params, observations, inputs)
+    )
 
 
-def one_step_log_predictive(params, observations, *, method: str = "imm") -> jax.Array:
+def one_step_log_predictive(params, observations, *, method: str = "imm", inputs=None) -> jax.Array:
     """One-step-ahead log predictive densities log p(y_t | y_{1:t-1}, theta), t = 1..T.
 
     p(y_t | y_{1:t-1}) = sum_j c_j N(y_t; H_j m_j^-, S_j) with the filter's predicted mode
@@ -343,36 +366,44 @@ def one_step_log_predictive(params, observations, *, method: str = "imm") -> jax
     run the named filter and ``check_filter_result(result, params=params)`` to see the field
     and the likely cause.
 
-    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations`` (``method``
-    is static). Under a transformation only the static checks (shapes, dtypes) run, so invalid
-    parameter values give NaN or wrong numbers instead of a ``ValueError``: call
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params``, ``observations`` and ``inputs``
+    (``method`` is static). Under a transformation only the static checks (shapes, dtypes)
+    run, so invalid parameter values give NaN or wrong numbers instead of a ``ValueError``: call
     ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
 
     Args:
         params: ``SwitchingParams``.
-        observations: (T, o); a row holding a NaN is missing as a whole.
+        observations: (T, o); a NaN coordinate is missing.
         method: "imm" (default), "gpb1" or "gpb2".
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
 
     Returns:
         (T,) log predictive densities.
     """
     if not isinstance(method, str) or method not in _STEPS:
         raise ValueError(f"method: expected one of {list(_STEPS)}, got {method!r}")
-    return one_step_log_predictive_unchecked(*check_inputs(params, observations), method)
+    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
+    return one_step_log_predictive_unchecked(params, obs, method, inputs)
 
 
 # ----------------------------------------------------------------------------- exact
 
 
 @jax.jit
-def _exact_filter(params, observations, histories):
-    log_trans = jnp.log(params.transition_matrix)
+def _exact_filter(params, observations, histories, inputs=None):
+    inputs = no_inputs(params, observations, inputs)
+    log_trans = log_probabilities(params.transition_matrix)
     m = params.initial_probs.shape[0]
     first = histories[:, 0]
+    dyn_off, emi_off = jax.vmap(step_offsets, in_axes=(None, 0))(params, inputs)  # (T, M, .)
 
-    def update(means, covs, y, modes):
-        return jax.vmap(kalman_update, in_axes=(0, 0, None, 0, 0))(
-            means, covs, y, params.emission_matrices[modes], params.emission_covs[modes]
+    def update(means, covs, y, emi, modes):
+        return jax.vmap(kalman_update, in_axes=(0, 0, 0, 0, 0))(
+            means,
+            covs,
+            y - emi[modes],
+            params.emission_matrices[modes],
+            params.emission_covs[modes],
         )
 
     def moments(log_w, means, covs, modes):
@@ -385,26 +416,32 @@ def _exact_filter(params, observations, histories):
         return log_probs - logsumexp(log_w), *per_mode
 
     means, covs, ll = update(
-        params.initial_means[first], params.initial_covs[first], observations[0], first
+        params.initial_means[first], params.initial_covs[first], observations[0], emi_off[0], first
     )
-    log_w = jnp.log(params.initial_probs)[first] + ll
+    log_w = log_probabilities(params.initial_probs)[first] + ll
 
-    def step(carry, inputs):
+    def step(carry, inp):
         means, covs, log_w = carry
-        y, prev, modes = inputs
+        y, dyn, emi, prev, modes = inp
         means, covs = jax.vmap(kalman_predict)(
             means,
             covs,
             params.dynamics_matrices[modes],
-            params.dynamics_biases[modes],
+            dyn[modes],
             params.dynamics_covs[modes],
         )
-        means, covs, ll = update(means, covs, y, modes)
+        means, covs, ll = update(means, covs, y, emi, modes)
         log_w = log_w + log_trans[prev, modes] + ll
         return (means, covs, log_w), moments(log_w, means, covs, modes)
 
-    inputs = (observations[1:], histories[:, :-1].T, histories[:, 1:].T)
-    (_, _, log_w_final), rest = jax.lax.scan(step, (means, covs, log_w), inputs)
+    scanned = (
+        observations[1:],
+        dyn_off[1:],
+        emi_off[1:],
+        histories[:, :-1].T,
+        histories[:, 1:].T,
+    )
+    (_, _, log_w_final), rest = jax.lax.scan(step, (means, covs, log_w), scanned)
     start = moments(log_w, means, covs, first)
     log_probs, mode_means, mode_covs = (
         jnp.concatenate([a[None], b]) for a, b in zip(start, rest, strict=True)
@@ -418,7 +455,7 @@ def all_histories(num_modes: int, num_steps: int) -> np.ndarray:
     return np.array(list(itertools.product(range(num_modes), repeat=num_steps)), dtype=np.int32)
 
 
-def exact_filter(params, observations, *, max_histories: int = 2**16) -> FilterResult:
+def exact_filter(params, observations, *, max_histories: int = 2**16, inputs=None) -> FilterResult:
     """The exact filter p(x_t, s_t | y_{1:t}): a Kalman filter along each of the M^T mode
     histories, weighted by p(s_{1:t}, y_{1:t}) and collapsed per mode at each t.
 
@@ -432,13 +469,14 @@ def exact_filter(params, observations, *, max_histories: int = 2**16) -> FilterR
     (``attnbayes.inference.switching.filters``) on the concrete result: it raises
     ``FloatingPointError`` naming the first non-finite step and field.
 
-    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations`` (M and T
-    are shapes, so the histories are static). Under a transformation only the static checks
-    (shapes, dtypes) run, so invalid parameter values give NaN or wrong numbers instead of a
-    ``ValueError``: call ``attnbayes.models.switching.check_params("params", params)`` on
-    concrete values first.
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params``, ``observations`` and ``inputs``
+    (M and T are shapes, so the histories are static). ``inputs`` (T, k) u_{1:T} are
+    required when ``params`` has input weights; a NaN coordinate of y is missing. Under a
+    transformation only the static checks (shapes, dtypes) run, so invalid parameter values
+    give NaN or wrong numbers instead of a ``ValueError``: call
+    ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
     """
-    params, obs = check_inputs(params, observations)
+    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
     m, t = params.initial_probs.shape[0], obs.shape[0]
     max_histories = validation.check_positive_int("max_histories", max_histories)
     if m**t > max_histories:
@@ -446,7 +484,7 @@ def exact_filter(params, observations, *, max_histories: int = 2**16) -> FilterR
             f"observations: the exact filter needs M^T = {m}^{t} histories, more than "
             f"max_histories = {max_histories}; use gpb2_filter or imm_filter for long series"
         )
-    return _exact_filter(params, obs, jnp.asarray(all_histories(m, t)))
+    return _exact_filter(params, obs, jnp.asarray(all_histories(m, t)), inputs)
 
 
 # ----------------------------------------------------------------------------- result checks

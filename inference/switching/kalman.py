@@ -2,7 +2,10 @@
 
 Every filter of ``attnbayes.inference.switching.filters`` returns a ``FilterResult`` with the
 per-mode Gaussians, their mixture moments and the log-likelihood log p(y_{1:T}). Time runs in
-``lax.scan``; a NaN observation row is a predict-only step. The covariance update is in Joseph form,
+``lax.scan``; a NaN coordinate of an observation is missing (the update conditions on the
+observed coordinates; a wholly missing row is a predict-only step). Inputs u_t enter as the
+per-step offsets b_j + B_j u_t of the prediction and d_j + D_j u_t of the emission
+(``attnbayes.models.switching.step_offsets``). The covariance update is in Joseph form,
 P+ = (I - K H) P (I - K H)^T + K R K^T, symmetrised, so it stays symmetric PSD in finite
 precision. The first state is drawn from the initial distribution: step 1 updates N(m0, P0)
 with y_1, with no prediction before it (``attnbayes.models.switching``).
@@ -17,7 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import validation
-from ...models.switching import SwitchingParams, as_float_field, check_params
+from ...models.switching import (
+    SwitchingParams,
+    as_float_field,
+    check_input_series,
+    check_params,
+    step_offsets,
+)
 
 
 class FilterResult(NamedTuple):
@@ -43,6 +52,15 @@ class FilterResult(NamedTuple):
 def symmetrise(a):
     """(A + A^T) / 2 over the last two axes."""
     return 0.5 * (a + jnp.swapaxes(a, -1, -2))
+
+
+def log_probabilities(probs):
+    """log p with log 0 = -inf and a zero gradient at a zero entry, to every order (the
+    double-``where`` form): a zero probability is a structural zero (e.g. the impossible
+    moves between the regime tuples of an MS-AR model), and the derivatives of a filter's
+    log-likelihood in the other entries stay finite, Hessians included."""
+    positive = probs > 0
+    return jnp.where(positive, jnp.log(jnp.where(positive, probs, 1.0)), -jnp.inf)
 
 
 def log_normalise(log_w, axis=-1, fallback=None):
@@ -150,20 +168,41 @@ def kalman_predict(mean, cov, dynamics, bias, dynamics_cov):
     return dynamics @ mean + bias, symmetrise(dynamics @ cov @ dynamics.T + dynamics_cov)
 
 
+def mask_emission(y, emission, emission_cov):
+    """The emission restricted to the observed (non-NaN) coordinates of y, at fixed shapes.
+
+    Returns (y0, H0, R0, observed): y with 0 for a missing coordinate, H with its rows zeroed
+    there, and R with those rows and columns replaced by the identity's, so that conditioning
+    on (y0, H0, R0) is conditioning on the observed coordinates, plus an independent N(0; 0, 1)
+    factor per missing one (whose log density -log(2 pi) / 2 the caller adds back).
+    """
+    observed = ~jnp.isnan(y)
+    both = observed[:, None] & observed[None, :]
+    eye = jnp.eye(y.shape[0], dtype=emission_cov.dtype)
+    return (
+        jnp.where(observed, y, 0.0),
+        jnp.where(observed[:, None], emission, 0.0),
+        jnp.where(both, emission_cov, eye),
+        observed,
+    )
+
+
 def kalman_update(mean, cov, y, emission, emission_cov):
     """Condition N(m, P) on y ~ N(H x, R): (m+, P+ (Joseph form), log N(y; H m, H P H^T + R)).
 
     S = H P H^T + R = L L^T (Cholesky), K = P H^T S^-1 (two triangular solves),
     m+ = m + K (y - H m), P+ = (I - K H) P (I - K H)^T + K R K^T (symmetrised), and
     log N = -|L^-1 (y - H m)|^2 / 2 - sum log diag(L) - o log(2 pi) / 2.
-    A row y containing NaN leaves (m, P) unchanged and contributes 0 to the log-likelihood.
+    A NaN coordinate of y is missing: the update conditions on the observed coordinates only
+    (``mask_emission``: the same shapes, so it runs under ``jit``), and a wholly missing y
+    leaves (m, P) unchanged and contributes 0 to the log-likelihood. R may be singular where S
+    stays positive definite (an exactly observed coordinate with a random prediction).
     For small matrices the products, the factorisation and the solves are written out in fused
     elementwise operations (faster on the CPU inside a scan than library calls); every filter,
     smoother, the RBPF and the Gibbs sampler use this one update. Differentiable in all its
     arguments where S is positive definite.
     """
-    missing = jnp.any(jnp.isnan(y))
-    y = jnp.where(missing, 0.0, y)
+    y, emission, emission_cov, observed = mask_emission(y, emission, emission_cov)
     h_cov = _mm(emission, cov)
     chol = _chol(symmetrise(_mm(h_cov, _t(emission)) + emission_cov))
     resid = y - _mv(emission, mean)
@@ -175,8 +214,9 @@ def kalman_update(mean, cov, y, emission, emission_cov):
     log_lik = (
         -0.5 * jnp.sum(white**2)
         - jnp.sum(jnp.log(jnp.diagonal(chol)))
-        - 0.5 * y.shape[0] * jnp.log(2.0 * jnp.pi)
+        - 0.5 * jnp.sum(observed) * jnp.log(2.0 * jnp.pi)
     )
+    missing = ~jnp.any(observed)
     return (
         jnp.where(missing, mean, new_mean),
         jnp.where(missing, cov, new_cov),
@@ -184,19 +224,33 @@ def kalman_update(mean, cov, y, emission, emission_cov):
     )
 
 
-@jax.jit
-def _kalman_filter(params: SwitchingParams, observations):
-    f, b, q = params.dynamics_matrices[0], params.dynamics_biases[0], params.dynamics_covs[0]
-    h, r = params.emission_matrices[0], params.emission_covs[0]
+def no_inputs(params: SwitchingParams, observations, inputs=None):
+    """``inputs``, or the (T, 0) array of a model without inputs when it is None (for the
+    unchecked kernels, whose ``inputs`` argument is optional)."""
+    if inputs is not None:
+        return inputs
+    k = params.emission_input_weights.shape[-1]
+    return jnp.zeros((observations.shape[0], k), observations.dtype)
 
-    def step(carry, y):
+
+@jax.jit
+def _kalman_filter(params: SwitchingParams, observations, inputs=None):
+    inputs = no_inputs(params, observations, inputs)
+    f, q = params.dynamics_matrices[0], params.dynamics_covs[0]
+    h, r = params.emission_matrices[0], params.emission_covs[0]
+    dyn_off, emi_off = jax.vmap(step_offsets, in_axes=(None, 0))(params, inputs)
+    # the bias of the step out of t is that of t + 1 (its input u_{t+1}); the last is unused
+    next_dyn = jnp.concatenate([dyn_off[1:, 0], dyn_off[-1:, 0]])
+
+    def step(carry, inp):
         mean, cov, total = carry
-        mean, cov, ll = kalman_update(mean, cov, y, h, r)
+        y, emi, b = inp
+        mean, cov, ll = kalman_update(mean, cov, y - emi, h, r)
         pred = kalman_predict(mean, cov, f, b, q)
         return (*pred, total + ll), (mean, cov)
 
     init = (params.initial_means[0], params.initial_covs[0], jnp.zeros((), observations.dtype))
-    (_, _, total), (means, covs) = jax.lax.scan(step, init, observations)
+    (_, _, total), (means, covs) = jax.lax.scan(step, init, (observations, emi_off[:, 0], next_dyn))
     t = observations.shape[0]
     return FilterResult(
         mode_probs=jnp.ones((t, 1), observations.dtype),
@@ -208,17 +262,19 @@ def _kalman_filter(params: SwitchingParams, observations):
     )
 
 
-def check_inputs(params, observations, *, num_modes=None):
-    """Validate (params, observations (T, o)) at a public entry point; cast params to the data
-    dtype. Returns (params, observations) for the unchecked kernels.
+def check_inputs(params, observations, *, num_modes=None, inputs=None):
+    """Validate (params, observations (T, o), inputs (T, k)) at a public entry point; cast
+    params and inputs to the data dtype. Returns (params, observations, inputs) for the
+    unchecked kernels; ``inputs=None`` becomes a (T, 0) array when the params take none.
 
     Tracer-aware (``check_params``): the static checks (types, ranks, shapes, M, d and o
-    consistent, real dtypes, ``num_modes``) always run; the value checks (finite parameters,
-    probability vectors, stochastic rows, PSD/PD covariances, no +-inf observation) run on
-    concrete values only, and are skipped for what is a JAX tracer (the public function is
-    being jitted, vmapped or differentiated). NumPy is never called on a tracer: concrete
-    arrays come back as NumPy arrays (jit moves them to the device; nine ``jnp.asarray`` calls
-    cost as much as the whole filter on one short series), traced ones as JAX arrays.
+    consistent, real dtypes, ``num_modes``, the inputs' shape (T, k)) always run; the value
+    checks (finite parameters and inputs, probability vectors, stochastic rows, PSD
+    covariances, no +-inf observation) run on concrete values only, and are skipped for what
+    is a JAX tracer (the public function is being jitted, vmapped or differentiated). NumPy is
+    never called on a tracer: concrete arrays come back as NumPy arrays (jit moves them to the
+    device; nine ``jnp.asarray`` calls cost as much as the whole filter on one short series),
+    traced ones as JAX arrays.
     """
     params = check_params("params", params)
     m = params.initial_probs.shape[0]
@@ -230,16 +286,19 @@ def check_inputs(params, observations, *, num_modes=None):
         raise ValueError(f"observations: expected shape (T, {o}), got {tuple(obs.shape)}")
     traced = validation.is_traced(obs)
     if not traced and np.any(np.isinf(obs)):
-        raise ValueError("observations: contain +-inf (use a NaN row for a missing observation)")
+        raise ValueError(
+            "observations: contain +-inf (use NaN for a missing coordinate or a missing row)"
+        )
+    u = check_input_series("inputs", inputs, params, obs.shape[0])
     dtype = jax.dtypes.canonicalize_dtype(obs.dtype)
 
     def cast(a):
         return a.astype(dtype) if validation.is_traced(a) else np.asarray(a, dtype)
 
-    return SwitchingParams(*(cast(a) for a in params)), cast(obs)
+    return SwitchingParams(*(cast(a) for a in params)), cast(obs), cast(u)
 
 
-def kalman_filter(params: SwitchingParams, observations) -> FilterResult:
+def kalman_filter(params: SwitchingParams, observations, *, inputs=None) -> FilterResult:
     """The Kalman filter of a one-mode model (M = 1): ``FilterResult`` with mode_probs = 1.
 
     A NaN or inf in the result means the recursion overflowed: explosive dynamics (a dynamics
@@ -249,18 +308,17 @@ def kalman_filter(params: SwitchingParams, observations) -> FilterResult:
     (``attnbayes.inference.switching.filters``) on the concrete result: it raises
     ``FloatingPointError`` naming the first non-finite step and field.
 
-    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params`` and ``observations``. Under a
-    transformation only the static checks (shapes, dtypes) run, so invalid parameter values
-    give NaN or wrong numbers instead of a ``ValueError``: call
+    Traceable: ``jit``, ``vmap`` and ``grad`` over ``params``, ``observations`` and
+    ``inputs``. Under a transformation only the static checks (shapes, dtypes) run, so invalid
+    parameter values give NaN or wrong numbers instead of a ``ValueError``: call
     ``attnbayes.models.switching.check_params("params", params)`` on concrete values first.
 
     Args:
         params: ``SwitchingParams`` with M = 1.
-        observations: (T, o); a row holding a NaN is missing as a whole (predict only;
-            its other values are not used).
+        observations: (T, o); a NaN coordinate is missing (the update uses the observed ones).
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
     """
-    params, obs = check_inputs(params, observations, num_modes=1)
-    return _kalman_filter(params, obs)
+    return _kalman_filter(*check_inputs(params, observations, num_modes=1, inputs=inputs))
 
 
 __all__ = [
@@ -270,7 +328,10 @@ __all__ = [
     "kalman_predict",
     "kalman_update",
     "log_normalise",
+    "log_probabilities",
+    "mask_emission",
     "moment_match",
+    "no_inputs",
     "normalise_log_weights",
     "symmetrise",
 ]

@@ -24,13 +24,14 @@ import jax
 import jax.numpy as jnp
 
 from ... import validation
-from ...models.switching import SwitchingParams
+from ...models.switching import SwitchingParams, step_offsets
 from .kalman import (
     FilterResult,
     check_inputs,
     kalman_predict,
     kalman_update,
     moment_match,
+    no_inputs,
 )
 
 
@@ -68,7 +69,10 @@ def _summarise(log_w, log_q, means, covs):
 
 
 @functools.partial(jax.jit, static_argnames=("num_particles",))
-def _rbpf(key, params: SwitchingParams, observations, num_particles: int, ess_threshold):
+def _rbpf(
+    key, params: SwitchingParams, observations, num_particles: int, ess_threshold, inputs=None
+):
+    inputs = no_inputs(params, observations, inputs)
     n = num_particles
     d = params.initial_means.shape[1]
     dtype = observations.dtype
@@ -80,28 +84,30 @@ def _rbpf(key, params: SwitchingParams, observations, num_particles: int, ess_th
         jax.vmap(kalman_predict, in_axes=(None, None, 0, 0, 0)), in_axes=(0, 0, None, None, None)
     )
     update = jax.vmap(
-        jax.vmap(kalman_update, in_axes=(0, 0, None, 0, 0)), in_axes=(0, 0, None, None, None)
+        jax.vmap(kalman_update, in_axes=(0, 0, 0, 0, 0)), in_axes=(0, 0, None, None, None)
     )
     rows = jnp.arange(n)
 
     def step(carry, inp):
         log_w, modes, mean, cov, total = carry
-        key, y, first = inp
+        key, y, u, first = inp
+        dyn, emi = step_offsets(params, u)
         key_resample, key_modes = jax.random.split(key)
         # systematic resampling when ESS = 1 / sum w^2 < threshold N
         resample = 1.0 / jnp.sum(jnp.exp(2.0 * log_w)) < ess_threshold * n
         idx = jnp.where(resample, systematic_resample(key_resample, log_w), rows)
         log_w = jnp.where(resample, jnp.full_like(log_w, log_uniform), log_w)
         modes, mean, cov = modes[idx], mean[idx], cov[idx]
-        # under each s_t = j: N(F_j m + b_j, F_j P F_j^T + Q_j), or N(m0_j, P0_j) at t = 1
+        # under each s_t = j: N(F_j m + b_j + B_j u_t, F_j P F_j^T + Q_j), or N(m0_j, P0_j)
+        # at t = 1
         pred_means, pred_covs = predict(
-            mean, cov, params.dynamics_matrices, params.dynamics_biases, params.dynamics_covs
+            mean, cov, params.dynamics_matrices, dyn, params.dynamics_covs
         )
         pred_means = jnp.where(first, params.initial_means[None], pred_means)
         pred_covs = jnp.where(first, params.initial_covs[None], pred_covs)
         log_prior = jnp.where(first, log_pi0[None], log_trans[modes])  # (N, M)
         up_means, up_covs, log_lik = update(
-            pred_means, pred_covs, y, params.emission_matrices, params.emission_covs
+            pred_means, pred_covs, y - emi, params.emission_matrices, params.emission_covs
         )
         # locally optimal proposal q_ij = Pi[s^i, j] l_ij / alpha_i, w_i <- w_i alpha_i
         log_joint = log_prior + log_lik
@@ -123,8 +129,8 @@ def _rbpf(key, params: SwitchingParams, observations, num_particles: int, ess_th
         jnp.zeros((n, d, d), dtype),
         jnp.zeros((), dtype),
     )
-    inputs = (jax.random.split(key, t_max), observations, jnp.arange(t_max) == 0)
-    (*_, total), summary = jax.lax.scan(step, init, inputs)
+    scanned = (jax.random.split(key, t_max), observations, inputs, jnp.arange(t_max) == 0)
+    (*_, total), summary = jax.lax.scan(step, init, scanned)
     return FilterResult(*summary, log_likelihood=total)
 
 
@@ -135,6 +141,7 @@ def rbpf(
     num_particles: int,
     *,
     ess_threshold: float = 0.5,
+    inputs=None,
 ) -> FilterResult:
     """Rao-Blackwellised particle filter: particles over mode histories, a Kalman filter each.
 
@@ -142,7 +149,8 @@ def rbpf(
     p(y_t | y_{1:t-1}, s_{1:t-1}^i, s_t = j); s_t^i ~ q_ij = Pi[s_{t-1}^i, j] l_t^i(j) / alpha_t^i
     (locally optimal proposal), w_t^i proportional to w_{t-1}^i alpha_t^i. Systematic
     resampling runs before a step when ESS < ess_threshold N. A NaN row of observations gives
-    l = 1: the modes move by Pi, the weights stay, the Kalman filters only predict.
+    l = 1: the modes move by Pi, the weights stay, the Kalman filters only predict; a NaN
+    coordinate is missing and the others update.
 
     Summaries are Rao-Blackwellised over the last mode: with weights w_t^i q_ij on the pairs
     (i, j), mode_probs[t, j] = sum_i w_t^i q_ij (the weight mass of mode j; the expectation,
@@ -169,10 +177,10 @@ def rbpf(
     Args:
         key: a ``jax.random`` key.
         params: ``SwitchingParams`` (Q may be singular PSD).
-        observations: (T, o); a row holding a NaN is missing as a whole (its other
-            values are not used).
+        observations: (T, o); a NaN coordinate is missing.
         num_particles: N >= 1.
         ess_threshold: in [0, 1]; 0 never resamples, 1 resamples at (nearly) every step.
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
 
     Returns:
         ``FilterResult``; log_likelihood is log of the unbiased estimate of p(y_{1:T}).
@@ -186,8 +194,8 @@ def rbpf(
         raise ValueError(f"ess_threshold: expected a number in [0, 1], got {ess_threshold!r}")
     elif not 0.0 <= float(ess_threshold) <= 1.0:
         raise ValueError(f"ess_threshold: must be in [0, 1], got {ess_threshold}")
-    params, obs = check_inputs(params, observations)
-    return _rbpf(key, params, obs, num_particles, jnp.asarray(ess_threshold, obs.dtype))
+    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
+    return _rbpf(key, params, obs, num_particles, jnp.asarray(ess_threshold, obs.dtype), inputs)
 
 
 __all__ = ["rbpf", "systematic_resample"]

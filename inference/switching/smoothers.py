@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import validation
-from ...models.switching import SwitchingParams
+from ...models.switching import SwitchingParams, step_offsets
 from .kalman import (
     FilterResult,
     _kalman_filter,
@@ -33,7 +33,9 @@ from .kalman import (
     kalman_predict,
     kalman_update,
     log_normalise,
+    log_probabilities,
     moment_match,
+    no_inputs,
     normalise_log_weights,
     symmetrise,
 )
@@ -119,53 +121,64 @@ def rts_step(filt_mean, filt_cov, next_mean, next_cov, dynamics, bias, dynamics_
     return mean, symmetrise(cov)
 
 
-def _history_smoother(params: SwitchingParams, observations, modes):
+def _offsets(params: SwitchingParams, inputs):
+    """Per-step offsets over time: dynamics (T, M, d), emission (T, M, o)."""
+    return jax.vmap(step_offsets, in_axes=(None, 0))(params, inputs)
+
+
+def _history_smoother(params: SwitchingParams, observations, inputs, modes):
     """Kalman filter + RTS smoother of the linear-Gaussian model of one mode history.
 
     modes: (T,) int s_{1:T}. Returns (log p(y | s), smoothed means (T, d), covs (T, d, d)).
     """
+    dyn_off, emi_off = _offsets(params, inputs)
     nxt = jnp.concatenate([modes[1:], modes[-1:]])
+    t_idx = jnp.arange(observations.shape[0])
+    nxt_t = jnp.minimum(t_idx + 1, observations.shape[0] - 1)
+    next_bias = dyn_off[nxt_t, nxt]  # (T, d): the offset of the step out of t
 
     def forward(carry, inp):
         mean, cov, total = carry
-        y, s, s_next = inp
+        y, e, b, s, s_next = inp
         mean, cov, ll = kalman_update(
-            mean, cov, y, params.emission_matrices[s], params.emission_covs[s]
+            mean, cov, y - e, params.emission_matrices[s], params.emission_covs[s]
         )
         pred = kalman_predict(
             mean,
             cov,
             params.dynamics_matrices[s_next],
-            params.dynamics_biases[s_next],
+            b,
             params.dynamics_covs[s_next],
         )
         return (*pred, total + ll), (mean, cov)
 
     s1 = modes[0]
     init = (params.initial_means[s1], params.initial_covs[s1], jnp.zeros((), observations.dtype))
-    (_, _, log_lik), (f_means, f_covs) = jax.lax.scan(forward, init, (observations, modes, nxt))
-    means, covs = _rts(params, f_means, f_covs, nxt[:-1])
+    scanned = (observations, emi_off[t_idx, modes], next_bias, modes, nxt)
+    (_, _, log_lik), (f_means, f_covs) = jax.lax.scan(forward, init, scanned)
+    means, covs = _rts(params, f_means, f_covs, nxt[:-1], next_bias[:-1])
     return log_lik, means, covs
 
 
-def _rts(params: SwitchingParams, f_means, f_covs, next_modes):
-    """RTS backward pass; next_modes (T-1,) is the mode s_{t+1} whose dynamics lead out of t."""
+def _rts(params: SwitchingParams, f_means, f_covs, next_modes, next_biases):
+    """RTS backward pass; next_modes (T-1,) is the mode s_{t+1} whose dynamics lead out of t,
+    next_biases (T-1, d) its offset b + B u_{t+1}."""
 
     def backward(carry, inp):
-        m, p, s = inp
+        m, p, s, b = inp
         out = rts_step(
             m,
             p,
             *carry,
             params.dynamics_matrices[s],
-            params.dynamics_biases[s],
+            b,
             params.dynamics_covs[s],
         )
         return out, out
 
     last = (f_means[-1], f_covs[-1])
     _, (means, covs) = jax.lax.scan(
-        backward, last, (f_means[:-1], f_covs[:-1], next_modes), reverse=True
+        backward, last, (f_means[:-1], f_covs[:-1], next_modes, next_biases), reverse=True
     )
     return (
         jnp.concatenate([means, last[0][None]]),
@@ -177,10 +190,12 @@ def _rts(params: SwitchingParams, f_means, f_covs, next_modes):
 
 
 @jax.jit
-def _kalman_smoother(params: SwitchingParams, observations) -> SmootherResult:
-    filtered = _kalman_filter(params, observations)
+def _kalman_smoother(params: SwitchingParams, observations, inputs=None) -> SmootherResult:
+    inputs = no_inputs(params, observations, inputs)
+    filtered = _kalman_filter(params, observations, inputs)
     zeros = jnp.zeros(observations.shape[0] - 1, dtype=jnp.int32)
-    means, covs = _rts(params, filtered.mean, filtered.cov, zeros)
+    dyn_off, _ = _offsets(params, inputs)
+    means, covs = _rts(params, filtered.mean, filtered.cov, zeros, dyn_off[1:, 0])
     return SmootherResult(
         mode_probs=filtered.mode_probs,
         means=means[:, None],
@@ -191,7 +206,7 @@ def _kalman_smoother(params: SwitchingParams, observations) -> SmootherResult:
     )
 
 
-def kalman_smoother(params: SwitchingParams, observations) -> SmootherResult:
+def kalman_smoother(params: SwitchingParams, observations, *, inputs=None) -> SmootherResult:
     """The Rauch-Tung-Striebel smoother of a one-mode model (M = 1), mode_probs = 1.
 
     m_t|T = m_t + G_t (m_{t+1|T} - m_{t+1|t}), P_t|T = P_t + G_t (P_{t+1|T} - P_{t+1|t}) G_t^T,
@@ -211,11 +226,11 @@ def kalman_smoother(params: SwitchingParams, observations) -> SmootherResult:
 
     Args:
         params: ``SwitchingParams`` with M = 1 (Q may be singular PSD).
-        observations: (T, o); a row holding a NaN is missing as a whole (its other
-            values are not used).
+        observations: (T, o); a NaN coordinate is missing (the update uses the observed
+            ones).
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
     """
-    params, obs = check_inputs(params, observations, num_modes=1)
-    return _kalman_smoother(params, obs)
+    return _kalman_smoother(*check_inputs(params, observations, num_modes=1, inputs=inputs))
 
 
 # ----------------------------------------------------------------------------- exact
@@ -232,20 +247,21 @@ def _histories(num_modes: int, num_steps: int):
 
 def _log_history_prior(params: SwitchingParams, histories):
     """log p(s_{1:T}) = log pi0[s_1] + sum_t log Pi[s_{t-1}, s_t]; (K, T) -> (K,)."""
-    log_pi0 = jnp.log(params.initial_probs)
-    log_trans = jnp.log(params.transition_matrix)
+    log_pi0 = log_probabilities(params.initial_probs)
+    log_trans = log_probabilities(params.transition_matrix)
     return log_pi0[histories[:, 0]] + jnp.sum(
         log_trans[histories[:, :-1], histories[:, 1:]], axis=1
     )
 
 
 @jax.jit
-def _exact_smoother(params: SwitchingParams, observations) -> SmootherResult:
+def _exact_smoother(params: SwitchingParams, observations, inputs=None) -> SmootherResult:
+    inputs = no_inputs(params, observations, inputs)
     m = params.initial_probs.shape[0]
     t_max = observations.shape[0]
     hist = _histories(m, t_max)  # (K, T)
-    log_lik, means, covs = jax.vmap(_history_smoother, in_axes=(None, None, 0))(
-        params, observations, hist
+    log_lik, means, covs = jax.vmap(_history_smoother, in_axes=(None, None, None, 0))(
+        params, observations, inputs, hist
     )  # (K,), (K, T, d), (K, T, d, d)
     log_joint = _log_history_prior(params, hist) + log_lik
     total = jax.scipy.special.logsumexp(log_joint)
@@ -263,7 +279,7 @@ def _exact_smoother(params: SwitchingParams, observations) -> SmootherResult:
 
 
 def exact_smoother(
-    params: SwitchingParams, observations, *, max_histories: int = 2**16
+    params: SwitchingParams, observations, *, max_histories: int = 2**16, inputs=None
 ) -> SmootherResult:
     """Exact smoothing by enumeration of the M^T mode histories (small T only).
 
@@ -287,27 +303,31 @@ def exact_smoother(
 
     Args:
         params: ``SwitchingParams`` (Q may be singular PSD).
-        observations: (T, o); a row holding a NaN is missing as a whole (its other
-            values are not used).
+        observations: (T, o); a NaN coordinate is missing (the update uses the observed
+            ones).
         max_histories: refuse (``ValueError``) when M^T exceeds this.
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
     """
     max_histories = validation.check_positive_int("max_histories", max_histories)
-    params, obs = check_inputs(params, observations)
+    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
     m, t_max = params.initial_probs.shape[0], obs.shape[0]
     if m**t_max > max_histories:
         raise ValueError(
             f"observations: T = {t_max} steps with M = {m} modes make M^T = {m**t_max} "
             f"histories > max_histories = {max_histories}; use kim_smoother"
         )
-    return _exact_smoother(params, obs)
+    return _exact_smoother(params, obs, inputs)
 
 
 # ----------------------------------------------------------------------------- known modes
 
 
 @jax.jit
-def _fixed_modes_smoother(params: SwitchingParams, observations, modes) -> SmootherResult:
-    log_lik, means, covs = _history_smoother(params, observations, modes)
+def _fixed_modes_smoother(
+    params: SwitchingParams, observations, modes, inputs=None
+) -> SmootherResult:
+    inputs = no_inputs(params, observations, inputs)
+    log_lik, means, covs = _history_smoother(params, observations, inputs, modes)
     m = params.initial_probs.shape[0]
     onehot = (modes[:, None] == jnp.arange(m)).astype(means.dtype)
     t_max, d = means.shape
@@ -321,7 +341,9 @@ def _fixed_modes_smoother(params: SwitchingParams, observations, modes) -> Smoot
     )
 
 
-def fixed_modes_smoother(params: SwitchingParams, observations, modes) -> SmootherResult:
+def fixed_modes_smoother(
+    params: SwitchingParams, observations, modes, *, inputs=None
+) -> SmootherResult:
     """Kalman filter + RTS smoother along a given mode sequence s_{1:T} (e.g. the true one).
 
     p(x_t | s_{1:T}, y_{1:T}) is Gaussian; mode_probs is the one-hot of ``modes``, and every
@@ -342,11 +364,12 @@ def fixed_modes_smoother(params: SwitchingParams, observations, modes) -> Smooth
 
     Args:
         params: ``SwitchingParams`` (Q may be singular PSD).
-        observations: (T, o); a row holding a NaN is missing as a whole (its other
-            values are not used).
+        observations: (T, o); a NaN coordinate is missing (the update uses the observed
+            ones).
         modes: (T,) integers in [0, M).
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
     """
-    params, obs = check_inputs(params, observations)
+    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
     m, t_max = params.initial_probs.shape[0], obs.shape[0]
     if not validation.is_traced(modes):
         arr = np.asarray(modes)
@@ -360,16 +383,18 @@ def fixed_modes_smoother(params: SwitchingParams, observations, modes) -> Smooth
             raise ValueError(f"modes: values must be in [0, {m}) (M = {m} modes)")
     elif tuple(modes.shape) != (t_max,):
         raise ValueError(f"modes: expected shape ({t_max},) (T), got {tuple(modes.shape)}")
-    return _fixed_modes_smoother(params, obs, jnp.asarray(modes, jnp.int32))
+    return _fixed_modes_smoother(params, obs, jnp.asarray(modes, jnp.int32), inputs)
 
 
 # ----------------------------------------------------------------------------- Kim (1994)
 
 
 @jax.jit
-def _kim_smoother(params: SwitchingParams, filtered: FilterResult) -> SmootherResult:
-    log_trans = jnp.log(params.transition_matrix)
+def _kim_smoother(params: SwitchingParams, filtered: FilterResult, inputs=None) -> SmootherResult:
+    inputs = no_inputs(params, filtered.mean, inputs)
+    log_trans = log_probabilities(params.transition_matrix)
     log_filt = jnp.log(filtered.mode_probs)
+    dyn_off, _ = _offsets(params, inputs)
 
     # pairwise RTS: filtered mode j at t, smoothed mode k at t+1 under dynamics k
     pair_rts = jax.vmap(  # over j
@@ -379,7 +404,7 @@ def _kim_smoother(params: SwitchingParams, filtered: FilterResult) -> SmootherRe
 
     def backward(carry, inp):
         log_next, next_means, next_covs = carry
-        log_p, f_means, f_covs = inp
+        log_p, f_means, f_covs, next_dyn = inp
         # log P(s_t = j | s_{t+1} = k, y_{1:t}) = log p_t(j) Pi_jk - log sum_j' p_t(j') Pi_j'k
         log_u = log_normalise(log_p[:, None] + log_trans, axis=0)
         log_joint = log_u + log_next[None, :]  # P(s_t = j, s_{t+1} = k | y_{1:T}), (M, M)
@@ -392,16 +417,15 @@ def _kim_smoother(params: SwitchingParams, filtered: FilterResult) -> SmootherRe
             next_means,
             next_covs,
             params.dynamics_matrices,
-            params.dynamics_biases,
+            next_dyn,
             params.dynamics_covs,
         )  # (M, M, d), (M, M, d, d)
         means, covs = moment_match(w, means, covs)
         return (log_probs, means, covs), (log_probs, means, covs)
 
     last = (log_filt[-1], filtered.means[-1], filtered.covs[-1])
-    _, (log_probs, means, covs) = jax.lax.scan(
-        backward, last, (log_filt[:-1], filtered.means[:-1], filtered.covs[:-1]), reverse=True
-    )
+    scanned = (log_filt[:-1], filtered.means[:-1], filtered.covs[:-1], dyn_off[1:])
+    _, (log_probs, means, covs) = jax.lax.scan(backward, last, scanned, reverse=True)
     log_probs = jnp.concatenate([log_probs, last[0][None]])
     means = jnp.concatenate([means, last[1][None]])
     covs = jnp.concatenate([covs, last[2][None]])
@@ -450,7 +474,9 @@ def _check_filtered(filtered, num_steps: int, num_modes: int, dim: int, dtype) -
     return FilterResult(**out)
 
 
-def kim_smoother(params: SwitchingParams, observations, filtered: FilterResult) -> SmootherResult:
+def kim_smoother(
+    params: SwitchingParams, observations, filtered: FilterResult, *, inputs=None
+) -> SmootherResult:
     """The approximate switching smoother of Kim (1994) (the IMM/GPB2 smoother).
 
     Backward from the filtered per-mode Gaussians N(m_t^j, P_t^j) and P(s_t = j | y_{1:t}):
@@ -484,14 +510,15 @@ def kim_smoother(params: SwitchingParams, observations, filtered: FilterResult) 
         observations: (T, o), the series that was filtered (used for its shape only).
         filtered: ``FilterResult`` of any filter of this model on ``observations``
             (imm_filter, gpb2_filter, exact or particle filter).
+        inputs: (T, k) u_{1:T} (the filter's), required when ``params`` has input weights.
 
     Returns:
         ``SmootherResult`` with log_likelihood = filtered.log_likelihood.
     """
-    params, obs = check_inputs(params, observations)
+    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
     m, d = params.initial_means.shape
     filtered = _check_filtered(filtered, obs.shape[0], m, d, obs.dtype)
-    return _kim_smoother(params, filtered)
+    return _kim_smoother(params, filtered, inputs)
 
 
 __all__ = [

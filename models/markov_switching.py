@@ -1,0 +1,506 @@
+"""Parametrised switching models: Markov-switching regression, Hamilton's MS-AR(p), and a
+generic ``SwitchingParams`` with a few free fields.
+
+A ``SwitchingSpec`` maps a small dictionary of named parameters theta to the full
+``SwitchingParams`` of the switching state-space model (``attnbayes.models.switching``), and
+carries the data in the form the filters take (observations (T, o), inputs (T, k)). The
+learning routines of ``attnbayes.inference.switching`` (maximum likelihood, EM, NUTS over
+theta) work on theta: ``build_params(spec.structure, theta)`` is a pure JAX function, and
+``spec.support[name]`` is the NumPyro constraint of each parameter (its bijection to the reals,
+``numpyro.distributions.transforms.biject_to``, is the unconstrained parametrisation).
+
+The econometric models have no continuous latent state; they are written with a
+one-dimensional dummy state x_t = 0 (F = 0, Q = 0, P0 = 0, H = 0), so the observation is
+
+    y_t | s_t = j ~ N(d_j + D_j u_t, R_j)
+
+and every filter's collapse is exact: GPB1, GPB2 and IMM all compute Hamilton's (1989) filter.
+
+- ``markov_switching_regression``: y_t = mu_{s_t} + x_t' beta_{s_t} + e_t,
+  e_t ~ N(0, sigma^2_{s_t}) (statsmodels' ``MarkovRegression`` with switching exog and
+  variance): d_j = mu_j, D_j = beta_j', R_j = sigma^2_j, inputs u_t = x_t.
+- ``markov_switching_ar``: Hamilton's (1989) MS-AR(p) with switching mean,
+  y_t - mu_{s_t} = sum_k phi_k (y_{t-k} - mu_{s_{t-k}}) + e_t, e_t ~ N(0, sigma^2). Its
+  modes are the tuples (s_t, s_{t-1}, ..., s_{t-p}) (M^(p+1) of them, C order: s_t most
+  significant, as statsmodels orders them internally), the tuple (i_0, ..., i_p) moves to
+  (j_0, i_0, ..., i_{p-1}) with probability P[i_0, j_0], the inputs are the lags
+  u_t = (y_{t-1}, ..., y_{t-p}), and d_tuple = mu_{s_t} - sum_k phi_k mu_{s_{t-k}}, D = phi'.
+  The first p observations are conditioned on (the likelihood is that of y_{p+1:T}).
+
+Conventions next to statsmodels' (0.14-0.15, ``statsmodels.tsa.regime_switching``):
+
+- transition matrix: ours is row-from, P[i, j] = P(s_t = j | s_{t-1} = i); statsmodels'
+  ``regime_transition[j, i]`` is column-from, and its parameters ``p[i->j]`` are our P[i, j].
+- first regime: the regime chain starts in its stationary (ergodic) distribution pi, pi P = pi
+  (statsmodels' default ``initialization='steady-state'``); for MS-AR the first tuple has the
+  stationary law of p + 1 consecutive regimes, pi[s_{t-p}] prod_k P[s_{t-k}, s_{t-k+1}].
+  statsmodels applies one transition to pi before the first regime (two for
+  ``MarkovRegression``, which it runs as an order-1 filter internally); at the stationary pi
+  that changes nothing, so the likelihoods agree.
+- variances: statsmodels' ``sigma2`` are variances, as here.
+- switching variance in MS-AR(p >= 2): here sigma^2 follows s_t. statsmodels 0.15 broadcasts a
+  switching variance over the tuple axis of s_{t-p+1} instead (its p = 1 and common-variance
+  models agree with ours).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.distributions import constraints
+
+from .. import validation
+from .switching import SwitchingParams, as_float_field, check_input_series, check_params
+
+KINDS = ("regression", "ar", "state_space")
+
+
+@dataclasses.dataclass(frozen=True)
+class SwitchingStructure:
+    """The static shape of a parametrised switching model (hashable: a static argument of
+    the compiled likelihoods).
+
+    Attributes:
+        kind: "regression", "ar" or "state_space".
+        num_regimes: M, the number of regimes (of the Markov chain the user sees).
+        order: p, the autoregressive order ("ar"; 0 otherwise).
+        num_inputs: k, the input columns (regressors for "regression", lags for "ar").
+        switching_coefficients: the regression / AR coefficients differ by regime.
+        switching_variance: the noise variance differs by regime.
+    """
+
+    kind: str
+    num_regimes: int
+    order: int = 0
+    num_inputs: int = 0
+    switching_coefficients: bool = True
+    switching_variance: bool = True
+
+    @property
+    def num_modes(self) -> int:
+        """The filter's modes: M for a regression and a state-space model, M^(p+1) for MS-AR."""
+        return self.num_regimes ** (self.order + 1) if self.kind == "ar" else self.num_regimes
+
+
+class SwitchingSpec(NamedTuple):
+    """A switching model parametrised by named parameters theta, with its data.
+
+    Attributes:
+        structure: ``SwitchingStructure`` (static).
+        theta: dict name -> array, every parameter's value (the start of a fit, or the truth).
+        support: dict name -> NumPyro constraint of that parameter (simplex rows for
+            "transition_matrix", ``positive`` for variances and scales, ``ordered_vector`` for
+            regime means/intercepts, which fixes the labels, ``real`` otherwise).
+        free: the names estimated by default (the identified set); the others stay fixed.
+        observations: (T, o) the series the filters see (MS-AR: y_{p+1:T}).
+        inputs: (T, k) the inputs u_t (regressors, or lags for MS-AR).
+        names: dict name -> list of labels of its entries in C order, e.g.
+            ["p[0->0]", "p[0->1]", ...] (statsmodels' naming where one exists).
+    """
+
+    structure: SwitchingStructure
+    theta: dict
+    support: dict
+    free: tuple
+    observations: np.ndarray
+    inputs: np.ndarray
+    names: dict
+
+    @property
+    def params(self) -> SwitchingParams:
+        """The ``SwitchingParams`` at ``theta``."""
+        return build_params(self.structure, self.theta)
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def ergodic_probabilities(transition_matrix):
+    """The stationary distribution pi of a row-from transition matrix: pi P = pi, sum pi = 1.
+
+    Solves (I - P^T) pi = 0 with its last equation replaced by 1' pi = 1 (unique for an
+    irreducible chain); differentiable in P. Batched over leading axes.
+    """
+    p = jnp.asarray(transition_matrix)
+    m = p.shape[-1]
+    a = jnp.eye(m, dtype=p.dtype) - jnp.swapaxes(p, -1, -2)
+    a = a.at[..., -1, :].set(1.0)
+    b = jnp.zeros(p.shape[:-1], p.dtype).at[..., -1].set(1.0)
+    return jnp.linalg.solve(a, b[..., None])[..., 0]
+
+
+def regime_tuples(num_regimes: int, order: int) -> np.ndarray:
+    """(M^(p+1), p+1) the tuples (s_t, s_{t-1}, ..., s_{t-p}) in C order."""
+    return np.array(list(itertools.product(range(num_regimes), repeat=order + 1)), np.int32)
+
+
+def _tuple_maps(num_regimes: int, order: int):
+    """For each (from tuple a, to tuple b): whether b = (j0, a_0, ..., a_{p-1}); and the
+    regime indices i0 = a_0, j0 = b_0 that carry P[i0, j0]."""
+    tup = regime_tuples(num_regimes, order)
+    allowed = np.all(tup[None, :, 1:] == tup[:, None, :-1], axis=-1)  # [a, b]
+    return allowed, tup[:, 0]
+
+
+def tuple_transition_matrix(transition_matrix, order: int):
+    """The (M^(p+1), M^(p+1)) row-from transition matrix of the regime tuples."""
+    p = jnp.asarray(transition_matrix)
+    m = p.shape[-1]
+    allowed, current = _tuple_maps(m, order)
+    return jnp.where(allowed, p[current[:, None], current[None, :]], 0.0)
+
+
+def tuple_initial_probs(transition_matrix, order: int):
+    """The stationary law of p + 1 consecutive regimes, on the tuples (s_t, ..., s_{t-p}):
+    pi[s_{t-p}] prod_{k=1..p} P[s_{t-k}, s_{t-k+1}]."""
+    p = jnp.asarray(transition_matrix)
+    pi = ergodic_probabilities(p)
+    tup = regime_tuples(p.shape[-1], order)
+    out = pi[tup[:, -1]]
+    for k in range(order, 0, -1):
+        out = out * p[tup[:, k], tup[:, k - 1]]
+    return out
+
+
+def regime_of_mode(structure: SwitchingStructure) -> np.ndarray:
+    """(num_modes,) the current regime s_t of each filter mode (the first tuple entry for
+    MS-AR; the identity otherwise)."""
+    if structure.kind == "ar":
+        return regime_tuples(structure.num_regimes, structure.order)[:, 0]
+    return np.arange(structure.num_regimes, dtype=np.int32)
+
+
+def regime_probabilities(structure: SwitchingStructure, mode_probs):
+    """Sum mode probabilities (..., num_modes) over the modes of each regime: (..., M)."""
+    onehot = jax.nn.one_hot(regime_of_mode(structure), structure.num_regimes)
+    return jnp.asarray(mode_probs) @ onehot.astype(jnp.asarray(mode_probs).dtype)
+
+
+def _dummy_state(m: int, dtype) -> dict:
+    """The fields of a one-dimensional state that is exactly 0 at every step."""
+    zeros = jnp.zeros((m, 1, 1), dtype)
+    return {
+        "initial_means": jnp.zeros((m, 1), dtype),
+        "initial_covs": zeros,
+        "dynamics_matrices": zeros,
+        "dynamics_biases": jnp.zeros((m, 1), dtype),
+        "dynamics_covs": zeros,
+    }
+
+
+def _per_regime(value, m: int, switching: bool):
+    value = jnp.asarray(value)
+    return value if switching else jnp.broadcast_to(value, (m, *value.shape))
+
+
+def build_params(structure: SwitchingStructure, theta: dict) -> SwitchingParams:
+    """The ``SwitchingParams`` of a parametrised model at theta (pure JAX: jit-, vmap- and
+    grad-able in theta).
+
+    "regression": d_j = intercepts[j], D_j = coefficients[j] (or the common ones), R_j =
+    variances[j] (or the common one), pi0 the ergodic distribution of P.
+    "ar": modes are the regime tuples (``tuple_transition_matrix``, ``tuple_initial_probs``),
+    d = means[s_t] - sum_k phi_k means[s_{t-k}], D = phi', R = variance of s_t (or common).
+    "state_space": the given fields with Q_j = dynamics_cov_scale[j] dynamics_covs[j] and
+    R_j = emission_cov_scale[j] emission_covs[j].
+    """
+    kind = structure.kind
+    if kind == "state_space":
+        fields = {f: theta[f] for f in SwitchingParams._fields}
+        fields["dynamics_covs"] = (
+            theta["dynamics_cov_scale"][:, None, None] * theta["dynamics_covs"]
+        )
+        fields["emission_covs"] = (
+            theta["emission_cov_scale"][:, None, None] * theta["emission_covs"]
+        )
+        return SwitchingParams(**fields)
+    trans = jnp.asarray(theta["transition_matrix"])
+    dtype = trans.dtype
+    m, p, k = structure.num_regimes, structure.order, structure.num_inputs
+    variances = _per_regime(theta["variances"], m, structure.switching_variance)
+    if kind == "regression":
+        coefs = _per_regime(theta["coefficients"], m, structure.switching_coefficients)
+        modes = m
+        fields = {
+            "initial_probs": ergodic_probabilities(trans),
+            "transition_matrix": trans,
+            "emission_biases": jnp.asarray(theta["intercepts"])[:, None],
+            "emission_input_weights": coefs.reshape(m, 1, k),
+            "emission_covs": variances.reshape(m, 1, 1),
+        }
+    else:  # "ar"
+        tup = regime_tuples(m, p)
+        modes = tup.shape[0]
+        means = jnp.asarray(theta["means"])
+        phi = _per_regime(theta["ar_coefficients"], m, structure.switching_coefficients)
+        phi_mode = phi[tup[:, 0]]  # (modes, p): the current regime's coefficients
+        lagged = means[tup[:, 1:]]  # (modes, p)
+        fields = {
+            "initial_probs": tuple_initial_probs(trans, p),
+            "transition_matrix": tuple_transition_matrix(trans, p),
+            "emission_biases": (means[tup[:, 0]] - jnp.sum(phi_mode * lagged, axis=-1))[:, None],
+            "emission_input_weights": phi_mode.reshape(modes, 1, p),
+            "emission_covs": variances[tup[:, 0]].reshape(modes, 1, 1),
+        }
+    fields |= _dummy_state(modes, dtype)
+    fields["emission_matrices"] = jnp.zeros((modes, 1, 1), dtype)
+    fields["dynamics_input_weights"] = jnp.zeros((modes, 1, k), dtype)
+    return SwitchingParams(**fields)
+
+
+# ----------------------------------------------------------------------------- constructors
+
+
+def _check_regimes(num_regimes) -> int:
+    m = validation.check_positive_int("num_regimes", num_regimes)
+    if m < 2:
+        raise ValueError(f"num_regimes: a switching model needs at least 2 regimes, got {m}")
+    return m
+
+
+def _series(name: str, value) -> np.ndarray:
+    arr = validation.as_float_array(name, value)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1 or arr.shape[0] < 3:
+        raise ValueError(f"{name}: expected a series of shape (T,) with T >= 3, got {arr.shape}")
+    validation.check_finite(name, arr)
+    return arr
+
+
+def _persistent_transition(m: int) -> np.ndarray:
+    """A start value: stay with probability 0.9, leave evenly."""
+    return np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
+
+
+def _transition_names(m: int) -> list[str]:
+    return [f"p[{i}->{j}]" for i in range(m) for j in range(m)]
+
+
+def _ols(y, x):
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    return coef, float(resid @ resid / max(len(y) - x.shape[1], 1))
+
+
+def markov_switching_regression(
+    endog,
+    exog=None,
+    *,
+    num_regimes: int = 2,
+    switching_coefficients: bool = True,
+    switching_variance: bool = True,
+) -> SwitchingSpec:
+    """Markov-switching regression y_t = mu_{s_t} + x_t' beta_{s_t} + e_t,
+    e_t ~ N(0, sigma^2_{s_t}) (Hamilton 1989; Kim and Nelson 1999, ch. 4), statsmodels'
+    ``MarkovRegression(endog, k_regimes, exog=exog, switching_variance=...)``.
+
+    theta: "transition_matrix" (M, M) (row-from), "intercepts" (M,) (ordered: the regimes are
+    labelled by increasing intercept), "coefficients" (M, k) or (k,), "variances" (M,) or ().
+    The start values are statsmodels' in spirit: OLS coefficients, intercepts spread over
+    the OLS residual scale, the OLS residual variance, persistent regimes (0.9 on the
+    diagonal).
+
+    Args:
+        endog: (T,) the series.
+        exog: (T, k) regressors (without a constant; the intercept switches), or None.
+        num_regimes: M >= 2.
+        switching_coefficients: beta differs by regime (else one beta).
+        switching_variance: sigma^2 differs by regime (else one sigma^2).
+
+    Returns:
+        ``SwitchingSpec`` with observations (T, 1) and inputs (T, k) = exog.
+    """
+    y = _series("endog", endog)
+    t = y.shape[0]
+    m = _check_regimes(num_regimes)
+    if exog is None:
+        x = np.zeros((t, 0))
+    else:
+        x = validation.as_float_array("exog", exog)
+        if x.ndim == 1:
+            x = x[:, None]
+        if x.ndim != 2 or x.shape[0] != t:
+            raise ValueError(
+                f"exog: expected shape ({t}, k) (one row per endog value), got {x.shape}"
+            )
+        validation.check_finite("exog", x)
+    k = x.shape[1]
+    for name, flag in (
+        ("switching_coefficients", switching_coefficients),
+        ("switching_variance", switching_variance),
+    ):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}: expected True or False, got {flag!r}")
+    coef, var = _ols(y, np.column_stack([np.ones(t), x]))
+    spread = np.sqrt(var) * np.linspace(-1.0, 1.0, m)
+    structure = SwitchingStructure(
+        "regression", m, 0, k, switching_coefficients, switching_variance
+    )
+    theta = {
+        "transition_matrix": _persistent_transition(m),
+        "intercepts": coef[0] + spread,
+        "coefficients": np.tile(coef[1:], (m, 1)) if switching_coefficients else coef[1:].copy(),
+        "variances": np.full(m, var) if switching_variance else np.asarray(var),
+    }
+    support = {
+        "transition_matrix": constraints.simplex,
+        "intercepts": constraints.ordered_vector,
+        "coefficients": constraints.real,
+        "variances": constraints.positive,
+    }
+    names = {
+        "transition_matrix": _transition_names(m),
+        "intercepts": [f"const[{j}]" for j in range(m)],
+        "coefficients": (
+            [f"x{c + 1}[{j}]" for j in range(m) for c in range(k)]
+            if switching_coefficients
+            else [f"x{c + 1}" for c in range(k)]
+        ),
+        "variances": [f"sigma2[{j}]" for j in range(m)] if switching_variance else ["sigma2"],
+    }
+    free = tuple(n for n in theta if np.size(theta[n]) > 0)
+    return SwitchingSpec(structure, theta, support, free, y[:, None], x, names)
+
+
+def markov_switching_ar(
+    endog,
+    order: int,
+    *,
+    num_regimes: int = 2,
+    switching_ar: bool = False,
+    switching_variance: bool = False,
+) -> SwitchingSpec:
+    """Hamilton's (1989) Markov-switching AR(p) with switching mean:
+    y_t - mu_{s_t} = sum_{k=1..p} phi_k (y_{t-k} - mu_{s_{t-k}}) + e_t, e_t ~ N(0, sigma^2),
+    statsmodels' ``MarkovAutoregression(endog, k_regimes, order, switching_ar=False,
+    switching_variance=False)``.
+
+    The filter's modes are the regime tuples (s_t, ..., s_{t-p}) (module docstring); the
+    first p observations are conditioned on. theta: "transition_matrix" (M, M), "means" (M,)
+    (ordered), "ar_coefficients" (p,) or (M, p), "variances" () or (M,) (of s_t). Start
+    values: the AR(p) OLS fit, means spread over its residual scale, persistent regimes.
+
+    Args:
+        endog: (T,) the series, T > p + 2.
+        order: p >= 1.
+        num_regimes: M >= 2.
+        switching_ar: phi differs by regime.
+        switching_variance: sigma^2 differs by regime (that of s_t; see the module docstring
+            for statsmodels' convention when p >= 2).
+
+    Returns:
+        ``SwitchingSpec`` with observations (T - p, 1) = y_{p+1:T} and inputs (T - p, p), row
+        t = (y_{t-1}, ..., y_{t-p}).
+    """
+    y = _series("endog", endog)
+    p = validation.check_positive_int("order", order)
+    m = _check_regimes(num_regimes)
+    for name, flag in (("switching_ar", switching_ar), ("switching_variance", switching_variance)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}: expected True or False, got {flag!r}")
+    t = y.shape[0]
+    if t <= p + 2:
+        raise ValueError(f"endog: an AR({p}) model needs more than {p + 2} values, got {t}")
+    lags = np.column_stack([y[p - k : t - k] for k in range(1, p + 1)])
+    obs = y[p:]
+    coef, var = _ols(obs, np.column_stack([np.ones(t - p), lags]))
+    phi = coef[1:]
+    mean = coef[0] / max(1.0 - float(np.sum(phi)), 1e-3)
+    spread = np.sqrt(var) * np.linspace(-1.0, 1.0, m)
+    structure = SwitchingStructure("ar", m, p, p, switching_ar, switching_variance)
+    theta = {
+        "transition_matrix": _persistent_transition(m),
+        "means": mean + spread,
+        "ar_coefficients": np.tile(phi, (m, 1)) if switching_ar else phi.copy(),
+        "variances": np.full(m, var) if switching_variance else np.asarray(var),
+    }
+    support = {
+        "transition_matrix": constraints.simplex,
+        "means": constraints.ordered_vector,
+        "ar_coefficients": constraints.real,
+        "variances": constraints.positive,
+    }
+    names = {
+        "transition_matrix": _transition_names(m),
+        "means": [f"const[{j}]" for j in range(m)],
+        "ar_coefficients": (
+            [f"ar.L{c + 1}[{j}]" for j in range(m) for c in range(p)]
+            if switching_ar
+            else [f"ar.L{c + 1}" for c in range(p)]
+        ),
+        "variances": [f"sigma2[{j}]" for j in range(m)] if switching_variance else ["sigma2"],
+    }
+    return SwitchingSpec(structure, theta, support, tuple(theta), obs[:, None], lags, names)
+
+
+STATE_SPACE_FREE = (
+    "transition_matrix",
+    "dynamics_biases",
+    "emission_biases",
+    "dynamics_cov_scale",
+    "emission_cov_scale",
+)
+
+
+def switching_state_space(params: SwitchingParams, observations, *, inputs=None) -> SwitchingSpec:
+    """A generic ``SwitchingParams`` as a ``SwitchingSpec``: every field is a parameter, plus the
+    scales c_j, r_j of Q_j = c_j Q0_j and R_j = r_j R0_j (start 1; Q0, R0 the given
+    covariances). Free by default: the transition matrix, the biases/offsets b_j and d_j, and
+    the noise scales (``STATE_SPACE_FREE``); free any other field by passing ``free=`` to the
+    fit (covariance fields get the positive-definite constraint, probabilities simplex rows).
+
+    Args:
+        params: ``SwitchingParams`` (checked).
+        observations: (T, o), NaN entries missing.
+        inputs: (T, k) when ``params`` has input weights.
+    """
+    params = check_params("params", params)
+    obs = as_float_field("observations", observations)
+    o = params.emission_matrices.shape[1]
+    if obs.ndim != 2 or obs.shape[1] != o:
+        raise ValueError(f"observations: expected shape (T, {o}), got {tuple(obs.shape)}")
+    inputs = check_input_series("inputs", inputs, params, obs.shape[0])
+    m = params.initial_probs.shape[0]
+    theta = {f: np.asarray(getattr(params, f)) for f in SwitchingParams._fields}
+    theta["dynamics_cov_scale"] = np.ones(m)
+    theta["emission_cov_scale"] = np.ones(m)
+    support = {f: constraints.real for f in theta}
+    support |= {
+        "initial_probs": constraints.simplex,
+        "transition_matrix": constraints.simplex,
+        "initial_covs": constraints.positive_definite,
+        "dynamics_covs": constraints.positive_definite,
+        "emission_covs": constraints.positive_definite,
+        "dynamics_cov_scale": constraints.positive,
+        "emission_cov_scale": constraints.positive,
+    }
+    names = {f: [f"{f}{list(i)}" for i in np.ndindex(np.shape(v))] for f, v in theta.items()}
+    names["transition_matrix"] = _transition_names(m)
+    structure = SwitchingStructure("state_space", m, 0, params.num_inputs)
+    return SwitchingSpec(
+        structure, theta, support, STATE_SPACE_FREE, np.asarray(obs), np.asarray(inputs), names
+    )
+
+
+__all__ = [
+    "KINDS",
+    "STATE_SPACE_FREE",
+    "SwitchingSpec",
+    "SwitchingStructure",
+    "build_params",
+    "ergodic_probabilities",
+    "markov_switching_ar",
+    "markov_switching_regression",
+    "regime_of_mode",
+    "regime_probabilities",
+    "regime_tuples",
+    "switching_state_space",
+    "tuple_initial_probs",
+    "tuple_transition_matrix",
+]
