@@ -52,6 +52,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from .. import validation
@@ -488,12 +489,90 @@ def switching_state_space(params: SwitchingParams, observations, *, inputs=None)
     )
 
 
+# ----------------------------------------------------------------------------- priors
+
+
+class OrderedNormal(dist.Distribution):
+    """The order statistics of M independent N(loc, scale^2) draws: the law of sort(z), with
+    density M! prod_j N(x_j; loc_j, scale_j) on x_1 < ... < x_M (for equal locs and scales).
+
+    A prior for regime means that fixes the labels (regime 0 has the smallest mean): the
+    exchangeable normal prior restricted to one ordering, so the posterior is the
+    label-identified one (Jasra, Holmes and Stephens 2005, sec. 6, on label switching)."""
+
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
+    support = constraints.ordered_vector
+    reparametrized_params = ["loc", "scale"]
+
+    def __init__(self, loc, scale, size: int, *, validate_args=None):
+        self.loc, self.scale = jnp.asarray(loc), jnp.asarray(scale)
+        self.size = int(size)
+        batch = jnp.broadcast_shapes(jnp.shape(self.loc), jnp.shape(self.scale))
+        super().__init__(batch_shape=batch, event_shape=(self.size,), validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        shape = sample_shape + self.batch_shape + self.event_shape
+        z = jax.random.normal(key, shape)
+        return jnp.sort(self.loc[..., None] + self.scale[..., None] * z, axis=-1)
+
+    def log_prob(self, value):
+        normal = dist.Normal(self.loc[..., None], self.scale[..., None]).log_prob(value)
+        return jnp.sum(normal, axis=-1) + jax.scipy.special.gammaln(self.size + 1.0)
+
+    def tree_flatten(self):
+        return (self.loc, self.scale), self.size
+
+    @classmethod
+    def tree_unflatten(cls, aux, params):
+        return cls(*params, aux)
+
+
+def default_priors(spec: SwitchingSpec) -> dict:
+    """Weakly informative priors on the free parameters of ``spec``, in constrained form
+    (NumPyro distributions keyed by parameter name), scaled by the spec's start values (the
+    OLS fit of the constructors, hence data-dependent: pass fixed priors for
+    simulation-based calibration):
+
+    - "transition_matrix": each row Dirichlet(1 + 2 e_i) (prior stay probability 3 / (M + 2),
+      0.75 for M = 2);
+    - regime means / intercepts: ``OrderedNormal`` around their mean start, scale
+      2 sqrt(v0) + their spread (v0 the start variance), which fixes the labels;
+    - "variances": InverseGamma(3, 2 v0) (prior mean v0); noise scales of a state-space spec:
+      InverseGamma(3, 2) (prior mean 1);
+    - "ar_coefficients": N(0, 0.5^2); regression "coefficients": N(start, (10 (|start| + 1))^2);
+    - other real fields (biases, offsets): N(start, (10 (|start| + 1))^2).
+    """
+    m = spec.structure.num_regimes
+    out = {}
+    variance = float(np.mean(spec.theta.get("variances", 1.0)))
+    for name, value in spec.theta.items():
+        value = np.asarray(value, dtype=float)
+        support = spec.support[name]
+        if name == "transition_matrix":
+            out[name] = dist.Dirichlet(jnp.ones((m, m)) + 2.0 * jnp.eye(m)).to_event(1)
+        elif support is constraints.ordered_vector:
+            scale = 2.0 * np.sqrt(variance) + float(np.ptp(value))
+            out[name] = OrderedNormal(float(np.mean(value)), scale, value.shape[-1])
+        elif name == "variances":
+            out[name] = dist.InverseGamma(3.0, 2.0 * jnp.asarray(value)).to_event(value.ndim)
+        elif name in ("dynamics_cov_scale", "emission_cov_scale"):
+            out[name] = dist.InverseGamma(3.0 * jnp.ones(value.shape), 2.0).to_event(1)
+        elif name == "ar_coefficients":
+            out[name] = dist.Normal(jnp.zeros(value.shape), 0.5).to_event(value.ndim)
+        elif support is constraints.real:
+            loc = jnp.asarray(value)
+            out[name] = dist.Normal(loc, 10.0 * (jnp.abs(loc) + 1.0)).to_event(value.ndim)
+    return out
+
+
 __all__ = [
     "KINDS",
     "STATE_SPACE_FREE",
+    "OrderedNormal",
     "SwitchingSpec",
     "SwitchingStructure",
     "build_params",
+    "default_priors",
     "ergodic_probabilities",
     "markov_switching_ar",
     "markov_switching_regression",

@@ -11,6 +11,8 @@
 - ``learning``: the filters' log-likelihood of a parametrised model
   (``attnbayes.models.markov_switching``), maximum likelihood (L-BFGS, several starts,
   Hessian standard errors), EM, smoothed regime probabilities, durations, AIC/BIC;
+- ``marginal``: ``switching_marginal_model``, the NumPyro program over the parameters alone
+  (the filter's log-likelihood in one ``numpyro.factor``), for NUTS over theta;
 - ``comparison``: every method on the same series, one tidy table.
 
 The filters and smoothers are ``jax.jit``-, ``jax.vmap``- and ``jax.grad``-able over
@@ -61,6 +63,7 @@ from .learning import (
     smoothed_regime_probabilities,
     switching_log_likelihood,
 )
+from .marginal import switching_marginal_model
 from .particle import rbpf, systematic_resample
 from .smoothers import (
     SmootherResult,
@@ -114,5 +117,6 @@ __all__ = [
     "switching_gibbs_init",
     "switching_gibbs_step",
     "switching_log_likelihood",
+    "switching_marginal_model",
     "systematic_resample",
 ]
