@@ -8,11 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import statsmodels.api as sm
+from scipy import optimize, stats
 
 from attnbayes.inference.switching import imm_filter
+from attnbayes.inference.switching.kalman import check_inputs
 from attnbayes.inference.switching.learning import (
     expected_durations,
     fit_switching,
+    forecast_switching,
+    hamilton_filter,
     information_criteria,
     smoothed_regime_probabilities,
     switching_log_likelihood,
@@ -257,3 +261,41 @@ def test_bad_input_to_the_learning_functions(gdp):
         markov_switching_ar(np.r_[gdp[:10], np.nan], 1)
     with pytest.raises(ValueError, match="^exog: expected shape"):
         markov_switching_regression(gdp, np.ones((5, 1)))
+
+
+def test_forecasts_match_the_predictive_mixture(msar1_fits, gdp):
+    """One step ahead, the MS-AR(1) predictive is the mixture over regime pairs of
+    N(mu_j - phi mu_i + phi y_T, sigma^2) with the filtered pair probabilities moved one step:
+    the simulated mean and 90% interval match it within Monte Carlo error, and the regime
+    probabilities are the filtered ones times Pi^h exactly."""
+    _, mle, _ = msar1_fits
+    spec = markov_switching_ar(gdp, 1)
+    fc = forecast_switching(
+        jax.random.key(3), spec, mle.theta, horizon=4, likelihood="exact", num_draws=20000
+    )
+    params, obs, u = check_inputs(
+        build_params(spec.structure, mle.theta), spec.observations, inputs=spec.inputs
+    )
+    _, filt = hamilton_filter(params, obs, u)
+    weights = np.asarray(filt[-1] @ params.transition_matrix)  # over tuples (s_{T+1}, s_T)
+    means = np.asarray(
+        params.emission_biases[:, 0] + params.emission_input_weights[:, 0, 0] * gdp[-1]
+    )
+    sd = np.sqrt(np.asarray(params.emission_covs[:, 0, 0]))
+    want_mean = weights @ means
+    draws = fc.draws[:, 0, 0]
+    assert abs(fc.mean[0, 0] - want_mean) < 4 * draws.std() / np.sqrt(draws.size)
+
+    def cdf(q):
+        return float(weights @ stats.norm.cdf(q, means, sd))
+
+    lo = optimize.brentq(lambda q: cdf(q) - 0.05, -20, 20)
+    hi = optimize.brentq(lambda q: cdf(q) - 0.95, -20, 20)
+    np.testing.assert_allclose([fc.lower[1, 0, 0], fc.upper[1, 0, 0]], [lo, hi], atol=0.05)
+    trans = mle.theta["transition_matrix"]
+    regime_t = np.asarray(filt[-1]).reshape(2, 2).sum(axis=1)
+    for h in range(4):
+        regime_t = regime_t @ trans
+        np.testing.assert_allclose(fc.regime_probs[h], regime_t, rtol=1e-10)
+    assert fc.lower.shape == fc.upper.shape == (2, 4, 1)
+    assert np.all(fc.lower <= fc.upper)
