@@ -258,10 +258,8 @@ def build_params(structure: SwitchingStructure, theta: dict) -> SwitchingParams:
 
 
 def _check_regimes(num_regimes) -> int:
-    m = validation.check_positive_int("num_regimes", num_regimes)
-    if m < 2:
-        raise ValueError(f"num_regimes: a switching model needs at least 2 regimes, got {m}")
-    return m
+    """M >= 1 (M = 1 is the model without switching, the baseline of a comparison)."""
+    return validation.check_positive_int("num_regimes", num_regimes)
 
 
 def _series(name: str, value) -> np.ndarray:
@@ -275,8 +273,19 @@ def _series(name: str, value) -> np.ndarray:
 
 
 def _persistent_transition(m: int) -> np.ndarray:
-    """A start value: stay with probability 0.9, leave evenly."""
+    """A start value: stay with probability 0.9, leave evenly (1 for M = 1)."""
+    if m == 1:
+        return np.ones((1, 1))
     return np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
+
+
+def _identified(theta: dict) -> tuple:
+    """The free parameters by default: every non-empty one, but not a 1 x 1 transition."""
+    return tuple(
+        n
+        for n, v in theta.items()
+        if np.size(v) > 0 and not (n == "transition_matrix" and np.size(v) == 1)
+    )
 
 
 def _transition_names(m: int) -> list[str]:
@@ -310,7 +319,7 @@ def markov_switching_regression(
     Args:
         endog: (T,) the series.
         exog: (T, k) regressors (without a constant; the intercept switches), or None.
-        num_regimes: M >= 2.
+        num_regimes: M >= 1 (1: no switching, the baseline).
         switching_coefficients: beta differs by regime (else one beta).
         switching_variance: sigma^2 differs by regime (else one sigma^2).
 
@@ -365,8 +374,7 @@ def markov_switching_regression(
         ),
         "variances": [f"sigma2[{j}]" for j in range(m)] if switching_variance else ["sigma2"],
     }
-    free = tuple(n for n in theta if np.size(theta[n]) > 0)
-    return SwitchingSpec(structure, theta, support, free, y[:, None], x, names)
+    return SwitchingSpec(structure, theta, support, _identified(theta), y[:, None], x, names)
 
 
 def markov_switching_ar(
@@ -390,7 +398,7 @@ def markov_switching_ar(
     Args:
         endog: (T,) the series, T > p + 2.
         order: p >= 1.
-        num_regimes: M >= 2.
+        num_regimes: M >= 1 (1: the plain AR(p), the baseline).
         switching_ar: phi differs by regime.
         switching_variance: sigma^2 differs by regime (that of s_t; see the module docstring
             for statsmodels' convention when p >= 2).
@@ -437,7 +445,7 @@ def markov_switching_ar(
         ),
         "variances": [f"sigma2[{j}]" for j in range(m)] if switching_variance else ["sigma2"],
     }
-    return SwitchingSpec(structure, theta, support, tuple(theta), obs[:, None], lags, names)
+    return SwitchingSpec(structure, theta, support, _identified(theta), obs[:, None], lags, names)
 
 
 STATE_SPACE_FREE = (

@@ -7,7 +7,12 @@ x | s, y, the conditional mode sampler against p(s | x, y) enumerated over histo
 conjugate parameter draws against SciPy's Beta and inverse-gamma laws, ``lp`` against SciPy
 log-densities (and, summed over histories, against
 ``attnbayes.models.switching.switching_log_joint``), and short chains against the exact smoothing
-posterior of ``switching_bruteforce``. Slow: the maneuvering-target scenario (R-hat of every state
+posterior of ``switching_bruteforce``. The extended model (emission offsets, inputs u_t, single
+missing coordinates of y_t; o = 2) is checked the same way, from one compiled program: the
+collapsed conditionals of every history against ``switching_bruteforce``, FFBS against the dense
+conditional and ``fixed_modes_smoother``, ``lp`` against SciPy and ``log_joint_density``, and the
+conjugate laws exactly; the public kernel and run with inputs at the sizes of the tests above
+(the same compiled sampler). Slow: the maneuvering-target scenario (R-hat of every state
 coordinate), and with priors on Pi, c, r the posterior means against NUTS on ``switching_model``.
 """
 
@@ -22,12 +27,18 @@ import numpy as np
 import pytest
 from scipy import stats
 from scipy.special import logsumexp
-from switching_bruteforce import enumerate_posterior, random_switching_params
+from switching_bruteforce import (
+    as_numpy,
+    enumerate_posterior,
+    log_joint_density,
+    random_switching_params,
+)
 
 from attnbayes.inference.diagnostics import diagnostics
 from attnbayes.inference.mcmc import run_nuts
 from attnbayes.inference.switching import gibbs as sg
-from attnbayes.inference.switching.kalman import check_inputs, kalman_update
+from attnbayes.inference.switching.kalman import kalman_update
+from attnbayes.inference.switching.smoothers import fixed_modes_smoother
 from attnbayes.models.switching import (
     SwitchingParams,
     SwitchingPriors,
@@ -84,9 +95,62 @@ PROBLEMS = {
     "known-start": known_start_problem,
 }
 
+PARTLY_MISSING = ((1, 0), (4, 1))  # (step, coordinate): single missing coordinates of y
 
-def _model(params, y):
-    return sg._prepare(*check_inputs(params, y))
+
+def simulate_numpy(rng, params: SwitchingParams, inputs):
+    """(modes (T,), states (T, d), y (T, o)) drawn from the model with inputs u (T, k) in
+    NumPy (``simulate`` would compile a sampler for every new shape)."""
+    p = as_numpy(params)
+    m = len(p.initial_probs)
+    modes = [rng.choice(m, p=p.initial_probs)]
+    states = [rng.multivariate_normal(p.initial_means[modes[0]], p.initial_covs[modes[0]])]
+    for t in range(1, len(inputs)):
+        j = rng.choice(m, p=p.transition_matrix[modes[-1]])
+        offset = p.dynamics_biases[j] + p.dynamics_input_weights[j] @ inputs[t]
+        mean = p.dynamics_matrices[j] @ states[-1] + offset
+        modes.append(j)
+        states.append(rng.multivariate_normal(mean, p.dynamics_covs[j]))
+    y = [
+        rng.multivariate_normal(
+            p.emission_matrices[j] @ x + p.emission_biases[j] + p.emission_input_weights[j] @ u,
+            p.emission_covs[j],
+        )
+        for j, x, u in zip(modes, states, inputs, strict=True)
+    ]
+    return np.array(modes), np.array(states), np.array(y)
+
+
+@functools.cache
+def input_problem():
+    """M = 2, d = 2, o = 2 (PD Q) with emission offsets d_j and one input (B_j, D_j): params,
+    a series with one coordinate missing at steps 2 and 5 and the row MISSING_ROW missing,
+    the inputs u (T, 1), and the simulated modes and states."""
+    rng = np.random.default_rng(38)  # modes 0 0 1 0 1 0: a partly missing row in each mode
+    params = random_switching_params(rng, o=2, num_inputs=1)
+    u = rng.normal(size=(T, 1))
+    modes, states, y = simulate_numpy(rng, params, u)
+    for t, i in PARTLY_MISSING:
+        y[t, i] = np.nan
+    y[MISSING_ROW] = np.nan
+    return params, y, u, modes, states
+
+
+@functools.cache
+def small_input_problem():
+    """The sizes of ``definite_problem`` (o = 1) with emission offsets and one input: the
+    public kernel and run reuse the samplers compiled for the tests without inputs (they see
+    the per-step offsets, not the inputs). Returns (params, y, u)."""
+    rng = np.random.default_rng(22)
+    params = random_switching_params(rng, num_inputs=1)
+    u = rng.normal(size=(T, 1))
+    _, _, y = simulate_numpy(rng, params, u)
+    y[MISSING_ROW] = np.nan
+    return params, y, u
+
+
+def _model(params, y, inputs=None):
+    return sg._prepare(*sg._check_data(params, y, inputs))
 
 
 def _theta(params, trans=None, c=(1.0, 1.0), r=(1.0, 1.0)):
@@ -114,27 +178,41 @@ def _effective(params, theta) -> SwitchingParams:
 # ----------------------------------------------------------------------------- dense references
 
 
-def dense_joint(p: SwitchingParams, hist):
-    """Means and covariances of (x_{1:T}, y_{1:T}) given the history s, by the covariance
+def _inputs(p: SwitchingParams, inputs, n: int):
+    """u (n, k): ``inputs``, or no columns."""
+    k = p.emission_input_weights.shape[-1]
+    return np.zeros((n, k)) if inputs is None else np.asarray(inputs, float).reshape(n, k)
+
+
+def dense_joint(p: SwitchingParams, hist, inputs=None):
+    """Means and covariances of (x_{1:T}, y_{1:T}) given the history s, by the mean recursion
+    mx_t = F_t mx_{t-1} + b_t + B_t u_t, my_t = H_t mx_t + d_t + D_t u_t, and the covariance
     recursion V[t, u] = F_t V[t-1, u] (u < t), V[t, t] = F_t V[t-1, t-1] F_t' + Q_t.
 
     Returns (mx (T d,), vxx (T d, T d), my (T o,), vyy (T o, T o), vxy (T d, T o)).
     """
-    p = SwitchingParams(*(np.asarray(a, float) for a in p))
+    p = as_numpy(p)
     n, d = len(hist), p.initial_means.shape[1]
+    inputs = _inputs(p, inputs, n)
     mx = np.zeros((n, d))
     v = np.zeros((n, n, d, d))
     mx[0], v[0, 0] = p.initial_means[hist[0]], p.initial_covs[hist[0]]
     for t in range(1, n):
-        f = p.dynamics_matrices[hist[t]]
-        mx[t] = f @ mx[t - 1] + p.dynamics_biases[hist[t]]
+        j = hist[t]
+        f = p.dynamics_matrices[j]
+        mx[t] = f @ mx[t - 1] + p.dynamics_biases[j] + p.dynamics_input_weights[j] @ inputs[t]
         for u in range(t):
             v[t, u] = f @ v[t - 1, u]
             v[u, t] = v[t, u].T
         v[t, t] = f @ v[t - 1, t - 1] @ f.T + p.dynamics_covs[hist[t]]
     h = [p.emission_matrices[j] for j in hist]
     vxx = v.transpose(0, 2, 1, 3).reshape(n * d, n * d)
-    my = np.concatenate([h[t] @ mx[t] for t in range(n)])
+    my = np.concatenate(
+        [
+            h[t] @ mx[t] + p.emission_biases[j] + p.emission_input_weights[j] @ inputs[t]
+            for t, j in enumerate(hist)
+        ]
+    )
     vxy = np.block([[v[t, u] @ h[u].T for u in range(n)] for t in range(n)])
     vyy = np.block(
         [
@@ -164,9 +242,10 @@ def log_joint_modes_y(p: SwitchingParams, y, hist) -> float:
     )
 
 
-def states_given_modes(p: SwitchingParams, y, hist):
-    """Mean (T d,) and covariance (T d, T d) of x | s, y by dense Gaussian conditioning."""
-    mx, vxx, my, vyy, vxy = dense_joint(p, hist)
+def states_given_modes(p: SwitchingParams, y, hist, inputs=None):
+    """Mean (T d,) and covariance (T d, T d) of x | s, y by dense Gaussian conditioning on the
+    observed entries of y."""
+    mx, vxx, my, vyy, vxy = dense_joint(p, hist, inputs)
     rows = _observed(y)
     gain = np.linalg.solve(vyy[np.ix_(rows, rows)], vxy[:, rows].T).T
     mean = mx + gain @ (y.ravel()[rows] - my[rows])
@@ -174,29 +253,43 @@ def states_given_modes(p: SwitchingParams, y, hist):
     return mean, 0.5 * (cov + cov.T)
 
 
-def log_joint_scipy(p: SwitchingParams, y, hist, x, theta=None, priors=None) -> float:
-    """log p(x, s, y, theta) with SciPy log-densities (degenerate ones for singular Q_j)."""
-    p = SwitchingParams(*(np.asarray(a, float) for a in p))
+def log_prior_scipy(theta, priors: SwitchingPriors) -> float:
+    """log of the Dirichlet rows of Pi and the inverse-gamma c_j, r_j at theta (SciPy)."""
+    out = 0.0
+    for row, alpha in zip(
+        np.asarray(theta.transition_matrix), priors.transition_concentration, strict=True
+    ):
+        out += stats.dirichlet(alpha).logpdf(row)
+    for prior, value in (
+        (priors.dynamics_cov_scale, theta.dynamics_cov_scale),
+        (priors.emission_cov_scale, theta.emission_cov_scale),
+    ):
+        shape, rate = (np.broadcast_to(v, (2,)) for v in prior)
+        out += np.sum(stats.invgamma(shape, scale=rate).logpdf(np.asarray(value)))
+    return float(out)
+
+
+def log_joint_scipy(p: SwitchingParams, y, hist, x, theta=None, priors=None, inputs=None):
+    """log p(x, s, y_obs, theta) with SciPy log-densities (degenerate ones for singular Q_j),
+    y_obs the observed (non-NaN) entries of y; offsets b_j + B_j u_t and d_j + D_j u_t."""
+    p = as_numpy(p)
+    u = _inputs(p, inputs, len(hist))
     out = np.log(p.initial_probs[hist[0]])
     out += sum(np.log(p.transition_matrix[a, b]) for a, b in itertools.pairwise(hist))
     mvn = functools.partial(stats.multivariate_normal.logpdf, allow_singular=True)
     out += mvn(x[0], p.initial_means[hist[0]], p.initial_covs[hist[0]])
     for t in range(1, len(hist)):
         j = hist[t]
-        mean = p.dynamics_matrices[j] @ x[t - 1] + p.dynamics_biases[j]
-        out += mvn(x[t], mean, p.dynamics_covs[j])
+        offset = p.dynamics_biases[j] + p.dynamics_input_weights[j] @ u[t]
+        out += mvn(x[t], p.dynamics_matrices[j] @ x[t - 1] + offset, p.dynamics_covs[j])
     for t, j in enumerate(hist):
-        if not np.isnan(y[t]).any():
-            out += mvn(y[t], p.emission_matrices[j] @ x[t], p.emission_covs[j])
+        seen = np.flatnonzero(~np.isnan(y[t]))
+        if seen.size:
+            offset = p.emission_biases[j] + p.emission_input_weights[j] @ u[t]
+            mean = p.emission_matrices[j] @ x[t] + offset
+            out += mvn(y[t, seen], mean[seen], p.emission_covs[j][np.ix_(seen, seen)])
     if priors is not None:
-        for row, alpha in zip(p.transition_matrix, priors.transition_concentration, strict=True):
-            out += stats.dirichlet(alpha).logpdf(row)
-        for prior, value in (
-            (priors.dynamics_cov_scale, theta.dynamics_cov_scale),
-            (priors.emission_cov_scale, theta.emission_cov_scale),
-        ):
-            shape, rate = (np.broadcast_to(v, (2,)) for v in prior)
-            out += np.sum(stats.invgamma(shape, scale=rate).logpdf(np.asarray(value)))
+        out += log_prior_scipy(theta, priors)
     return float(out)
 
 
@@ -244,26 +337,34 @@ def _run(mode_sampler: str, singular: bool):
 
 def test_kalman_update_and_psd_factor_match_references():
     """``kalman.kalman_update`` (the one update, written out for small matrices) equals the
-    textbook update in NumPy (gain, Joseph form, log N(y; H m, S)); a NaN row leaves (m, P)
-    unchanged and adds 0. The semidefinite factor reproduces singular PSD matrices to
-    round-off (and ``_psd_solve`` is a generalised inverse of them)."""
+    textbook update in NumPy (gain, Joseph form, log N(y; H m, S)); with a NaN coordinate it
+    is the update by the observed one, and a NaN row leaves (m, P) unchanged and adds 0. The
+    semidefinite factor reproduces singular PSD matrices to round-off (and ``_psd_solve`` is a
+    generalised inverse of them)."""
     rng = np.random.default_rng(0)
     a = rng.normal(size=(3, 3))
     cov, h = a @ a.T + 0.1 * np.eye(3), rng.normal(size=(2, 3))
     r, mean, y = np.diag([0.5, 2.0]), rng.normal(size=3), rng.normal(size=2)
-    s_mat = h @ cov @ h.T + r
-    gain = cov @ h.T @ np.linalg.inv(s_mat)
-    joseph = np.eye(3) - gain @ h
-    resid = y - h @ mean
-    want = (
-        mean + gain @ resid,
-        joseph @ cov @ joseph.T + gain @ r @ gain.T,
-        -0.5 * (resid @ np.linalg.solve(s_mat, resid) + np.linalg.slogdet(2 * np.pi * s_mat)[1]),
-    )
+
+    def textbook(y, h, r):
+        s_mat = h @ cov @ h.T + r
+        gain = cov @ h.T @ np.linalg.inv(s_mat)
+        joseph = np.eye(3) - gain @ h
+        resid = y - h @ mean
+        return (
+            mean + gain @ resid,
+            joseph @ cov @ joseph.T + gain @ r @ gain.T,
+            -0.5
+            * (resid @ np.linalg.solve(s_mat, resid) + np.linalg.slogdet(2 * np.pi * s_mat)[1]),
+        )
+
     update = jax.jit(kalman_update)
-    for got, ref in zip(update(mean, cov, y, h, r), want, strict=True):
+    for got, ref in zip(update(mean, cov, y, h, r), textbook(y, h, r), strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
-    missing = update(mean, cov, np.array([np.nan, 1.0]), h, r)
+    partly = update(mean, cov, np.array([np.nan, y[1]]), h, r)
+    for got, ref in zip(partly, textbook(y[1:], h[1:], r[1:, 1:]), strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    missing = update(mean, cov, np.array([np.nan, np.nan]), h, r)
     for got, ref in zip(missing, (mean, cov, 0.0), strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
     g = rng.normal(size=(4, 2))
@@ -349,7 +450,7 @@ def test_ffbs_draws_match_dense_conditional(problem):
     if problem == "known-start":
         assert np.max(np.abs(draws[:, 0] - params.initial_means[hist[0]])) < 1e-12
     if singular:
-        p = SwitchingParams(*(np.asarray(a) for a in eff))
+        p = as_numpy(eff)
         for t in range(1, T):
             j = hist[t]
             w = draws[:, t] - draws[:, t - 1] @ p.dynamics_matrices[j].T - p.dynamics_biases[j]
@@ -364,7 +465,7 @@ def test_conditional_mode_draws_match_enumeration():
     histories with SciPy densities (marginals, and the joint of two steps), on a model whose
     two modes are close enough for the states not to pin them down."""
     params, y, _, _ = definite_problem()
-    p = SwitchingParams(*(np.asarray(a) for a in params))
+    p = as_numpy(params)
     close = p._replace(
         initial_means=p.initial_means[[0, 0]] + [[0, 0], [0.3, 0]],
         dynamics_matrices=p.dynamics_matrices[[0, 0]] * [[[1.0]], [[0.9]]],
@@ -443,7 +544,7 @@ def test_conjugate_draws_match_closed_forms(singular):
         theta,
         priors,
     )
-    p = SwitchingParams(*(np.asarray(a) for a in params))
+    p = as_numpy(params)
     counts = np.zeros((2, 2))
     for a, b in itertools.pairwise(modes):
         counts[a, b] += 1
@@ -473,6 +574,144 @@ def test_conjugate_draws_match_closed_forms(singular):
         )
         law = stats.invgamma(shape, scale=rate)
         assert stats.kstest(np.asarray(draws.emission_cov_scale[:, j]), law.cdf).pvalue > 1e-3
+
+
+# ---------------------------------------------------------------- inputs, missing coordinates
+
+
+INPUT_THETA = {"trans": [[0.65, 0.35], [0.3, 0.7]], "c": (0.8, 1.3), "r": (1.2, 0.7)}
+FFBS_MODES = np.array([0, 1, 1, 0, 1, 0])
+ALL_HISTORIES = np.array(list(itertools.product(range(2), repeat=T)))
+
+
+def _input_problem_program(keys, histories, ffbs_modes, modes, states, data, theta, priors):
+    """The internals the input-problem tests check, in one compiled program (``_prepare`` of
+    the checked ``data`` included): the collapsed conditionals log p(s_t | s_{-t}, theta, y)
+    of every history (H, T, M), FFBS draws of x | ffbs_modes (keys, T, d), lp of (x, s) for
+    every history s (H,), and the laws of theta | x, s at the simulated modes. The collapsed
+    pass and FFBS run in ``lax.map`` loops: vmapped, they compile for seconds longer."""
+    model = sg._prepare(*data)
+    conditionals = jax.lax.map(
+        lambda h: sg._collapsed_pass(keys[0], h, model, theta, False)[3], histories
+    )
+    draws = jax.lax.map(lambda k: sg._sample_states(k, ffbs_modes, model, theta), keys)
+    lps = jax.vmap(sg._log_joint, (0, None, None, None, None))(
+        histories, states, model, theta, priors
+    )
+    return conditionals, draws, lps, sg._parameter_laws(modes, states, model, theta, priors)
+
+
+@functools.cache
+def input_problem_results():
+    """``_input_problem_program`` on ``input_problem`` at INPUT_THETA with PRIORS (20000 FFBS
+    draws), as NumPy arrays; computed once for the tests below."""
+    params, y, u, modes, states = input_problem()
+    out = jax.jit(_input_problem_program)(
+        jax.random.split(jax.random.key(6), 20_000),
+        jnp.asarray(ALL_HISTORIES),
+        jnp.asarray(FFBS_MODES),
+        jnp.asarray(modes),
+        jnp.asarray(states),
+        sg._check_data(params, y, u),
+        _theta(params, **INPUT_THETA),
+        sg._check_priors(PRIORS, 2, jnp.float64),
+    )
+    return jax.tree.map(np.asarray, out)
+
+
+def test_collapsed_conditionals_with_inputs_and_missing_coordinates():
+    """With emission offsets, an input, two single missing coordinates and a missing row,
+    p(s_t | s_{-t}, theta, y) of the backward information messages and forward candidates
+    equals p(s, y) of ``switching_bruteforce`` normalised over s_t, for every one of the 2^T
+    histories and every t."""
+    params, y, u, _, _ = input_problem()
+    eff = _effective(params, _theta(params, **INPUT_THETA))
+    exact = enumerate_posterior(eff, y, inputs=u)
+    np.testing.assert_array_equal(exact.histories, ALL_HISTORIES)
+    conditionals = input_problem_results()[0]
+    index = np.arange(len(ALL_HISTORIES))
+    for t in range(T):
+        bit = 1 << (T - 1 - t)  # histories in row-major order: s_t is this bit of the index
+        logs = np.stack([exact.log_joint[index & ~bit], exact.log_joint[index | bit]], axis=-1)
+        want = np.exp(logs - logsumexp(logs, axis=-1, keepdims=True))
+        np.testing.assert_allclose(np.exp(conditionals[:, t]), want, rtol=0, atol=1e-8)
+
+
+def test_ffbs_with_inputs_and_missing_coordinates():
+    """20000 FFBS draws of x | s, y with offsets, an input and missing coordinates: mean and
+    covariance (across steps too) within Monte Carlo error of the dense conditional, whose
+    per-step moments are those of ``fixed_modes_smoother(..., inputs=u)``."""
+    params, y, u, _, _ = input_problem()
+    eff = _effective(params, _theta(params, **INPUT_THETA))
+    mean, cov = states_given_modes(eff, y, FFBS_MODES, u)
+    smoothed = fixed_modes_smoother(eff, y, FFBS_MODES, inputs=u)
+    np.testing.assert_allclose(smoothed.mean, mean.reshape(T, 2), rtol=0, atol=1e-10)
+    blocks = [cov[2 * t : 2 * t + 2, 2 * t : 2 * t + 2] for t in range(T)]
+    np.testing.assert_allclose(smoothed.cov, np.stack(blocks), rtol=0, atol=1e-10)
+    draws = input_problem_results()[1]
+    n = len(draws)
+    flat = draws.reshape(n, -1)
+    assert np.all(np.abs(flat.mean(0) - mean) <= 5 * np.sqrt(np.diag(cov) / n))
+    var = np.diag(cov)
+    assert np.all(np.abs(np.cov(flat.T) - cov) <= 5 * np.sqrt((np.outer(var, var) + cov**2) / n))
+
+
+def test_lp_with_inputs_and_missing_coordinates():
+    """lp = log p(x, s, y_obs, theta) with offsets, an input and missing coordinates, for
+    every history s: against SciPy densities of the observed sub-vectors, and summed over the
+    histories against ``switching_bruteforce.log_joint_density`` (+ the log prior)."""
+    params, y, u, _, states = input_problem()
+    theta = _theta(params, **INPUT_THETA)
+    eff = _effective(params, theta)
+    lps = input_problem_results()[2]
+    want = [log_joint_scipy(eff, y, h, states, theta, PRIORS, u) for h in ALL_HISTORIES]
+    np.testing.assert_allclose(lps, want, rtol=1e-10)
+    np.testing.assert_allclose(
+        logsumexp(lps),
+        log_joint_density(eff, states, y, inputs=u) + log_prior_scipy(theta, PRIORS),
+        rtol=1e-10,
+    )
+
+
+def test_conjugate_laws_count_observed_coordinates():
+    """The laws of theta | x, s, y with offsets, an input and missing coordinates, exactly:
+    r_j ~ InvGamma(a + N_j / 2, b + sum v_o' R_j,oo^-1 v_o / 2) with N_j the observed
+    coordinates of the steps in mode j (a partly missing row counts its observed one),
+    v = y - H_j x - d_j - D_j u; c_j with w = x_t - F_j x_{t-1} - b_j - B_j u_t; the
+    Dirichlet counts of Pi."""
+    params, y, u, modes, states = input_problem()
+    assert {modes[t] for t, _ in PARTLY_MISSING} == {0, 1}  # a partly missing row per mode
+    p = as_numpy(params)
+    concentration, dynamics, emission = input_problem_results()[3]
+    counts = np.zeros((2, 2))
+    for a, b in itertools.pairwise(modes):
+        counts[a, b] += 1
+    np.testing.assert_allclose(concentration, PRIORS.transition_concentration + counts, rtol=0)
+    num_observed = []
+    for j in range(2):
+        ts = [t for t in range(1, T) if modes[t] == j]
+        w = (
+            states[ts]
+            - states[np.array(ts) - 1] @ p.dynamics_matrices[j].T
+            - p.dynamics_biases[j]
+            - u[ts] @ p.dynamics_input_weights[j].T
+        )
+        law = [
+            2.0 + 2 * len(ts) / 2,  # rank(Q_j) = 2
+            1.0 + 0.5 * np.einsum("ti,ij,tj->", w, np.linalg.inv(p.dynamics_covs[j]), w),
+        ]
+        np.testing.assert_allclose(dynamics[:, j], law, rtol=1e-12)
+        seen_count, quad = 0, 0.0
+        for t in np.flatnonzero(modes == j):
+            seen = np.flatnonzero(~np.isnan(y[t]))
+            v = y[t] - p.emission_matrices[j] @ states[t] - p.emission_biases[j]
+            v = (v - p.emission_input_weights[j] @ u[t])[seen]
+            quad += v @ np.linalg.solve(p.emission_covs[j][np.ix_(seen, seen)], v)
+            seen_count += seen.size
+        law = [3.0 + seen_count / 2, [0.5, 2.0][j] + quad / 2]
+        np.testing.assert_allclose(emission[:, j], law, rtol=1e-12)
+        num_observed.append(seen_count)
+    assert sum(num_observed) == np.sum(~np.isnan(y)) == 2 * T - 2 - len(PARTLY_MISSING)
 
 
 # ----------------------------------------------------------------------------- chains
@@ -585,6 +824,43 @@ def test_run_with_priors_has_parameter_draws():
     assert np.all(post["emission_cov_scale"].values > 0)
 
 
+def test_kernel_and_run_with_inputs():
+    """The public kernel and run take ``inputs`` (offsets and an input at the sizes of the
+    tests above, so the compiled samplers are reused): init and a collapsed step with priors
+    give lp = log p(x, s, y, theta) of SciPy with the offsets; the chains match the exact
+    smoothing posterior with the inputs; params with input weights need ``inputs``."""
+    params, y, u = small_input_problem()
+    modes = np.array([0, 1, 1, 0, 0, 1])
+    key = jax.random.key(4)
+    state = sg.switching_gibbs_init(key, params, y, modes=modes, priors=PRIORS, inputs=u)
+    want = log_joint_scipy(params, y, modes, np.asarray(state.states), state, PRIORS, u)
+    np.testing.assert_allclose(state.lp, want, rtol=1e-10)
+    state, _ = sg.switching_gibbs_step(key, state, params, y, priors=PRIORS, inputs=u)
+    want = log_joint_scipy(
+        _effective(params, state), y, state.modes, np.asarray(state.states), state, PRIORS, u
+    )
+    np.testing.assert_allclose(state.lp, want, rtol=1e-10)
+    dt = sg.run_switching_gibbs(
+        jax.random.key(12),
+        params,
+        y,
+        inputs=u,
+        num_warmup=100,
+        num_samples=NUM_SAMPLES,
+        num_chains=NUM_CHAINS,
+    )
+    exact = enumerate_posterior(params, y, inputs=u)
+    _within_mcse(dt["posterior"]["modes"].values == 1, exact.smoothed_mode_probs[:, 1])
+    _within_mcse(dt["posterior"]["states"].values, exact.smoothed_mean)
+    for call in (
+        lambda: sg.switching_gibbs_init(key, params, y),
+        lambda: sg.switching_gibbs_step(key, state, params, y),
+        lambda: sg.run_switching_gibbs(key, params, y, inputs=u[:-1]),
+    ):
+        with pytest.raises(ValueError, match="^inputs: "):
+            call()
+
+
 # ----------------------------------------------------------------------------- bad input
 
 
@@ -625,6 +901,24 @@ def test_bad_input_errors():
         sg.switching_gibbs_step(key, state._replace(states=state.states[:-1]), params, y)
     with pytest.raises(ValueError, match="^modes:"):
         sg.switching_gibbs_init(key, params, y, modes=np.zeros(T + 1, int))
+
+
+def test_singular_emission_covs_are_refused():
+    """A singular R_j (PSD, valid for the filters) is refused by init, step and run before any
+    tracing: the r_j update and the backward messages need R_j^-1."""
+    params, y, _, _ = definite_problem()
+    covs = np.array(params.emission_covs)
+    covs[1] = 0.0
+    singular = params._replace(emission_covs=covs)
+    key = jax.random.key(0)
+    pattern = r"^params\.emission_covs: the Gibbs sampler needs positive definite .*mode\(s\) \[1\]"
+    for call in (
+        lambda: sg.switching_gibbs_init(key, singular, y),
+        lambda: sg.switching_gibbs_step(key, _theta(params), singular, y),
+        lambda: sg.run_switching_gibbs(key, singular, y),
+    ):
+        with pytest.raises(ValueError, match=pattern):
+            call()
 
 
 def test_non_finite_draws_are_refused_naming_the_step():

@@ -256,7 +256,7 @@ def test_bad_input_to_the_learning_functions(gdp):
     with pytest.raises(ValueError, match="^order: "):
         markov_switching_ar(gdp, 0)
     with pytest.raises(ValueError, match="^num_regimes: "):
-        markov_switching_ar(gdp, 1, num_regimes=1)
+        markov_switching_ar(gdp, 1, num_regimes=0)
     with pytest.raises(ValueError, match="^endog: "):
         markov_switching_ar(np.r_[gdp[:10], np.nan], 1)
     with pytest.raises(ValueError, match="^exog: expected shape"):
@@ -299,3 +299,25 @@ def test_forecasts_match_the_predictive_mixture(msar1_fits, gdp):
         np.testing.assert_allclose(fc.regime_probs[h], regime_t, rtol=1e-10)
     assert fc.lower.shape == fc.upper.shape == (2, 4, 1)
     assert np.all(fc.lower <= fc.upper)
+
+
+@pytest.mark.slow
+def test_number_of_regimes_by_bic_and_held_out_density(gdp):
+    """Candidates M = 1, 2, 3 of MS-AR(1) on GDP growth: the M = 1 fit is statsmodels'
+    conditional AR(1) (AutoReg) maximum, the log-likelihood grows with M, and each criterion
+    picks its own optimum."""
+    from attnbayes.inference.switching.learning import select_num_regimes
+
+    sel = select_num_regimes(
+        jax.random.key(0),
+        lambda y, m: markov_switching_ar(y, 1, num_regimes=m),
+        gdp,
+        candidates=(1, 2, 3),
+        holdout=40,
+    )
+    assert abs(sel.log_likelihood[0] - sm.tsa.AutoReg(gdp, 1).fit().llf) < 1e-6
+    assert np.all(np.diff(sel.log_likelihood) > 0)
+    np.testing.assert_array_equal(sel.num_parameters, [3, 6, 11])
+    assert sel.best_bic == sel.num_regimes[np.argmin(sel.bic)]
+    assert sel.best_heldout == sel.num_regimes[np.argmax(sel.heldout_log_predictive)]
+    assert np.all(np.isfinite(sel.heldout_log_predictive))

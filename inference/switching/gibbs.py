@@ -3,27 +3,36 @@
 Carter and Kohn (1994) for the states, Kim and Nelson (1999, ch. 9) for the modes; the exact
 sampler the note "Attention as GPB2/IMM message passing" (section 4) approximates.
 
-Model (``attnbayes.models.switching``), M modes, t = 1..T:
+Model (``attnbayes.models.switching``), M modes, t = 1..T, known inputs u_t (k = 0: none):
 
     s_1 ~ Cat(pi0),                    s_t | s_{t-1} = i ~ Cat(Pi[i, :]),
-    x_1 | s_1 = j ~ N(m0_j, P0_j),     x_t | x_{t-1}, s_t = j ~ N(F_j x_{t-1} + b_j, c_j Q_j),
-    y_t | x_t, s_t = j ~ N(H_j x_t, r_j R_j)
+    x_1 | s_1 = j ~ N(m0_j, P0_j),     x_t | x_{t-1}, s_t = j ~ N(F_j x_{t-1} + b_tj, c_j Q_j),
+    y_t | x_t, s_t = j ~ N(H_j x_t + e_tj, r_j R_j),
+    b_tj = b_j + B_j u_t,  e_tj = d_j + D_j u_t      (``models.switching.step_offsets``)
 
-with Q_j PSD (possibly singular) and R_j PD from ``params``; the scales c_j, r_j are 1 and Pi
-is ``params.transition_matrix`` unless ``priors`` put conjugate priors on them. One sweep:
+(u_1 enters only the first emission) with Q_j PSD (possibly singular) and R_j PD from
+``params`` (the sampler refuses a singular R_j: the r_j update and the backward messages use
+R_j^-1, while the filters accept PSD R_j); the scales c_j, r_j are 1 and Pi is
+``params.transition_matrix`` unless ``priors`` put conjugate priors on them. A NaN coordinate
+of y_t is missing on its own: every term below uses the observed coordinates o(t) of y_t, with
+R_oo the block of R_j on them and R_o^-1 its inverse embedded with zeros in an o x o matrix (0
+for a wholly missing row, a predict-only step). One sweep:
 
 1. modes. ``"collapsed"`` (default; Gerlach, Carter & Kohn 2000, JASA 95, 819-828): each s_t in
    turn from p(s_t | s_{-t}, theta, y), the states integrated out, in O(T M) per sweep. A
    backward pass over the current modes computes the information-form messages
    B_t(x) = p(y_{t+1:T} | x_t = x, s_{t+1:T}) ~ exp(-x' Omega_t x / 2 + nu_t' x); with
-   Q = L L^T and A = I + L' Omega~ L (PD, no inverse of Q),
+   Q = L L^T and A = I + L' Omega~ L (PD, no inverse of Q), and F, b, L, H, e, R of s_{t+1},
 
-       Omega~ = Omega_{t+1} + H' R^-1 H,  nu~ = nu_{t+1} + H' R^-1 y_{t+1}     (absorb y_{t+1})
+       Omega~ = Omega_{t+1} + H' R_o^-1 H,  nu~ = nu_{t+1} + H' R_o^-1 (y_{t+1} - e_{t+1})
+                                                                    (absorb y_{t+1}, o = o(t+1))
        Omega_mu = Omega~ - Omega~ L A^-1 L' Omega~,  nu_mu = nu~ - Omega~ L A^-1 L' nu~
-       Omega_t = F' Omega_mu F,  nu_t = F' (nu_mu - Omega_mu b)     (x_{t+1} = F x + b + L e)
+       Omega_t = F' Omega_mu F,  nu_t = F' (nu_mu - Omega_mu b_{t+1})
+                                                            (x_{t+1} = F x + b_{t+1} + L eps)
 
    Then a forward pass runs, for each t, the M candidate Kalman updates of the current
-   forward filter and scores s_t = j by
+   forward filter (prediction with b_tj, update by y_t - e_tj on its observed coordinates) and
+   scores s_t = j by
 
        log Pi[s_{t-1}, j] + log Pi[j, s_{t+1}] + log p(y_t | y_{1:t-1}, s_{1:t-1}, s_t = j)
        + log int N(x; m_j, P_j) B_t(x) dx,
@@ -34,29 +43,33 @@ is ``params.transition_matrix`` unless ``priors`` put conjugate priors on them. 
    C C' = P_j and c = C' g, but with one factor per step, of Omega_t, and P_j may be singular).
    It draws s_t in the log domain (Gumbel-max) and advances the filter with it.
    ``"conditional"``: the textbook blocked step, s | x, theta, y by HMM forward-filtering
-   backward-sampling with "emissions" N(x_t; F_j x_{t-1} + b_j, c_j Q_j) N(y_t; H_j x_t, r_j R_j).
+   backward-sampling with "emissions" N(x_t; F_j x_{t-1} + b_tj, c_j Q_j)
+   N(y_t,o; (H_j x_t + e_tj)_o, r_j R_j,oo).
    It needs PD Q_j. It is not the default because it cannot mix when Q_j is singular: given
-   the states, x_t - F_j x_{t-1} - b_j lies in range(Q_j) for only one j, so the modes are
+   the states, x_t - F_j x_{t-1} - b_tj lies in range(Q_j) for only one j, so the modes are
    fixed by the states (the maneuvering scenario's white-noise-acceleration Q has rank 2 in
    4-D), and even with full-rank Q the states pin the modes so tightly that it moves slowly.
 2. states x | s, theta, y by Kalman forward filtering, backward sampling: x_T ~ N(m_T, P_T),
-   x_t | x_{t+1} ~ the Kalman update (Joseph form) of N(m_t, P_t) by x_{t+1} - b ~ N(F x_t, Q),
-   whose innovation covariance F P_t F' + Q is PD even for singular Q once P_t is (and a
-   generalised inverse handles P0 = 0 with singular Q). The collapsed step's forward pass
-   already is the filter under the new modes, so it is reused. Covariances are factored by a
-   Cholesky that allows (structurally) singular ones, so draws lie on the support.
+   x_t | x_{t+1} ~ the Kalman update (Joseph form) of N(m_t, P_t) by x_{t+1} - b_{t+1} ~
+   N(F x_t, Q), whose innovation covariance F P_t F' + Q is PD even for singular Q once P_t is
+   (and a generalised inverse handles P0 = 0 with singular Q). The collapsed step's forward
+   pass already is the filter under the new modes, so it is reused. Covariances are factored
+   by a Cholesky that allows (structurally) singular ones, so draws lie on the support.
 3. with ``priors``, theta | x, s, y (independent given x and s; n_ij = #{t: s_{t-1} = i, s_t = j}):
    Pi[i, :] ~ Dirichlet(alpha_i + n_i.) (s_1 keeps its fixed pi0);
    c_j ~ InvGamma(a + rank(Q_j) n_j / 2, b + sum_{t >= 2: s_t = j} w_t' Q_j^+ w_t / 2),
-   w_t = x_t - F_j x_{t-1} - b_j, n_j = #{t >= 2: s_t = j}. This is the exact conditional: w_t
+   w_t = x_t - F_j x_{t-1} - b_tj, n_j = #{t >= 2: s_t = j}. This is the exact conditional: w_t
    lies in range(Q_j) (almost surely), where its law is the Gaussian with covariance c_j Q_j,
    so the density with respect to Lebesgue measure on range(Q_j) is
-   (2 pi c_j)^(-rank/2) pdet(Q_j)^(-1/2) exp(-w' Q_j^+ w / (2 c_j)); likewise
-   r_j ~ InvGamma(a + o m_j / 2, b + sum_{t: s_t = j, y_t observed} v_t' R_j^-1 v_t / 2),
-   v_t = y_t - H_j x_t, m_j the observed steps in mode j.
+   (2 pi c_j)^(-rank/2) pdet(Q_j)^(-1/2) exp(-w' Q_j^+ w / (2 c_j)); likewise, from the
+   densities (2 pi r_j)^(-|o|/2) det(R_j,oo)^(-1/2) exp(-v_o' R_j,oo^-1 v_o / (2 r_j)),
+   r_j ~ InvGamma(a + N_j / 2, b + sum_{t: s_t = j} v_t' R_o^-1 v_t / 2),
+   v_t = y_t - H_j x_t - e_tj, N_j = sum_{t: s_t = j} |o(t)| the observed coordinates in mode j.
 
-A NaN row of y is a missing observation (predict only). ``lp`` = log p(x, s, y, theta), each
-Gaussian of x taken as that degenerate density on its support when Q_j or P0_j is singular.
+``lp`` = log p(x, s, y_obs, theta), y_obs the observed coordinates, each Gaussian of x taken as
+that degenerate density on its support when Q_j or P0_j is singular. The compiled sweeps see
+the per-step offsets b_tj, e_tj (computed at the public boundary), not the inputs, so one
+compiled sampler serves models with and without inputs of the same T, M, d and o.
 """
 
 from __future__ import annotations
@@ -71,7 +84,13 @@ import numpy as np
 from jax.scipy.special import gammaln, logsumexp
 
 from ... import validation
-from ...models.switching import SwitchingParams, SwitchingPriors, check_priors, switching_dims
+from ...models.switching import (
+    SwitchingParams,
+    SwitchingPriors,
+    check_priors,
+    step_offsets,
+    switching_dims,
+)
 from .. import sampling
 from .kalman import (
     _chol,
@@ -144,18 +163,29 @@ class _Model(NamedTuple):
     """Chain-independent inputs of a sweep (Q, P0, R = the base covariances of ``params``).
 
     Attributes:
-        params: ``SwitchingParams`` arrays.
-        observations: (T, o), NaN rows missing.
-        observed: (T,) bool.
+        params: ``SwitchingParams`` arrays, the nine required fields (the optional ones None:
+            the offsets below carry b_j, d_j and the inputs; ``params.dynamics_biases`` is
+            not used).
+        observations: (T, o), NaN where a coordinate is missing.
+        observed: (T, o) bool, the observed coordinates.
+        num_observed: (T,) |o(t)|, the number of observed coordinates of y_t (float).
+        dynamics_offsets: (T, M, d) b_tj = b_j + B_j u_t of the step into x_t (row 0 unused:
+            x_1 ~ N(m0_j, P0_j)).
+        emission_offsets: (T, M, o) e_tj = d_j + D_j u_t.
         q_factor, q_pinv: (M, d, d) L with L L' = Q_j, and Q_j^+.
         q_rank, q_logpdet: (M,) rank and log pseudo-determinant of Q_j.
         p0_pinv, p0_rank, p0_logpdet: the same for P0_j.
-        r_inv, r_logdet: (M, o, o) R_j^-1 and (M,) log det R_j.
+        r_inv: (T, M, o, o) R_o^-1, the inverse of R_j's block on the observed coordinates
+            of y_t embedded with zeros (0 on a wholly missing row).
+        r_logdet: (T, M) log det of that block (0 on a wholly missing row).
     """
 
     params: SwitchingParams
     observations: jax.Array
     observed: jax.Array
+    num_observed: jax.Array
+    dynamics_offsets: jax.Array
+    emission_offsets: jax.Array
     q_factor: jax.Array
     q_pinv: jax.Array
     q_rank: jax.Array
@@ -185,6 +215,16 @@ def _take(arrays, index):
     out = jnp.broadcast_to(arrays[0], (*index.shape, *arrays.shape[1:]))
     for j in range(1, arrays.shape[0]):
         out = jnp.where(idx == j, arrays[j], out)
+    return out
+
+
+def _take_each(arrays, index):
+    """arrays[t, index[t]] for per-step arrays (T, M, ...) and index (T,) (selects over the M
+    modes, as in ``_take``)."""
+    idx = jnp.asarray(index).reshape(-1, *(1,) * (arrays.ndim - 2))
+    out = arrays[:, 0]
+    for j in range(1, arrays.shape[1]):
+        out = jnp.where(idx == j, arrays[:, j], out)
     return out
 
 
@@ -257,18 +297,40 @@ def _pseudo(cov):
     return vec * jnp.sqrt(eig)[..., None, :], pinv, rank, logpdet
 
 
-def _prepare(params: SwitchingParams, observations) -> _Model:
-    """The factorisations every sweep shares (pure; traceable)."""
-    params = SwitchingParams(*(jnp.asarray(a) for a in params))
+def _observed_precisions(emission_covs, observed):
+    """(R_o^-1 (T, M, o, o), log det R_oo (T, M)) for the PD R_j (M, o, o) and the observed
+    coordinates o(t) of each step (``observed`` (T, o) bool).
+
+    As in ``kalman.mask_emission``, the block is completed by the identity's rows and columns
+    at the missing coordinates: [R_oo, 0; 0, I] has the inverse [R_oo^-1, 0; 0, I] and the log
+    determinant log det R_oo, and zeroing the identity block embeds R_oo^-1 with zeros. An LU
+    inverse, without the eigenvalue tolerance of ``_pseudo``: R_oo is PD at any scale (a
+    singular R_j is refused at the boundary), and for a 1 x 1 R_j it is exactly 1 / R_j.
+    """
+    o = emission_covs.shape[-1]
+    both = observed[:, None, :, None] & observed[:, None, None, :]  # (T, 1, o, o)
+    completed = jnp.where(both, emission_covs, jnp.eye(o, dtype=emission_covs.dtype))
+    inverse = symmetrise(jnp.linalg.inv(completed))
+    return jnp.where(both, inverse, 0.0), jnp.linalg.slogdet(completed)[1]
+
+
+def _prepare(params: SwitchingParams, observations, dynamics_offsets, emission_offsets) -> _Model:
+    """The factorisations every sweep shares (pure; traceable), from the required fields of
+    ``params``, the observations (T, o) and the per-step offsets b_tj (T, M, d) and e_tj
+    (T, M, o) of ``_check_data``."""
+    params = jax.tree.map(jnp.asarray, params)
     observations = jnp.asarray(observations)
     q_factor, q_pinv, q_rank, q_logpdet = _pseudo(params.dynamics_covs)
     _, p0_pinv, p0_rank, p0_logpdet = _pseudo(params.initial_covs)
-    _, r_inv, _, r_logdet = _pseudo(params.emission_covs)
-    observed = ~jnp.any(jnp.isnan(observations), axis=-1)
+    observed = ~jnp.isnan(observations)
+    r_inv, r_logdet = _observed_precisions(params.emission_covs, observed)
     return _Model(
         params=params,
         observations=observations,
         observed=observed,
+        num_observed=jnp.sum(observed, axis=-1).astype(observations.dtype),
+        dynamics_offsets=jnp.asarray(dynamics_offsets),
+        emission_offsets=jnp.asarray(emission_offsets),
         q_factor=q_factor,
         q_pinv=q_pinv,
         q_rank=q_rank,
@@ -321,13 +383,13 @@ def _scaled(model: _Model, theta):
 
 
 def _mode_arrays(model: _Model, q, r, index=None):
-    """(m0, P0, F, b, Q, H, R) of the modes, stacked over M, or taken at ``index``."""
+    """(m0, P0, F, Q, H, R) of the modes, stacked over M, or taken at ``index`` (the offsets
+    b_tj, e_tj are per step: ``model.dynamics_offsets``, ``model.emission_offsets``)."""
     p = model.params
     arrays = (
         p.initial_means,
         p.initial_covs,
         p.dynamics_matrices,
-        p.dynamics_biases,
         q,
         p.emission_matrices,
         r,
@@ -337,7 +399,7 @@ def _mode_arrays(model: _Model, q, r, index=None):
 
 def _predicted(t, mean, cov, m0, p0, f, b, q):
     """Prior of x_t in a mode: N(m0, P0) at t = 0, else the prediction N(F m + b, F P F' + Q)
-    from (m, P) (``kalman.kalman_predict``)."""
+    from (m, P) (``kalman.kalman_predict``), b = b_tj the offset of the step into x_t."""
     pred_mean = _mv(f, mean) + b
     pred_cov = symmetrise(_mm(_mm(f, cov), _t(f)) + q)
     first = t == 0
@@ -345,19 +407,27 @@ def _predicted(t, mean, cov, m0, p0, f, b, q):
 
 
 def _kalman_filter(modes, model: _Model, q, r):
-    """Filtered means (T, d) and covariances (T, d, d) of x_t | y_{1:t}, s_{1:t}."""
+    """Filtered means (T, d) and covariances (T, d, d) of x_t | y_{1:t}, s_{1:t}: predict with
+    b_t = b_{t s_t}, then update by y_t - e_{t s_t} ~ N(H x_t, R) on the observed coordinates
+    (``kalman_update`` masks the NaN ones)."""
     p = model.params
     d = p.initial_means.shape[1]
     t_max = modes.shape[0]
 
     def step(carry, inp):
-        t, y, (m0, p0, f, b, q_k, h, r_k) = inp
+        t, y, b, e, (m0, p0, f, q_k, h, r_k) = inp
         mean, cov = _predicted(t, *carry, m0, p0, f, b, q_k)
-        mean, cov, _ = kalman_update(mean, cov, y, h, r_k)
+        mean, cov, _ = kalman_update(mean, cov, y - e, h, r_k)
         return (mean, cov), (mean, cov)
 
     init = (jnp.zeros(d, p.initial_means.dtype), jnp.zeros((d, d), p.initial_means.dtype))
-    inputs = (jnp.arange(t_max), model.observations, _mode_arrays(model, q, r, modes))
+    inputs = (
+        jnp.arange(t_max),
+        model.observations,
+        _take_each(model.dynamics_offsets, modes),
+        _take_each(model.emission_offsets, modes),
+        _mode_arrays(model, q, r, modes),
+    )
     _, out = jax.lax.scan(step, init, inputs)
     return out
 
@@ -365,7 +435,7 @@ def _kalman_filter(modes, model: _Model, q, r):
 def _backward_sample(key, modes, means, covs, model: _Model, q):
     """x_{1:T} | s, y from the filtered moments (m_t, P_t): x_T ~ N(m_T, P_T), then
     x_t | x_{t+1}, y_{1:t} is the Joseph-form Kalman update of N(m_t, P_t) by the
-    "observation" x_{t+1} - b ~ N(F x_t, Q) (F, b, Q of s_{t+1}), with gain K = P F' S^- for a
+    "observation" x_{t+1} - b_{t+1} ~ N(F x_t, Q) (F, b, Q of s_{t+1}), with gain K = P F' S^- for a
     generalised inverse of S = F P F' + Q (``_psd_solve``): S is PD unless P_t and Q are both
     singular (P0 = 0 with singular Q), and a generalised inverse gives the same conditional.
     Draws use ``_psd_factor``, so they lie on the support of singular conditionals."""
@@ -374,7 +444,11 @@ def _backward_sample(key, modes, means, covs, model: _Model, q):
     last = means[-1] + _mv(_psd_factor(covs[-1]), eps[-1])
     eye = jnp.eye(means.shape[1], dtype=means.dtype)
     nxt = modes[1:]
-    per_step = (_take(p.dynamics_matrices, nxt), _take(p.dynamics_biases, nxt), _take(q, nxt))
+    per_step = (
+        _take(p.dynamics_matrices, nxt),
+        _take_each(model.dynamics_offsets[1:], nxt),
+        _take(q, nxt),
+    )
 
     def step(x_next, inp):
         mean, cov, e, (f, b, q_k) = inp
@@ -404,22 +478,30 @@ def _sample_states(key, modes, model: _Model, theta):
 
 def _backward_messages(modes, model: _Model, theta):
     """Information-form messages B_t(x) = p(y_{t+1:T} | x_t = x, s_{t+1:T}) up to constants:
-    Omega (T, d, d), nu (T, d); Omega_T = 0, nu_T = 0 (module docstring)."""
+    Omega (T, d, d), nu (T, d); Omega_T = 0, nu_T = 0 (module docstring). The observation
+    terms H' R_o^-1 H and H' R_o^-1 (y_{t+1} - e_{t+1}) (R_o^-1 at the scale r of s_{t+1}, zero
+    at the missing coordinates) are formed for all steps at once, outside the scan."""
     p = model.params
     d = p.initial_means.shape[1]
     dtype = p.initial_means.dtype
     eye = jnp.eye(d, dtype=dtype)
-    y_all = jnp.where(model.observed[:, None], model.observations, 0.0)
+    nxt = modes[1:]
     _, q_factor, _ = _scaled(model, theta)
-    r_inv = model.r_inv / theta.emission_cov_scale[:, None, None]
-    r_inv_h = jnp.einsum("mij,mjd->mid", r_inv, p.emission_matrices)  # R_j^-1 H_j
-    info = jnp.einsum("mia,mib->mab", p.emission_matrices, r_inv_h)  # H_j' R_j^-1 H_j
+    h = _take(p.emission_matrices, nxt)  # (T - 1, o, d) H of s_{t+1}
+    scale = _take(theta.emission_cov_scale, nxt)[:, None, None]
+    r_inv = _take_each(model.r_inv[1:], nxt) / scale  # R_o^-1 of y_{t+1}, s_{t+1}
+    resid = jnp.where(model.observed[1:], model.observations[1:], 0.0) - _take_each(
+        model.emission_offsets[1:], nxt
+    )  # y_{t+1} - e_{t+1} (its missing coordinates meet zero rows of R_o^-1)
+    r_inv_h = jnp.einsum("tij,tjd->tid", r_inv, h)  # R_o^-1 H
+    info = jnp.einsum("tia,tib->tab", h, r_inv_h)  # H' R_o^-1 H
+    info_y = jnp.einsum("tid,ti->td", r_inv_h, resid)  # H' R_o^-1 (y - e)
 
     def step(carry, inp):
         omega, nu = carry
-        y, seen, info_k, r_inv_h_k, l_fac, f, b = inp  # at s_{t+1}, y_{t+1}
-        omega = omega + jnp.where(seen, info_k, 0.0)
-        nu = nu + jnp.where(seen, _mv(_t(r_inv_h_k), y), 0.0)
+        info_k, info_y_k, l_fac, f, b = inp  # of y_{t+1} and s_{t+1}
+        omega = omega + info_k
+        nu = nu + info_y_k
         l_omega = _mm(_t(l_fac), omega)
         a_chol = _chol(symmetrise(eye + _mm(l_omega, l_fac)))
         w = _solve_lower(a_chol, l_omega)  # chol(A)^-1 L' Omega~
@@ -432,9 +514,13 @@ def _backward_messages(modes, model: _Model, theta):
         return out, out
 
     init = (jnp.zeros((d, d), dtype), jnp.zeros(d, dtype))
-    nxt = modes[1:]
-    per_mode = (info, r_inv_h, q_factor, p.dynamics_matrices, p.dynamics_biases)
-    inputs = (y_all[1:], model.observed[1:], *(_take(a, nxt) for a in per_mode))
+    inputs = (
+        info,
+        info_y,
+        _take(q_factor, nxt),
+        _take(p.dynamics_matrices, nxt),
+        _take_each(model.dynamics_offsets[1:], nxt),
+    )
     _, (omegas, nus) = jax.lax.scan(step, init, inputs, reverse=True)
     return jnp.concatenate([omegas, init[0][None]]), jnp.concatenate([nus, init[1][None]])
 
@@ -462,17 +548,16 @@ def _collapsed_pass(key, modes, model: _Model, theta, sample=True):
     gumbel = jax.random.gumbel(key, (t_max, m), dtype)  # drawn up front: argmax = categorical
     per_mode = _mode_arrays(model, q, r)
 
-    def candidate(t, y, mean, cov, m0, p0, f, b, q_k, h, r_k):
+    def candidate(t, y, mean, cov, b, e, m0, p0, f, q_k, h, r_k):
         pred_mean, pred_cov = _predicted(t, mean, cov, m0, p0, f, b, q_k)
-        return kalman_update(pred_mean, pred_cov, y, h, r_k)
+        return kalman_update(pred_mean, pred_cov, y - e, h, r_k)
 
     def step(carry, inp):
         mean, cov, prev = carry
-        t, y, omega, nu, current, log_next, g = inp
+        t, y, b, e, omega, nu, current, log_next, g = inp
         u = _psd_factor(omega)  # shared by the M candidates
-        means, covs, log_lik = jax.vmap(candidate, (None, None, None, None, 0, 0, 0, 0, 0, 0, 0))(
-            t, y, mean, cov, *per_mode
-        )
+        in_axes = (None, None, None, None, 0, 0, 0, 0, 0, 0, 0, 0)
+        means, covs, log_lik = jax.vmap(candidate, in_axes)(t, y, mean, cov, b, e, *per_mode)
         log_msg = jax.vmap(_log_message_integral, (0, 0, None, None, None))(
             means, covs, omega, nu, u
         )
@@ -486,6 +571,8 @@ def _collapsed_pass(key, modes, model: _Model, theta, sample=True):
     inputs = (
         jnp.arange(t_max),
         model.observations,
+        model.dynamics_offsets,
+        model.emission_offsets,
         omegas,
         nus,
         modes,
@@ -502,10 +589,14 @@ def _collapsed_pass(key, modes, model: _Model, theta, sample=True):
 def _log_terms(states, model: _Model, theta):
     """Per-mode log densities and quadratic forms of the current states.
 
-    Returns (log_x (T, M): log N(x_1; m0_j, P0_j) at t = 1 and log N(x_t; F_j x_{t-1} + b_j,
+    Returns (log_x (T, M): log N(x_1; m0_j, P0_j) at t = 1 and log N(x_t; F_j x_{t-1} + b_tj,
     c_j Q_j) after (degenerate densities on the support for singular covariances), log_y (T, M):
-    log N(y_t; H_j x_t, r_j R_j) (0 on missing rows), dyn_quad (T - 1, M): w_t' Q_j^+ w_t,
-    emis_quad (T, M): v_t' R_j^-1 v_t (0 on missing rows)).
+    log N(y_t,o; (H_j x_t + e_tj)_o, r_j R_j,oo) over the observed coordinates o of y_t,
+
+        -(v_t' R_o^-1 v_t / r_j + |o| log(2 pi r_j) + log det R_j,oo) / 2,
+
+    (0 on a wholly missing row), dyn_quad (T - 1, M): w_t' Q_j^+ w_t, emis_quad (T, M):
+    v_t' R_o^-1 v_t with the base R_j), w_t = x_t - F_j x_{t-1} - b_tj, v_t = y_t - H_j x_t - e_tj.
     """
     p = model.params
     c, r = theta.dynamics_cov_scale, theta.emission_cov_scale
@@ -513,17 +604,16 @@ def _log_terms(states, model: _Model, theta):
     w0 = states[0][None, :] - p.initial_means  # (M, d)
     quad0 = jnp.einsum("mi,mij,mj->m", w0, model.p0_pinv, w0)
     log_x0 = -0.5 * (quad0 + model.p0_rank * log_2pi + model.p0_logpdet)
-    pred = jnp.einsum("mij,tj->tmi", p.dynamics_matrices, states[:-1]) + p.dynamics_biases
+    pred = jnp.einsum("mij,tj->tmi", p.dynamics_matrices, states[:-1]) + model.dynamics_offsets[1:]
     w = states[1:, None, :] - pred  # (T - 1, M, d)
     dyn_quad = jnp.einsum("tmi,mij,tmj->tm", w, model.q_pinv, w)
     log_dyn = -0.5 * (dyn_quad / c + model.q_rank * (log_2pi + jnp.log(c)) + model.q_logpdet)
-    y = jnp.where(model.observed[:, None], model.observations, 0.0)
+    y = jnp.where(model.observed, model.observations, 0.0)
     v = y[:, None, :] - jnp.einsum("moi,ti->tmo", p.emission_matrices, states)
-    seen = model.observed[:, None]
-    emis_quad = jnp.where(seen, jnp.einsum("tmi,mij,tmj->tm", v, model.r_inv, v), 0.0)
-    o = y.shape[1]
-    log_y = -0.5 * (emis_quad / r + o * (log_2pi + jnp.log(r)) + model.r_logdet)
-    log_y = jnp.where(seen, log_y, 0.0)
+    v = v - model.emission_offsets  # (T, M, o); 0 rows and columns of R_o^-1 where missing
+    emis_quad = jnp.einsum("tmi,tmij,tmj->tm", v, model.r_inv, v)
+    num_observed = model.num_observed[:, None]
+    log_y = -0.5 * (emis_quad / r + num_observed * (log_2pi + jnp.log(r)) + model.r_logdet)
     log_x = jnp.concatenate([log_x0[None], log_dyn])
     return log_x, log_y, dyn_quad, emis_quad
 
@@ -593,31 +683,46 @@ def _conditional_modes(key, states, model: _Model, theta):
 # ----------------------------------------------------------------------------- parameters
 
 
-def _sample_parameters(key, modes, states, model: _Model, theta, priors: _Priors, update=True):
-    """theta | x, s, y: Dirichlet rows of Pi and inverse-gamma scales c_j, r_j (module
-    docstring); fixed parameters (and all of them unless ``update``, traced) are returned
-    unchanged."""
+def _parameter_laws(modes, states, model: _Model, theta, priors: _Priors):
+    """The laws of theta | x, s, y (module docstring), whether or not a prior covers them.
+
+    Returns (concentration (M, M): Pi[i, :] ~ Dirichlet(alpha_i + n_i.), dynamics (2, M): the
+    (shape, rate) a + rank(Q_j) n_j / 2, b + sum_{t >= 2: s_t = j} w_t' Q_j^+ w_t / 2 of c_j,
+    emission (2, M): a + N_j / 2, b + sum_{t: s_t = j} v_t' R_o^-1 v_t / 2 of r_j, N_j the
+    observed coordinates of the steps in mode j).
+    """
     m = model.params.initial_probs.shape[0]
-    dtype = states.dtype
-    one_hot = jax.nn.one_hot(modes, m, dtype=dtype)  # (T, M)
+    one_hot = jax.nn.one_hot(modes, m, dtype=states.dtype)  # (T, M)
     _, _, dyn_quad, emis_quad = _log_terms(states, model, theta)
-    seen = one_hot * model.observed[:, None]
-    o = model.observations.shape[1]
     counts = one_hot[:-1].T @ one_hot[1:]
-    shapes = jnp.concatenate(
+    dynamics = jnp.stack(
         [
-            (priors.transition_concentration + counts).ravel(),
             priors.dynamics_cov_scale[0] + 0.5 * model.q_rank * jnp.sum(one_hot[1:], axis=0),
-            priors.emission_cov_scale[0] + 0.5 * o * jnp.sum(seen, axis=0),
+            priors.dynamics_cov_scale[1] + 0.5 * jnp.sum(one_hot[1:] * dyn_quad, axis=0),
         ]
     )
+    emission = jnp.stack(
+        [
+            priors.emission_cov_scale[0]
+            + 0.5 * jnp.sum(one_hot * model.num_observed[:, None], axis=0),
+            priors.emission_cov_scale[1] + 0.5 * jnp.sum(one_hot * emis_quad, axis=0),
+        ]
+    )
+    return priors.transition_concentration + counts, dynamics, emission
+
+
+def _sample_parameters(key, modes, states, model: _Model, theta, priors: _Priors, update=True):
+    """theta | x, s, y: Dirichlet rows of Pi and inverse-gamma scales c_j, r_j (laws of
+    ``_parameter_laws``); fixed parameters (and all of them unless ``update``, traced) are
+    returned unchanged."""
+    m = model.params.initial_probs.shape[0]
+    concentration, dynamics, emission = _parameter_laws(modes, states, model, theta, priors)
+    shapes = jnp.concatenate([concentration.ravel(), dynamics[0], emission[0]])
     log_g = sampling.log_gamma(key, shapes)  # one rejection loop for all of them
     log_g_pi = log_g[: m * m].reshape(m, m)
     trans = jnp.exp(log_g_pi - logsumexp(log_g_pi, axis=-1, keepdims=True))
-    rate_c = priors.dynamics_cov_scale[1] + 0.5 * jnp.sum(one_hot[1:] * dyn_quad, axis=0)
-    rate_r = priors.emission_cov_scale[1] + 0.5 * jnp.sum(seen * emis_quad, axis=0)
-    c = jnp.exp(jnp.log(rate_c) - log_g[m * m : m * m + m])
-    r = jnp.exp(jnp.log(rate_r) - log_g[m * m + m :])
+    c = jnp.exp(jnp.log(dynamics[1]) - log_g[m * m : m * m + m])
+    r = jnp.exp(jnp.log(emission[1]) - log_g[m * m + m :])
     sampled = priors.sampled & update
     return theta._replace(
         transition_matrix=jnp.where(sampled[0], trans, theta.transition_matrix),
@@ -687,8 +792,10 @@ def _sweep(
 
 
 @jax.jit
-def _step_jit(key, state, params, observations, priors, mode_index, update_theta):
-    return _sweep(key, state, _prepare(params, observations), priors, mode_index, update_theta)
+def _step_jit(key, state, data, priors, mode_index, update_theta):
+    """One sweep on ``data`` = (params, observations, dynamics_offsets, emission_offsets) of
+    ``_check_data``."""
+    return _sweep(key, state, _prepare(*data), priors, mode_index, update_theta)
 
 
 @functools.partial(jax.jit, static_argnames=("num_steps",))
@@ -712,6 +819,41 @@ def _check_mode_sampler(mode_sampler) -> str:
     if not isinstance(mode_sampler, str) or mode_sampler not in MODE_SAMPLERS:
         raise ValueError(f"mode_sampler: unknown {mode_sampler!r}; known: {list(MODE_SAMPLERS)}")
     return mode_sampler
+
+
+def _check_emission_definite(emission_covs) -> None:
+    """The Gibbs sampler needs PD R_j: its r_j update and backward messages use R_j^-1."""
+    eig = np.linalg.eigvalsh(np.asarray(emission_covs, dtype=np.float64))
+    singular = np.any(eig <= 1e-12 * np.maximum(eig[..., -1:], 1e-300), axis=-1)
+    if np.any(singular):
+        raise ValueError(
+            "params.emission_covs: the Gibbs sampler needs positive definite emission "
+            "covariances R_j (its r_j update and backward messages use R_j^-1); R_j is "
+            f"singular for mode(s) {np.flatnonzero(singular).tolist()} (the filters and "
+            "smoothers accept positive semi-definite R_j)"
+        )
+
+
+@jax.jit
+def _offsets_over_time(params: SwitchingParams, inputs):
+    """(b_tj (T, M, d), e_tj (T, M, o)) = ``models.switching.step_offsets`` at every u_t."""
+    return jax.vmap(step_offsets, in_axes=(None, 0))(params, inputs)
+
+
+def _check_data(params, observations, inputs=None):
+    """The public boundary: ``kalman.check_inputs`` (value checks when concrete), PD R_j (when
+    concrete), and the per-step offsets. Returns (params with the optional fields None,
+    observations (T, o), dynamics_offsets (T, M, d), emission_offsets (T, M, o)), the arguments
+    of ``_prepare``: the compiled sweeps see the offsets, not the inputs and their weights, so
+    one compiled sampler serves models with and without inputs (any k) of the same shapes."""
+    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
+    if _is_concrete(params.emission_covs):
+        _check_emission_definite(params.emission_covs)
+    dynamics_offsets, emission_offsets = _offsets_over_time(params, inputs)
+    required = params._replace(
+        emission_biases=None, dynamics_input_weights=None, emission_input_weights=None
+    )
+    return required, obs, dynamics_offsets, emission_offsets
 
 
 def _check_definite(params: SwitchingParams) -> None:
@@ -783,23 +925,26 @@ def switching_gibbs_init(
     *,
     modes=None,
     priors: SwitchingPriors | None = None,
+    inputs=None,
 ) -> SwitchingGibbsState:
     """Initial state of one chain: x ~ p(x | s, y) at ``modes`` (default: s drawn from the
     Markov prior (pi0, Pi)), Pi = ``params.transition_matrix``, scales c = r = 1.
 
     Args:
         key: a ``jax.random`` key.
-        params: ``SwitchingParams``.
-        observations: (T, o); a row with NaN is missing.
+        params: ``SwitchingParams`` (PD ``emission_covs``).
+        observations: (T, o); a NaN coordinate is missing (a NaN row: the whole step).
         modes: optional (T,) integer labels in 0..M-1.
         priors: optional ``attnbayes.models.switching.SwitchingPriors`` (for ``lp``).
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
 
-    ``jit``- and ``vmap``-able over the key, ``params``, ``observations`` and ``modes`` (only
-    the static checks run on what is traced: call ``check_params`` on concrete values first);
-    not differentiable (the state is a random draw).
+    ``jit``- and ``vmap``-able over the key, ``params``, ``observations``, ``inputs`` and
+    ``modes`` (only the static checks run on what is traced: call ``check_params`` on concrete
+    values first); not differentiable (the state is a random draw).
     """
     validation.check_key("key", key)
-    params, obs = check_inputs(params, observations)
+    data = _check_data(params, observations, inputs)
+    params, obs = data[:2]
     m = params.initial_probs.shape[0]
     prior = _check_priors(priors, m, obs.dtype)
     key_s, key_x = jax.random.split(key)
@@ -807,9 +952,9 @@ def switching_gibbs_init(
         s = _prior_modes(key_s, params.initial_probs, params.transition_matrix, obs.shape[0])
     else:
         s = jnp.asarray(_check_modes("modes", modes, (obs.shape[0],), m))
-    state = _initial_state(s, SwitchingParams(*(jnp.asarray(a) for a in params)))
+    state = _initial_state(s, jax.tree.map(jnp.asarray, params))
     # the sweep that keeps the modes and theta: the same compiled function as the steps
-    return _step_jit(key_x, state, params, obs, prior, _KEEP_MODES, False)
+    return _step_jit(key_x, state, data, prior, _KEEP_MODES, False)
 
 
 def switching_gibbs_step(
@@ -820,12 +965,13 @@ def switching_gibbs_step(
     *,
     priors: SwitchingPriors | None = None,
     mode_sampler: str = "collapsed",
+    inputs=None,
 ) -> tuple[SwitchingGibbsState, SwitchingGibbsInfo]:
     """One Gibbs sweep (module docstring): modes, then states x | s, theta, y, then (with
     ``priors``) theta | x, s, y; returns (state, info), as BlackJAX kernels do. Pure and
     jit-able; ``mode_sampler`` is static.
 
-    ``params`` and ``observations`` are validated on every call (as in
+    ``params``, ``observations`` and ``inputs`` are validated on every call (as in
     ``run_switching_gibbs``); under ``jax.jit`` or ``jax.vmap`` only the static checks (shapes,
     dtypes) run on what is traced, so call ``attnbayes.models.switching.check_params`` on
     concrete parameters first. Not differentiable: the modes, states and parameters are
@@ -838,12 +984,14 @@ def switching_gibbs_step(
         priors: optional ``attnbayes.models.switching.SwitchingPriors``; without it theta stays
             fixed.
         mode_sampler: "collapsed" (default) or "conditional" (needs PD Q_j).
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
     """
     mode_sampler = _check_mode_sampler(mode_sampler)
     if not isinstance(state, SwitchingGibbsState):
         raise ValueError(f"state: expected a SwitchingGibbsState, got {type(state).__name__}")
     validation.check_key("key", key)
-    params, observations = check_inputs(params, observations)  # value checks when concrete
+    data = _check_data(params, observations, inputs)  # value checks when concrete
+    params, observations = data[:2]
     if mode_sampler == "conditional" and _is_concrete(params.dynamics_covs, params.initial_covs):
         _check_definite(params)
     m = np.shape(params.initial_probs)[0]
@@ -854,7 +1002,7 @@ def switching_gibbs_step(
             f"{np.shape(state.modes)} and {np.shape(state.states)}"
         )
     prior = _check_priors(priors, m, jnp.asarray(observations).dtype)
-    new = _step_jit(key, state, params, observations, prior, _MODE_INDEX[mode_sampler], True)
+    new = _step_jit(key, state, data, prior, _MODE_INDEX[mode_sampler], True)
     changes = jnp.sum(new.modes != jnp.asarray(state.modes)).astype(jnp.int32)
     return new, SwitchingGibbsInfo(changes)
 
@@ -863,17 +1011,15 @@ def switching_gibbs_step(
 
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
-def _run_chains(
-    key, init_modes, from_prior, params, observations, priors, num_warmup, num_samples, mode_index
-):
+def _run_chains(key, init_modes, from_prior, data, priors, num_warmup, num_samples, mode_index):
     """All chains (vmapped) in one fori_loop: sweep 0 keeps the initial modes and draws
     x | s, y; sweeps 1..num_warmup + num_samples are Gibbs sweeps, the state after sweep i
     recorded into slot i - 1 - num_warmup once that is >= 0. The chains start at
     ``init_modes`` (C, T), or at draws from the Markov prior when ``from_prior``. Everything
     but the sizes is traced (the mode sampler too), so one compiled sampler serves every run
-    of the same shapes. Returns the recorded ``SwitchingGibbsState`` with leading axes
-    (chain, draw)."""
-    model = _prepare(params, observations)
+    of the same shapes (``data`` of ``_check_data``: the offsets, not the inputs). Returns the
+    recorded ``SwitchingGibbsState`` with leading axes (chain, draw)."""
+    model = _prepare(*data)
     num_chains, num_steps = init_modes.shape
     key_loop, key_prior = jax.random.split(key)
     prior_modes = jax.vmap(_prior_modes, (0, None, None, None))(
@@ -916,6 +1062,7 @@ def run_switching_gibbs(
     num_chains: int = 4,
     mode_sampler: str = "collapsed",
     init_modes=None,
+    inputs=None,
 ) -> xr.DataTree:
     """Gibbs sampling of p(s, x, theta | y) for the switching state-space model, as a DataTree.
 
@@ -927,8 +1074,10 @@ def run_switching_gibbs(
 
     Args:
         key: a ``jax.random`` key.
-        params: ``SwitchingParams`` (Q_j may be singular PSD for the collapsed sampler).
-        observations: (T, o); a row with NaN is a missing observation.
+        params: ``SwitchingParams`` (Q_j may be singular PSD for the collapsed sampler; R_j
+            must be positive definite).
+        observations: (T, o); a NaN coordinate is missing (the terms of y_t use its observed
+            coordinates; a NaN row is a missing observation).
         priors: optional ``attnbayes.models.switching.SwitchingPriors``: Dirichlet rows of Pi and
             inverse-gamma scales c_j, r_j of Q_j = c_j params.dynamics_covs[j] and
             R_j = r_j params.emission_covs[j]; a field that is None stays fixed.
@@ -941,6 +1090,8 @@ def run_switching_gibbs(
         init_modes: None or "prior" (each chain's modes drawn from the Markov prior), or
             integer labels of shape (T,) for every chain or (num_chains, T). The states start
             at a draw of x | s, y, theta at ``params``.
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights (offsets
+            b_j + B_j u_t of the step into x_t and d_j + D_j u_t of y_t).
 
     Returns:
         A DataTree with posterior ``states`` (chain, draw, time, state_dim) and ``modes``
@@ -958,7 +1109,8 @@ def run_switching_gibbs(
             extreme inputs), naming the first step; nothing is returned.
     """
     validation.check_key("key", key)
-    params, obs = check_inputs(params, observations)
+    data = _check_data(params, observations, inputs)
+    params, obs = data[:2]
     m = params.initial_probs.shape[0]
     t_max = obs.shape[0]
     num_warmup = validation.check_positive_int("num_warmup", num_warmup, minimum=0)
@@ -983,8 +1135,7 @@ def run_switching_gibbs(
         key,
         modes0,
         np.asarray(from_prior),
-        params,
-        obs,
+        data,
         prior,
         jnp.asarray(num_warmup, jnp.int32),
         num_samples,

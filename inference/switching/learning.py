@@ -877,9 +877,107 @@ def forecast_switching(
     )
 
 
+# ----------------------------------------------------------------------------- regimes
+
+
+class RegimeSelection(NamedTuple):
+    """Candidate numbers of regimes, each fitted by maximum likelihood.
+
+    Attributes:
+        num_regimes: (C,) the candidates M.
+        log_likelihood, num_parameters, aic, bic: (C,) of the fit on the whole series.
+        heldout_log_predictive: (C,) sum over the last ``holdout`` steps of
+            log p(y_t | y_{1:t-1}, theta_hat), theta_hat fitted on the steps before them
+            (a leave-future-out score with one fit per candidate, no refits).
+        best_bic, best_heldout: the M each criterion picks.
+        fits: the ``SwitchingFitResult`` of each candidate (whole series).
+    """
+
+    num_regimes: np.ndarray
+    log_likelihood: np.ndarray
+    num_parameters: np.ndarray
+    aic: np.ndarray
+    bic: np.ndarray
+    heldout_log_predictive: np.ndarray
+    best_bic: int
+    best_heldout: int
+    fits: tuple
+
+
+def select_num_regimes(
+    key,
+    make_spec,
+    endog,
+    *,
+    candidates=(1, 2, 3),
+    holdout: int = 40,
+    likelihood: str = "exact",
+    num_starts: int = 8,
+) -> RegimeSelection:
+    """Choose the number of regimes by BIC and by held-out one-step predictive density.
+
+    ``make_spec(endog, num_regimes)`` builds each candidate (e.g.
+    ``lambda y, m: markov_switching_ar(y, 2, num_regimes=m)``). Each is fitted by
+    ``fit_switching`` on the whole series (log-likelihood, k, AIC, BIC) and on all but the
+    last ``holdout`` steps (marked missing, so both fits share one compiled program); the
+    held-out score is log p(y_{T-H+1:T} | y_{1:T-H}, theta_hat) =
+    log L_T(theta_hat) - log L_{T-H}(theta_hat), the sum of the one-step-ahead predictive log
+    densities of the held-out steps.
+    """
+    endog = validation.as_float_array("endog", endog).reshape(-1)
+    holdout = validation.check_positive_int("holdout", holdout)
+    if holdout >= endog.shape[0] - 10:
+        raise ValueError(f"holdout: {holdout} leaves too few of the {endog.shape[0]} steps to fit")
+    candidates = tuple(validation.check_positive_int("candidates", c) for c in candidates)
+    keys = jax.random.split(key, 2 * len(candidates))
+    rows, fits = [], []
+    for c, m in enumerate(candidates):
+        full_spec = make_spec(endog, m)
+        full = fit_switching(
+            keys[2 * c], None, full_spec, likelihood=likelihood, num_starts=num_starts
+        )
+        # the training fit: the same series with its last steps missing (NaN), so it reuses
+        # the compiled fit of the whole series (same shapes)
+        masked = np.array(full_spec.observations)
+        masked[-holdout:] = np.nan
+        train = fit_switching(
+            keys[2 * c + 1],
+            masked,
+            full_spec,
+            inputs=full_spec.inputs,
+            likelihood=likelihood,
+            num_starts=num_starts,
+        )
+        whole = float(switching_log_likelihood(full_spec, train.theta, likelihood=likelihood))
+        crit = information_criteria(full)
+        rows.append(
+            (
+                float(full.log_likelihood[-1]),
+                full.num_parameters,
+                crit["aic"],
+                crit["bic"],
+                whole - float(train.log_likelihood[-1]),
+            )
+        )
+        fits.append(full)
+    ll, k, aic, bic, heldout = (np.asarray(col) for col in zip(*rows, strict=True))
+    return RegimeSelection(
+        num_regimes=np.asarray(candidates),
+        log_likelihood=ll,
+        num_parameters=k,
+        aic=aic,
+        bic=bic,
+        heldout_log_predictive=heldout,
+        best_bic=int(candidates[int(np.argmin(bic))]),
+        best_heldout=int(candidates[int(np.argmax(heldout))]),
+        fits=tuple(fits),
+    )
+
+
 __all__ = [
     "LIKELIHOODS",
     "METHODS",
+    "RegimeSelection",
     "SwitchingFitResult",
     "SwitchingForecast",
     "em_switching",
@@ -890,6 +988,7 @@ __all__ = [
     "hamilton_filter",
     "information_criteria",
     "pairwise_mode_probabilities",
+    "select_num_regimes",
     "smoothed_regime_probabilities",
     "switching_log_likelihood",
 ]
