@@ -53,7 +53,7 @@ PARAMS_FIELDS = {
     "dynamics_biases": ("(M, d)", "b_j"),
     "dynamics_covs": ("(M, d, d)", "Q_j, symmetric PSD (may be singular)"),
     "emission_matrices": ("(M, o, d)", "H_j"),
-    "emission_covs": ("(M, o, o)", "R_j, symmetric positive definite"),
+    "emission_covs": ("(M, o, o)", "R_j, symmetric positive semi-definite"),
 }
 PARAMS_LABELS = {
     "state_names": "optional, d strings naming the state coordinates",

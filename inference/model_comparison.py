@@ -207,7 +207,8 @@ def draw_params(params: SwitchingParams, posterior: xr.Dataset | xr.DataTree) ->
 
 @jax.jit
 def _batched_log_predictive(params, observations):
-    flat = jax.tree.map(lambda a: a.reshape(-1, *a.shape[2:]), params)
+    # explicit sizes: -1 is ambiguous for the zero-size input weights of a model without inputs
+    flat = jax.tree.map(lambda a: a.reshape(a.shape[0] * a.shape[1], *a.shape[2:]), params)
     out = jax.vmap(lambda p: one_step_log_predictive_unchecked(p, observations, "imm"))(flat)
     return out.reshape(params.initial_probs.shape[:2] + out.shape[1:])
 

@@ -549,7 +549,7 @@ FILTER_CASES = {
         "1,2\n",
         _edit(emission_covs=[[[1.0, 0.0], [0.0, -1.0]]] * 2),
         [],
-        'field "emission_covs": covariance matrices must be positive definite',
+        'field "emission_covs": covariance matrices must be positive semi-definite',
     ),
     "json-covariance-asymmetric": (
         "1,2\n",
