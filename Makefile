@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/switching_filters.py
 	$(PY) benchmarks/switching_rmse.py
 	$(PY) benchmarks/switching_gibbs.py
+	$(PY) benchmarks/switching_learning.py
 
 clean:
 	rm -rf $(VENV) reports
