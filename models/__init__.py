@@ -10,6 +10,24 @@
   Nadaraya-Watson regression.
 """
 
-from . import deconvolution, kernel_joint, markov_switching, switching
+import sys
+
+import numpyro.distributions
+
+
+def _bind_numpyro_submodule() -> None:
+    """Bind ``numpyro.distributions.distribution`` as an attribute of its package if an import
+    order left it unbound. After ``import arviz`` (or ``arviz_stats``), a first
+    ``import numpyro.distributions`` loads the submodule without setting the attribute, and
+    ``numpyro.factor`` (which looks up ``numpyro.distributions.distribution.Unit``) then raises
+    ``AttributeError``; this package's programs add their likelihoods with ``numpyro.factor``."""
+    submodule = sys.modules.get("numpyro.distributions.distribution")
+    if submodule is not None and not hasattr(numpyro.distributions, "distribution"):
+        numpyro.distributions.distribution = submodule
+
+
+_bind_numpyro_submodule()
+
+from . import deconvolution, kernel_joint, markov_switching, switching  # noqa: E402
 
 __all__ = ["deconvolution", "kernel_joint", "markov_switching", "switching"]

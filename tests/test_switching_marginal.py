@@ -2,6 +2,9 @@
 filter): its log density, gradients, prior predictive, and NUTS with approximate likelihoods
 where the collapse is exact."""
 
+import subprocess
+import sys
+
 import arviz_stats
 import jax
 import jax.numpy as jnp
@@ -179,3 +182,21 @@ def test_nuts_with_an_approximate_likelihood_agrees_with_exact_nuts():
                 float(arviz_stats.mcse(flat_a[..., i])), float(arviz_stats.mcse(flat_b[..., i]))
             )
             assert abs(mean_a.ravel()[i] - mean_b.ravel()[i]) < 5 * mcse + 1e-12, name
+
+
+def test_numpyro_factor_works_after_arviz_is_imported_first():
+    """``import arviz`` and then ``import numpyro.distributions`` (before attnbayes) left
+    ``numpyro.distributions.distribution`` unbound, so ``numpyro.factor`` failed inside the
+    marginal program; ``attnbayes.models`` binds it. Run in a fresh interpreter (import order)."""
+    code = (
+        "import arviz, numpyro.distributions, jax, numpy as np\n"
+        "from numpyro.infer.util import log_density\n"
+        "from attnbayes.inference.switching import switching_marginal_model\n"
+        "from attnbayes.models.markov_switching import markov_switching_ar\n"
+        "spec = markov_switching_ar(np.sin(np.arange(30.0)), 1)\n"
+        "value = log_density(switching_marginal_model, (spec.observations,), {'spec': spec, "
+        "'likelihood': 'exact'}, dict(spec.theta))[0]\n"
+        "assert np.isfinite(float(value)), value\n"
+    )
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
