@@ -371,7 +371,7 @@ def get_scenario(name: str, **kwargs) -> SwitchingParams:
 # ----------------------------------------------------------------------------- simulation
 
 
-def _psd_factor(covs):
+def psd_factor(covs):
     """L with L L^T = C for PSD C (singular allowed): eigendecomposition, negative round-off
     eigenvalues clipped to zero."""
     eig, vec = jnp.linalg.eigh(covs)
@@ -421,9 +421,9 @@ def _simulate(key, params: SwitchingParams, inputs):
     key_s0, key_x0, key_steps = jax.random.split(key, 3)
     d = params.initial_means.shape[1]
     o = params.emission_matrices.shape[1]
-    chol_p0 = _psd_factor(params.initial_covs)
-    chol_q = _psd_factor(params.dynamics_covs)
-    chol_r = _psd_factor(params.emission_covs)
+    chol_p0 = psd_factor(params.initial_covs)
+    chol_q = psd_factor(params.dynamics_covs)
+    chol_r = psd_factor(params.emission_covs)
     log_trans = jnp.log(params.transition_matrix)
 
     def emit(key, s, x, offset):
@@ -821,6 +821,7 @@ __all__ = [
     "get_scenario",
     "maneuvering_target",
     "masked_gaussian_logpdf",
+    "psd_factor",
     "simulate",
     "step_offsets",
     "switching_dims",

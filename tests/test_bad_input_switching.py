@@ -506,9 +506,9 @@ def test_scenario_options_still_work():
 
 
 def test_a_partly_missing_row_updates_on_its_observed_coordinate():
-    """A NaN coordinate is missing and the others are used: the missing value itself never
-    matters (any finite stand-in gives the same result), while a wholly missing row gives a
-    different (predict-only) step."""
+    """A NaN coordinate is missing and the other coordinate is used: the step differs from a
+    wholly missing (predict-only) row, adds one density term to the log-likelihood, and
+    differs from the row observed in full with any value in place of the NaN."""
     params = get_scenario("maneuvering-target")
     y = 10.0 * np.random.default_rng(2).normal(size=(6, 2))
     partly, whole = y.copy(), y.copy()

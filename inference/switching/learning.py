@@ -44,7 +44,12 @@ from ...models.markov_switching import (
     regime_probabilities,
     switching_state_space,
 )
-from ...models.switching import SwitchingParams, masked_gaussian_logpdf, step_offsets
+from ...models.switching import (
+    SwitchingParams,
+    masked_gaussian_logpdf,
+    psd_factor,
+    step_offsets,
+)
 from .filters import _exact_filter, _gpb1_filter, _gpb2_filter, _imm_filter, all_histories
 from .kalman import _kalman_filter, check_inputs, log_probabilities
 
@@ -443,7 +448,7 @@ def fit_switching(
     with standard errors from the Hessian of log L (delta method to the reported
     parametrisation). Converged: max |gradient of log L / T| < ``tolerance``.
 
-    "em": see ``em_switching``.
+    "em": see ``_em_switching`` (EM for the econometric models).
 
     Args:
         key: a ``jax.random`` key (the starts).
@@ -481,7 +486,7 @@ def fit_switching(
     start_scale = validation.check_positive_scalar("start_scale", start_scale)
     tolerance = validation.check_positive_scalar("tolerance", tolerance)
     if method == "em":
-        return em_switching(
+        return _em_switching(
             spec,
             obs,
             inputs=u,
@@ -632,7 +637,7 @@ def _q_values(spec_key, free, thetas, gamma, xi, obs, u):
     return -out[0], -out[1]
 
 
-def em_switching(
+def _em_switching(
     spec: SwitchingSpec,
     observations,
     *,
@@ -761,14 +766,10 @@ def _forecast_paths(spec_key, likelihood, horizon, num_draws, key, theta, obs, u
     # the last p values of the series (most recent first): y_T, then u_T's first p - 1 lags
     history = jnp.concatenate([obs[-1, :1], u[-1, : max(order - 1, 0)]])[:order]
 
-    def factor(c):
-        eig, vec = jnp.linalg.eigh(c)
-        return vec * jnp.sqrt(jnp.clip(eig, 0.0))[..., None, :]
-
     chol_q, chol_r, chol_p = (
-        factor(params.dynamics_covs),
-        factor(params.emission_covs),
-        factor(covs),
+        psd_factor(params.dynamics_covs),
+        psd_factor(params.emission_covs),
+        psd_factor(covs),
     )
 
     def one_path(key):
@@ -980,7 +981,6 @@ __all__ = [
     "RegimeSelection",
     "SwitchingFitResult",
     "SwitchingForecast",
-    "em_switching",
     "expected_durations",
     "filter_unchecked",
     "fit_switching",
