@@ -3,7 +3,8 @@
     attnbayes report [--quick] [--out DIR] [--name NAME] [--seed N]
     attnbayes deconvolve FILE.csv --sigma S [--method em|npmle|nuts|gibbs] [options]
     attnbayes filter FILE.csv (--scenario NAME | --params FILE.json)
-                     [--method imm|gpb2|gpb1|rbpf|gibbs] [options]
+                     [--method imm|gpb2|gpb1|rbpf|gibbs] [--fit mle|em|nuts]
+                     [--inputs COLS] [options]
 
 ``report`` runs the built-in simulations (``attnbayes.app.report``); ``deconvolve`` and ``filter``
 run one method on a user's own CSV (``attnbayes.app.user_data`` reads and checks it,
@@ -34,7 +35,7 @@ import warnings
 import matplotlib
 
 from .cache import enable_compilation_cache
-from .user_data import PARAMS_FIELDS, PARAMS_LABELS
+from .user_data import PARAMS_FIELDS, PARAMS_LABELS, PARAMS_OPTIONAL_FIELDS
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
 # the names of attnbayes.models.switching.SCENARIOS (tests/test_cli.py checks they agree); listed
@@ -44,6 +45,9 @@ FILTER_SCENARIOS = ("maneuvering-target", "maneuvering-target-cwna")
 REPORT_NAME = "attnbayes"
 DECONVOLVE_METHODS = ("em", "npmle", "nuts", "gibbs")
 FILTER_METHODS = ("imm", "gpb2", "gpb1", "rbpf", "gibbs")
+FIT_METHODS = ("mle", "em", "nuts")
+# attnbayes.models.markov_switching.STATE_SPACE_FREE (tests/test_cli.py checks they agree)
+FIT_FREE_DEFAULT = ("transition_matrix", "dynamics_cov_scale", "emission_cov_scale")
 
 EXIT_STATUSES = """exit status:
   0  success: the path of the written index.html is printed on stdout
@@ -74,9 +78,14 @@ PARAMS_HELP = (
     "--params FILE.json: a JSON object with these fields, nested lists of numbers\n"
     "(M modes, state dimension d, observation dimension o):\n"
     + "\n".join(f"  {k:<18} {shape:<10} {what}" for k, (shape, what) in PARAMS_FIELDS.items())
+    + "\noptional fields (absent: zeros; k = the number of --inputs columns):\n"
+    + "\n".join(
+        f"  {k:<22} {shape:<10} {what}" for k, (shape, what) in PARAMS_OPTIONAL_FIELDS.items()
+    )
     + "\n"
     + "\n".join(f"  {k:<18} {what}" for k, what in PARAMS_LABELS.items())
-    + "\nThe params.json that a run writes (e.g. with --scenario) is a template."
+    + "\nThe params.json that a run writes (e.g. with --scenario, or the fitted parameters\n"
+    "with --fit) is a template."
 )
 DECONVOLVE_INPUT = INPUT_FORMAT.format(
     rows="One row per observation x_i; one column for scalar data, p columns for points\n"
@@ -89,8 +98,10 @@ FILTER_INPUT = INPUT_FORMAT.format(
     "  columns (2 for the maneuvering-target scenarios; choose them with --columns).",
     names="y (one column) or y1..yo",
     missing="An empty cell, NA or NaN is missing: a row with every cell missing is a\n"
-    "  step with no observation (predict only); partly missing rows are refused.\n"
-    "  With a single column, write NA for a missing step (blank lines are skipped).",
+    "  step with no observation (predict only); a partly missing row updates on its\n"
+    "  observed cells. With a single column, write NA for a missing step (blank lines\n"
+    "  are skipped). --inputs COLS names columns of inputs u_t (never missing); the\n"
+    "  observations are then the other columns (or --columns).",
 )
 
 DECONVOLVE_EPILOG = f"""model:
@@ -134,7 +145,22 @@ example:
 
 FILTER_EPILOG = f"""model (M modes, state x_t in R^d, observation y_t in R^o, t = 1..T):
   s_1 ~ pi0, s_t | s_(t-1) = i ~ Pi[i, :];  x_1 | s_1 = j ~ N(m0_j, P0_j);
-  x_t = F_j x_(t-1) + b_j + N(0, Q_j);  y_t = H_j x_t + N(0, R_j), all parameters known.
+  x_t = F_j x_(t-1) + b_j + B_j u_t + N(0, Q_j);  y_t = H_j x_t + d_j + D_j u_t + N(0, R_j),
+  with inputs u_t (--inputs; none by default); the parameters known (--params or
+  --scenario) or learned from the data first (--fit).
+
+learning the parameters (--fit), started from --params or --scenario:
+  mle    maximum likelihood: L-BFGS from --starts starts (the given parameters and
+         random perturbations, --seed), standard errors from the Hessian
+  em     EM: Kim's smoother for the E-step, the expected complete-data log-likelihood
+         maximised in the M-step
+  nuts   NUTS over the parameters (states and modes integrated out by the filter) under
+         Dirichlet(1 + 2 I) rows, InverseGamma(3, 2) noise scales, wide normals on
+         other real fields; the posterior mean is used (--draws, --warmup, --chains)
+  The likelihood is the --method's filter (imm for rbpf and gibbs). Free by default:
+  the transition matrix and the scales c_j, r_j of Q_j = c_j Q0_j and R_j = r_j R0_j
+  (dynamics_cov_scale, emission_cov_scale); --free FIELDS names others, e.g.
+  dynamics_biases, emission_biases or the input weights (any field of --params).
 
 methods (each filter is followed by Kim's smoother over its per-mode Gaussians):
   imm    interacting multiple model filter (Blom and Bar-Shalom)
@@ -159,8 +185,13 @@ output files in OUT/NAME:
                    (not for gibbs) and smoothed_mean_<state>, smoothed_sd_<state>,
                    smoothed_prob_<mode>
   metrics.csv      metric, value: wall time, the filter's log p(y_1:T); gibbs:
-                   worst R-hat and smallest bulk/tail ESS of the states
-  params.json      the parameters used, in the --params format
+                   worst R-hat and smallest bulk/tail ESS of the states; --fit: the
+                   fit's log-likelihood, AIC and BIC (mle, em) or R-hat, ESS and
+                   divergences of the parameters (nuts), its wall time
+  params.json      the parameters used (with --fit: the fitted ones), --params format
+  fit.csv          (--fit) one row per free scalar: parameter, initial, estimate, and
+                   stderr (mle, em) or sd, q5, q95, r_hat, ess_bulk (nuts)
+  fit_posterior.nc (--fit nuts) the draws of the parameters as an ArviZ DataTree
   diagnostics.csv  (gibbs) R-hat, ESS bulk and tail per state element
   posterior.nc     (gibbs) the draws of states and modes as an ArviZ DataTree, netCDF
   index.html       self-contained report: states with bands, mode probabilities, track
@@ -170,8 +201,9 @@ output files in OUT/NAME:
 
 {EXIT_STATUSES}
 
-example:
-  attnbayes filter track.csv --scenario maneuvering-target --method imm"""
+examples:
+  attnbayes filter track.csv --scenario maneuvering-target --method imm
+  attnbayes filter track.csv --scenario maneuvering-target-cwna --fit mle"""
 
 
 def _wrap(text: str) -> str:
@@ -401,14 +433,46 @@ def build_parser() -> argparse.ArgumentParser:
     filt.add_argument("--method", choices=FILTER_METHODS, default="imm", help="[imm]")
     filt.add_argument("--particles", type=_count(1), metavar="N", help="particles (rbpf) [1000]")
     filt.add_argument(
-        "--draws", type=_count(1), metavar="N", help="draws kept per chain (gibbs) [1000]"
+        "--draws",
+        type=_count(1),
+        metavar="N",
+        help="draws kept per chain (gibbs [1000], --fit nuts [500])",
     )
     filt.add_argument(
-        "--warmup", type=_count(0), metavar="N", help="warmup sweeps per chain (gibbs) [300]"
+        "--warmup",
+        type=_count(0),
+        metavar="N",
+        help="warmup per chain (gibbs [300], --fit nuts [500])",
     )
-    filt.add_argument("--chains", type=_count(1), metavar="N", help="chains (gibbs) [4]")
     filt.add_argument(
-        "--seed", type=_seed, default=0, metavar="N", help="random seed (rbpf, gibbs) [0]"
+        "--chains", type=_count(1), metavar="N", help="chains (gibbs [4], --fit nuts [2])"
+    )
+    filt.add_argument(
+        "--fit",
+        choices=FIT_METHODS,
+        help="learn the parameters first, starting from --params or --scenario (below)",
+    )
+    filt.add_argument(
+        "--free",
+        type=_columns,
+        metavar="FIELDS",
+        help="--fit: comma-separated parameters to learn [" + ",".join(FIT_FREE_DEFAULT) + "]",
+    )
+    filt.add_argument(
+        "--starts", type=_count(1), metavar="N", help="--fit mle: optimiser starts [8]"
+    )
+    filt.add_argument(
+        "--inputs",
+        type=_columns,
+        metavar="COLS",
+        help="comma-separated header names or 1-based numbers of the input columns u_t",
+    )
+    filt.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        metavar="N",
+        help="random seed (rbpf, gibbs, --fit) [0]",
     )
     _add_data_options(filt, "filter")
     _add_debug(filt)
@@ -457,6 +521,11 @@ def _filter(args, progress, argv):
         params, labels = read_params(args.params)
         o = params.emission_matrices.shape[1]
         reason = f"{args.params} has o = {o} (emission_matrices is (M, o, d))"
+    inputs = None
+    if args.inputs is not None:
+        inputs = read_table(
+            args.file, delimiter=args.delimiter, columns=args.inputs, prefix="y", option="--inputs"
+        )
     table = read_table(
         args.file,
         delimiter=args.delimiter,
@@ -465,6 +534,7 @@ def _filter(args, progress, argv):
         width_reason=reason,
         allow_missing=True,
         prefix="y",
+        exclude=args.inputs,
     )
     from .user_runs import run_filter
 
@@ -482,6 +552,10 @@ def _filter(args, progress, argv):
         num_warmup=args.warmup,
         num_samples=args.draws,
         num_chains=args.chains,
+        fit=args.fit,
+        free=args.free,
+        num_starts=args.starts,
+        inputs=inputs,
         progress=progress,
         argv=argv,
     )

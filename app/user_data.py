@@ -9,16 +9,18 @@ CSV tables (``read_table``):
   (or y1..yo, by ``prefix``; a single column is just x or y);
 - blank lines and lines starting with "#" are skipped; a UTF-8 byte-order mark is ignored;
 - numbers are decimal with a point (1.5, -2e-3, .5); an empty cell, NA, N/A or NaN is a
-  missing value, which only the filter accepts (a whole row of them is a step with no
-  observation; a partly missing row is refused); inf is always refused.
+  missing value, which only the filter's observation columns accept (a whole row of them is
+  a step with no observation; a partly missing row updates on its observed coordinates);
+  inf is always refused.
 
 A problem raises ``InputError`` (a ``ValueError``) whose message names the file, the line and
 the column, e.g. ``data.csv line 7, column "x2": cannot parse 'abc' as a number``; a file that
 looks separated by another character than ``delimiter`` is reported as such.
 
-Switching-model parameters (``read_params``): a JSON object with the nine fields of
-``attnbayes.models.switching.SwitchingParams`` as nested lists of numbers (``PARAMS_FORMAT``), plus
-the optional labels "state_names" (d strings) and "mode_names" (M strings).
+Switching-model parameters (``read_params``): a JSON object with the nine required fields of
+``attnbayes.models.switching.SwitchingParams`` as nested lists of numbers (``PARAMS_FORMAT``), the
+optional emission offsets and input weights (``PARAMS_OPTIONAL_FIELDS``), and the optional labels
+"state_names" (d strings) and "mode_names" (M strings).
 
 This module reads with the standard library and NumPy only; ``read_params`` imports
 ``attnbayes.models.switching`` (and so JAX) for ``check_params``.
@@ -55,6 +57,11 @@ PARAMS_FIELDS = {
     "emission_matrices": ("(M, o, d)", "H_j"),
     "emission_covs": ("(M, o, o)", "R_j, symmetric positive semi-definite"),
 }
+PARAMS_OPTIONAL_FIELDS = {
+    "emission_biases": ("(M, o)", "d_j, added to H_j x_t (default 0)"),
+    "dynamics_input_weights": ("(M, d, k)", "B_j: B_j u_t is added to x_t (--inputs)"),
+    "emission_input_weights": ("(M, o, k)", "D_j: D_j u_t is added to y_t (--inputs)"),
+}
 PARAMS_LABELS = {
     "state_names": "optional, d strings naming the state coordinates",
     "mode_names": "optional, M strings naming the modes",
@@ -63,14 +70,16 @@ PARAMS_FORMAT = (
     "a JSON object whose fields are nested lists of numbers (M modes, state dimension d, "
     "observation dimension o): "
     + "; ".join(f"{k} {shape} {what}" for k, (shape, what) in PARAMS_FIELDS.items())
-    + "; "
+    + "; optionally "
+    + "; ".join(f"{k} {shape} {what}" for k, (shape, what) in PARAMS_OPTIONAL_FIELDS.items())
+    + " (k input columns; absent: zeros, k = 0); "
     + "; ".join(f"{k} ({v})" for k, v in PARAMS_LABELS.items())
 )
 _SEE_HELP = "(the format: attnbayes filter --help)"
 
 
 def _field_format(field: str) -> str:
-    shape, what = PARAMS_FIELDS[field]
+    shape, what = (PARAMS_FIELDS | PARAMS_OPTIONAL_FIELDS)[field]
     return f"{field} is {shape}: {what}"
 
 
@@ -228,7 +237,7 @@ def _header_names(path: str, line: int, cells: list[str]) -> tuple[str, ...]:
     return names
 
 
-def _select(path: str, names: tuple[str, ...], columns) -> list[int]:
+def _select(path: str, names: tuple[str, ...], columns, option: str = "--columns") -> list[int]:
     if columns is None:
         return list(range(len(names)))
     chosen = []
@@ -241,14 +250,14 @@ def _select(path: str, names: tuple[str, ...], columns) -> list[int]:
             index = int(item) - 1
         else:
             raise InputError(
-                f"{path}: --columns: no column {item!r}; the file's columns are {listing} "
+                f"{path}: {option}: no column {item!r}; the file's columns are {listing} "
                 f"(names from the header, or numbers 1..{len(names)})"
             )
         if index in chosen:
-            raise InputError(f"{path}: --columns: column {item!r} is chosen twice")
+            raise InputError(f"{path}: {option}: column {item!r} is chosen twice")
         chosen.append(index)
     if not chosen:
-        raise InputError(f"{path}: --columns: no column chosen")
+        raise InputError(f"{path}: {option}: no column chosen")
     return chosen
 
 
@@ -279,6 +288,8 @@ def read_table(
     width_reason: str = "",
     allow_missing: bool = False,
     prefix: str = "x",
+    option: str = "--columns",
+    exclude=None,
 ) -> Table:
     """Read a CSV of numbers, checking every cell; see the module docstring for the format.
 
@@ -291,9 +302,11 @@ def read_table(
             dimension of a switching model), or None for any.
         width_reason: what requires ``width``, for the message (e.g. 'the scenario
             "maneuvering-target" observes 2 values per step').
-        allow_missing: accept missing values (NaN in ``values``); a row must then be missing
-            entirely or not at all.
+        allow_missing: accept missing values (NaN in ``values``; a row may be partly missing).
         prefix: default column names prefix when there is no header.
+        option: the command-line option that chose ``columns`` (for the messages).
+        exclude: names or numbers of columns left out when ``columns`` is None (e.g. the
+            --inputs columns, when the observations are the other ones).
 
     Returns:
         ``Table``.
@@ -327,13 +340,19 @@ def read_table(
         names = (prefix,) if p == 1 else tuple(f"{prefix}{j + 1}" for j in range(p))
         data = rows
     p = len(names)
-    chosen = _select(path, names, columns)
+    chosen = _select(path, names, columns, option)
+    if columns is None and exclude is not None:
+        dropped = set(_select(path, names, exclude, "--inputs"))
+        chosen = [j for j in chosen if j not in dropped]
+        if not chosen:
+            raise InputError(f"{path}: no column left for the observations after --inputs")
     if width is not None and len(chosen) != width:
         listing = ", ".join(names[j] for j in chosen)
         reason = f": {width_reason}" if width_reason else ""
-        if columns is not None:
+        if columns is not None or exclude is not None:
+            chose = f"{option} chose" if columns is not None else "--inputs left"
             raise InputError(
-                f"{path}: --columns chose {len(chosen)} column(s) ({listing}) where {width} "
+                f"{path}: {chose} {len(chosen)} column(s) ({listing}) where {width} "
                 f"are needed{reason}"
             )
         if len(chosen) < width:
@@ -374,14 +393,8 @@ def read_table(
                 token = cells[j].strip()
                 raise InputError(
                     f"{_where(path, line, labels[j])}: missing value "
-                    f"({repr(token) if token else 'empty cell'}); every observation needs a "
-                    "number"
-                )
-            if not all(gaps):
-                raise InputError(
-                    f"{_where(path, line, labels[j])}: missing value in a row that has other "
-                    "values; partial observations are not supported: leave every observation "
-                    "cell of the row empty (or NA) for a step with no observation"
+                    f"({repr(token) if token else 'empty cell'}); every "
+                    f"{'input' if option == '--inputs' else 'observation'} needs a number"
                 )
         values[i] = row
         lines[i] = line
@@ -427,19 +440,21 @@ def _nested_array(path: str, field: str, value) -> np.ndarray:
 
 
 def parse_params(path: str, document) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, ...]]]:
-    """The nine SwitchingParams fields as float arrays and the optional labels, from a decoded
-    JSON document; shapes are not checked here (``read_params`` does, with ``check_params``)."""
+    """The SwitchingParams fields as float arrays (the nine required ones and the optional ones
+    present) and the optional labels, from a decoded JSON document; shapes are not checked here
+    (``read_params`` does, with ``check_params``)."""
     if not isinstance(document, dict):
         raise InputError(
             f"{path}: expected a JSON object {{...}} with the fields "
             f"{', '.join(PARAMS_FIELDS)}, got a {type(document).__name__} {_SEE_HELP}"
         )
-    known = (*PARAMS_FIELDS, *PARAMS_LABELS)
+    known = (*PARAMS_FIELDS, *PARAMS_OPTIONAL_FIELDS, *PARAMS_LABELS)
     unknown = [k for k in document if k not in known]
     if unknown:
         raise InputError(
             f"{path}: unknown field(s) {', '.join(map(repr, unknown))}; the fields are "
-            f"{', '.join(PARAMS_FIELDS)} and optionally {', '.join(PARAMS_LABELS)}"
+            f"{', '.join(PARAMS_FIELDS)} and optionally "
+            f"{', '.join([*PARAMS_OPTIONAL_FIELDS, *PARAMS_LABELS])}"
         )
     missing = [k for k in PARAMS_FIELDS if k not in document]
     if missing:
@@ -449,6 +464,9 @@ def parse_params(path: str, document) -> tuple[dict[str, np.ndarray], dict[str, 
             + f" {_SEE_HELP}"
         )
     fields = {k: _nested_array(path, k, document[k]) for k in PARAMS_FIELDS}
+    fields |= {
+        k: _nested_array(path, k, document[k]) for k in PARAMS_OPTIONAL_FIELDS if k in document
+    }
     labels = {}
     for key in PARAMS_LABELS:
         if key in document:
@@ -494,7 +512,7 @@ def read_params(path):
     except ValueError as err:
         message = str(err).removeprefix("params.")
         field, _, rest = message.partition(": ")
-        if field in PARAMS_FIELDS:
+        if field in PARAMS_FIELDS or field in PARAMS_OPTIONAL_FIELDS:
             message = f'field "{field}": {rest} ({_field_format(field)})'
         raise InputError(f"{path}: {message} {_SEE_HELP}") from None
     m, d = params.initial_means.shape
@@ -505,8 +523,14 @@ def read_params(path):
 
 
 def params_document(params, labels: dict | None = None) -> dict:
-    """The JSON document ``read_params`` reads, for ``params`` (and optional labels)."""
+    """The JSON document ``read_params`` reads, for ``params`` (and optional labels): the nine
+    required fields, the emission offsets when ``params`` has them, the input weights when
+    it has inputs (k > 0)."""
     doc = {k: np.asarray(getattr(params, k), dtype=np.float64).tolist() for k in PARAMS_FIELDS}
+    for k in PARAMS_OPTIONAL_FIELDS:
+        value = getattr(params, k, None)
+        if value is not None and np.size(value) and (k != "emission_biases" or np.any(value)):
+            doc[k] = np.asarray(value, dtype=np.float64).tolist()
     for key, names in (labels or {}).items():
         doc[key] = list(names)
     return doc
@@ -516,6 +540,7 @@ __all__ = [
     "MISSING_TOKENS",
     "PARAMS_FIELDS",
     "PARAMS_FORMAT",
+    "PARAMS_OPTIONAL_FIELDS",
     "InputError",
     "Table",
     "params_document",

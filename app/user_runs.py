@@ -87,6 +87,17 @@ SUGGESTED_BLOCK_SIZE = 1024
 STREAMED_SECONDS_PER_PAIR = 2e-8
 FILTER_METHODS = ("imm", "gpb2", "gpb1", "rbpf", "gibbs")
 FILTER_GIBBS_DEFAULTS = _registry_sizes("switching", "gibbs")
+FIT_METHODS = ("mle", "em", "nuts")
+FIT_NUTS_DEFAULTS = {"num_warmup": 500, "num_samples": 500, "num_chains": 2}
+DEFAULT_STARTS = 8
+_FIT_TEXT = {
+    "mle": "maximum likelihood (L-BFGS on unconstrained coordinates from several starts; "
+    "standard errors from the Hessian by the delta method)",
+    "em": "EM (Kim's smoother in the E-step; the expected complete-data log-likelihood "
+    "maximised in the M-step)",
+    "nuts": "NUTS over the parameters with the states and modes integrated out by the filter; "
+    "the posterior mean is used",
+}
 DEFAULT_PARTICLES = registry.get_method("switching", "rbpf").defaults["num_particles"]
 SCENARIO_LABELS = {
     "maneuvering-target": (("px", "vx", "py", "vy"), ("constant-velocity", "coordinated-turn")),
@@ -899,6 +910,215 @@ def check_filter(table: Table, params, method: str, state_names, mode_names) -> 
     _check_columns_unique(filter_output_columns(method, table.columns, state_names, mode_names))
 
 
+def _check_filter_inputs(table: Table, inputs: Table | None, params) -> np.ndarray | None:
+    """The (T, k) inputs u_t, checked against the observations and the parameters' k."""
+    k = int(np.shape(params.dynamics_input_weights)[-1])
+    weights = "dynamics_input_weights (M, d, k) and/or emission_input_weights (M, o, k)"
+    if inputs is None:
+        if k:
+            raise InputError(
+                f"--inputs: the parameters have input weights for k = {k} input(s) "
+                f"({weights}); name the {k} input column(s) of {table.path} with --inputs"
+            )
+        return None
+    shared = sorted(set(inputs.columns) & set(table.columns))
+    if shared:
+        raise InputError(
+            f"--inputs: column(s) {', '.join(shared)} are also observation columns (--columns)"
+        )
+    if inputs.values.shape[0] != table.values.shape[0]:  # the same file: cannot happen
+        raise InputError(
+            f"--inputs: {inputs.values.shape[0]} rows of inputs for {table.values.shape[0]} steps"
+        )
+    n = inputs.values.shape[1]
+    if k != n:
+        have = "no input weights (k = 0)" if k == 0 else f"input weights for k = {k} input(s)"
+        raise InputError(
+            f"--inputs: {n} column(s) ({', '.join(inputs.columns)}) but the parameters have "
+            f"{have}: give {weights} with k = {n} in --params (zeros are a start for --fit "
+            "with --free naming them)"
+        )
+    return inputs.values
+
+
+def _fit_section(fit, fit_table, settings) -> str:
+    """The HTML section of --fit: what was learned and how, and the table of fit.csv."""
+    if fit is None:
+        return ""
+    spread = (
+        "standard errors from the Hessian of the log-likelihood (NaN where it is not negative "
+        "definite)"
+        if fit != "nuts"
+        else "posterior sd, 5% and 95% quantiles, R-hat and bulk ESS"
+    )
+    return f"""
+<h2>Learned parameters</h2>
+<p class="note">{html.escape(_FIT_TEXT[fit])}, on the {html.escape(settings["fit_likelihood"])}
+filter's log-likelihood; learned: {html.escape(", ".join(settings["free"]))}; the others stay
+at the start. The noise covariances are Q_j = c_j Q0_j and R_j = r_j R0_j with the scales c_j
+(dynamics_cov_scale) and r_j (emission_cov_scale) learned, Q0 and R0 the start. Columns:
+start, estimate, {spread}. These parameters are in <code>params.json</code> (loadable by
+--params) and the table in <code>fit.csv</code>.</p>
+{table_html(fit_table.set_index("parameter"))}"""
+
+
+def _fit_likelihood(method: str) -> str:
+    """The filter whose log-likelihood --fit uses: --method's, imm for rbpf and gibbs."""
+    return method if method in ("imm", "gpb2", "gpb1") else "imm"
+
+
+def check_fit(params, observations, inputs, fit, free, num_starts, sizes) -> tuple:
+    """Argument checks of --fit that need no JAX tracing: (spec, free names).
+
+    The spec is ``switching_state_space(params, observations, inputs=inputs)``; ``free``
+    defaults to its identified set."""
+    from ..models.markov_switching import switching_state_space
+
+    if fit not in FIT_METHODS:
+        raise InputError(f"--fit: unknown {fit!r}; choose from {list(FIT_METHODS)}")
+    spec = switching_state_space(params, observations, inputs=inputs)
+    if free is None:
+        free = spec.free
+    free = tuple(str(f).strip() for f in free)
+    unknown = [f for f in free if f not in spec.theta]
+    if unknown or len(set(free)) != len(free) or not free:
+        what = "unknown " + ", ".join(map(repr, unknown)) if unknown else "repeated or empty"
+        raise InputError(f"--free: {what}; the parameters are {', '.join(spec.theta)}")
+    if fit != "mle" and num_starts is not None:
+        raise InputError("--starts applies to --fit mle only")
+    _check_count("--starts", num_starts, 1)
+    if fit == "nuts":
+        check_sampler_sizes(
+            sizes["num_samples"], sizes["num_chains"], names=("--draws", "--chains")
+        )
+        from ..models.markov_switching import default_priors
+
+        missing = [f for f in free if f not in default_priors(spec)]
+        if missing:
+            raise InputError(
+                f"--free: --fit nuts has no prior for {', '.join(map(repr, missing))} "
+                "(covariance fields are learned through their scales dynamics_cov_scale, "
+                "emission_cov_scale)"
+            )
+    return spec, free
+
+
+def _nuts_fit(key, spec, free, likelihood, sizes):
+    """NUTS over the free parameters: (theta at the posterior mean, the DataTree, per-parameter
+    summaries {column: {name: array}}, metrics)."""
+    import warnings
+
+    import arviz_stats as azs
+
+    from ..inference.diagnostics import diagnostics
+    from ..inference.mcmc import run_nuts
+    from ..inference.switching.marginal import switching_marginal_model
+
+    tree = run_nuts(
+        key,
+        switching_marginal_model,
+        spec.observations,
+        spec=spec,
+        likelihood=likelihood,
+        inputs=spec.inputs,
+        free=free,
+        posterior_predictive=False,
+        **sizes,
+    )
+    post = tree["posterior"]
+    theta = dict(spec.theta)
+    columns = {"sd": {}, "q5": {}, "q95": {}, "r_hat": {}, "ess_bulk": {}}
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        r_hat = azs.rhat(tree, var_names=list(free))
+        ess = azs.ess(tree, var_names=list(free), method="bulk")
+    for name in free:
+        draws = np.asarray(post[name]).reshape(-1, *np.shape(spec.theta[name]))
+        theta[name] = draws.mean(axis=0)
+        columns["sd"][name] = draws.std(axis=0)
+        columns["q5"][name] = np.quantile(draws, 0.05, axis=0)
+        columns["q95"][name] = np.quantile(draws, 0.95, axis=0)
+        columns["r_hat"][name] = np.asarray(r_hat[name])
+        columns["ess_bulk"][name] = np.asarray(ess[name])
+    diag = diagnostics(tree, var_names=list(free))
+    metrics = [
+        ("fit_divergences", diag.num_divergences),
+        ("fit_max_rhat", diag.max_r_hat),
+        ("fit_min_ess_bulk", diag.min_ess_bulk),
+        ("fit_min_ess_tail", diag.min_ess_tail),
+    ]
+    return theta, tree, columns, metrics
+
+
+def _fit_table(spec, free, theta, columns: dict) -> pd.DataFrame:
+    """One row per free scalar: parameter, initial, estimate, then ``columns`` ({column:
+    {name: array of the parameter's shape}})."""
+    rows = []
+    for name in free:
+        labels = spec.names.get(name) or [
+            f"{name}{list(i)}" for i in np.ndindex(np.shape(spec.theta[name]))
+        ]
+        start = np.ravel(np.asarray(spec.theta[name], dtype=float))
+        estimate = np.ravel(np.asarray(theta[name], dtype=float))
+        extra = {c: np.ravel(np.asarray(v[name], dtype=float)) for c, v in columns.items()}
+        for i, label in enumerate(labels):
+            row = {"parameter": label, "initial": start[i], "estimate": estimate[i]}
+            rows.append(row | {c: v[i] for c, v in extra.items()})
+    return pd.DataFrame(rows)
+
+
+def _run_fit(key, spec, free, fit, likelihood, num_starts, sizes, say):
+    """Learn the parameters: (fitted SwitchingParams, fit table, metrics, files, settings)."""
+    from ..inference.switching.learning import fit_switching
+    from ..models.markov_switching import build_params
+
+    say(f"--fit {fit}: learning {', '.join(free)} ({likelihood} likelihood)")
+    started = time.perf_counter()
+    files, settings = {}, {"fit": fit, "fit_likelihood": likelihood, "free": list(free)}
+    if fit == "nuts":
+        theta, tree, columns, metrics = _nuts_fit(key, spec, free, likelihood, sizes)
+        check_finite_output(
+            "the posterior mean of the parameters",
+            np.concatenate([np.ravel(theta[f]) for f in free]),
+            axis_name="parameter",
+        )
+        table = _fit_table(spec, free, theta, columns)
+        files["fit_posterior.nc"] = _datatree_writer(tree)
+        settings |= {f"fit_{k}": v for k, v in sizes.items()}
+    else:
+        starts = num_starts or DEFAULT_STARTS
+        result = fit_switching(
+            key,
+            spec.observations,
+            spec,
+            method=fit,
+            likelihood=likelihood,
+            inputs=spec.inputs,
+            free=free,
+            num_starts=starts,
+        )
+        theta = result.theta
+        check_finite_output(
+            "the fitted parameters",
+            np.concatenate([np.ravel(theta[f]) for f in free]),
+            axis_name="parameter",
+        )
+        table = _fit_table(spec, free, theta, {"stderr": result.stderr})
+        metrics = [
+            ("fit_log_likelihood", float(result.log_likelihood[-1])),
+            ("fit_aic", result.aic),
+            ("fit_bic", result.bic),
+            ("fit_num_parameters", result.num_parameters),
+            ("fit_iterations", len(result.log_likelihood) - 1),
+            ("fit_converged", float(result.converged)),
+        ]
+        if fit == "mle":
+            settings["fit_starts"] = starts
+    metrics.append(("fit_wall_time_s", time.perf_counter() - started))
+    params = build_params(spec.structure, theta)
+    return params, table, metrics, files, settings
+
+
 def run_filter(
     table: Table,
     params,
@@ -914,6 +1134,10 @@ def run_filter(
     num_warmup: int | None = None,
     num_samples: int | None = None,
     num_chains: int | None = None,
+    fit: str | None = None,
+    free=None,
+    num_starts: int | None = None,
+    inputs: Table | None = None,
     progress: Callable[[str], None] | None = None,
     argv: list[str] | None = None,
 ) -> Path:
@@ -929,7 +1153,16 @@ def run_filter(
         out_dir, name: the output folder OUT/NAME; NAME defaults to ``<stem>-filter-<method>``.
         seed: seed of the ``jax.random`` key (rbpf, gibbs).
         num_particles: rbpf particles (default 1000).
-        num_warmup, num_samples, num_chains: gibbs sizes (default 4 x (300 + 1000)).
+        num_warmup, num_samples, num_chains: gibbs sizes (default 4 x (300 + 1000)) and
+            --fit nuts sizes (default 2 x (500 + 500)).
+        fit: None (the parameters are known) or "mle", "em", "nuts": learn the free
+            parameters of ``switching_state_space(params, ...)`` first (started at
+            ``params``), then filter with the fitted ones (``_run_fit``); the likelihood is
+            ``method``'s filter (imm for rbpf and gibbs).
+        free: names of the parameters to learn (default ``STATE_SPACE_FREE``).
+        num_starts: optimiser starts of --fit mle (default 8).
+        inputs: the input columns u_t (T rows of k columns, none missing), when ``params``
+            has input weights.
         progress: called with short messages.
         argv: the command line, recorded in run.json.
 
@@ -950,17 +1183,30 @@ def run_filter(
     check_filter(table, params, method, state_names, mode_names)
     if method != "rbpf" and num_particles is not None:
         raise InputError("--particles applies to --method rbpf only")
-    if method != "gibbs" and any(v is not None for v in (num_warmup, num_samples, num_chains)):
-        raise InputError("--draws, --warmup and --chains apply to --method gibbs only")
+    sampling = method == "gibbs" or fit == "nuts"
+    if not sampling and any(v is not None for v in (num_warmup, num_samples, num_chains)):
+        raise InputError("--draws, --warmup and --chains apply to --method gibbs and --fit nuts")
+    if fit is None and (free is not None or num_starts is not None):
+        raise InputError("--free and --starts apply with --fit only")
     particles = _check_count("--particles", num_particles, 1) or DEFAULT_PARTICLES
     sizes = _sampler_sizes(
         FILTER_GIBBS_DEFAULTS if method == "gibbs" else {}, num_warmup, num_samples, num_chains
     )
+    fit_sizes = _sampler_sizes(FIT_NUTS_DEFAULTS, num_warmup, num_samples, num_chains)
     seed = _check_count("--seed", seed, 0)
     if method == "gibbs":
         check_sampler_sizes(
             sizes["num_samples"], sizes["num_chains"], names=("--draws", "--chains")
         )
+    u = _check_filter_inputs(table, inputs, params)
+    spec = None
+    if fit is not None:
+        try:
+            spec, free = check_fit(params, table.values, u, fit, free, num_starts, fit_sizes)
+        except ValueError as err:
+            if isinstance(err, InputError):
+                raise
+            raise InputError(f"--fit: {err}") from None
     target = check_output(out_dir, name or default_name(table.path, "filter", method))
     say = progress or (lambda message: None)
     started = time.perf_counter()
@@ -973,25 +1219,39 @@ def run_filter(
         "params_file": params_path,
         "state_names": list(state_names),
         "mode_names": list(mode_names),
+        "input_columns": None if inputs is None else list(inputs.columns),
     }
-    metrics, files, body_diag = [], {}, ""
-    say(f"{method}: running")
+    metrics, files, body_diag, fit_table = [], {}, "", None
     with computing():
+        if fit is not None:
+            key, fit_key = jax.random.split(key)
+            likelihood = _fit_likelihood(method)
+            params, fit_table, fit_metrics, fit_files, fit_settings = _run_fit(
+                fit_key, spec, free, fit, likelihood, num_starts, fit_sizes, say
+            )
+            params = check_params("params", params)
+            metrics += fit_metrics
+            files |= fit_files
+            settings |= fit_settings | {"seed": seed}
+            files["fit.csv"] = fit_table.to_csv(index=False)
+        say(f"{method}: running")
         if method == "gibbs":
             settings |= {"seed": seed, **sizes}
-            tree = run_switching_gibbs(key, params, obs, **sizes)
+            tree = run_switching_gibbs(key, params, obs, inputs=u, **sizes)
             check_finite_output("posterior states", tree["posterior"]["states"].values)
             filtered, smoothed = None, _posterior_summary(tree, m)
-            files, metrics, body_diag = _filter_diagnostics(tree, sizes)
+            gibbs_files, gibbs_metrics, body_diag = _filter_diagnostics(tree, sizes)
+            files |= gibbs_files
+            metrics += gibbs_metrics
         else:
             if method == "rbpf":
                 settings |= {"seed": seed, "num_particles": particles}
-                result = rbpf(key, params, obs, particles)
+                result = rbpf(key, params, obs, particles, inputs=u)
             else:
-                result = registry.get_method("switching", method).fit(params, obs)
+                result = registry.get_method("switching", method).fit(params, obs, inputs=u)
             check_filter_result(result, name=method, params=params)
             say(f"{method}: Kim's smoother")
-            smooth = kim_smoother(params, obs, result)
+            smooth = kim_smoother(params, obs, result, inputs=u)
             check_filter_result(smooth, name="Kim's smoother", params=params)
             filtered, smoothed = _gaussian_summary(result), _gaussian_summary(smooth)
             metrics.append(("log_likelihood", float(result.log_likelihood)))
@@ -1022,13 +1282,18 @@ def run_filter(
     fig_modes = figure_modes(mode_names, [(label, p) for label, (*_, p) in summaries.items()])
     fig_track = figure_track(obs, table.columns, params, state_names, bands)
     elapsed = time.perf_counter() - started
-    missing = int(np.isnan(obs).any(axis=1).sum())
+    missing = int(np.isnan(obs).all(axis=1).sum())
+    partly = int(np.isnan(obs).any(axis=1).sum()) - missing
     source = f"scenario {scenario}" if scenario else f"parameters from {params_path}"
+    if fit is not None:
+        source = f"learned by --fit {fit} from the start {source}"
     summary_rows = {
         "input": table.path,
         "steps T": obs.shape[0],
         "missing steps": missing,
+        "partly observed steps": partly,
         "observation columns": ", ".join(table.columns),
+        "input columns": "none" if inputs is None else ", ".join(inputs.columns),
         "model": source,
         "modes M": m,
         "state dimension d": d,
@@ -1043,6 +1308,19 @@ def run_filter(
             "draws per chain": sizes["num_samples"],
             "seed": seed,
         }
+    if fit is not None:
+        summary_rows |= {"fit": fit, "fit likelihood": settings["fit_likelihood"]}
+        summary_rows["learned"] = ", ".join(free)
+        if fit == "mle":
+            summary_rows["starts"] = settings["fit_starts"]
+        if fit == "nuts":
+            summary_rows |= {
+                "fit chains": fit_sizes["num_chains"],
+                "fit warmup per chain": fit_sizes["num_warmup"],
+                "fit draws per chain": fit_sizes["num_samples"],
+            }
+        if method not in ("rbpf", "gibbs"):
+            summary_rows["seed"] = seed
     summary_rows["total wall time (s)"] = round(elapsed, 1)
     if method == "gibbs":
         explain = (
@@ -1065,11 +1343,13 @@ def run_filter(
     body = f"""
 <h1>attnbayes filter: {html.escape(Path(table.path).name)}</h1>
 <p>Switching linear-Gaussian state-space model: s_t | s_{{t-1}} ~ Pi, x_t = F_s x_{{t-1}} +
-b_s + noise(Q_s), y_t = H_s x_t + noise(R_s), with the parameters known
-({html.escape(source)}); method: {html.escape(_FILTER_TEXT[method])}. A step with no
-observation is predict-only. {html.escape(explain)}</p>
+b_s + B_s u_t + noise(Q_s), y_t = H_s x_t + d_s + D_s u_t + noise(R_s), with the parameters
+{"learned" if fit else "known"} ({html.escape(source)}); method:
+{html.escape(_FILTER_TEXT[method])}. A step with no observation is predict-only; a partly
+observed step updates on its observed coordinates. {html.escape(explain)}</p>
 {_settings_table(summary_rows)}
 {table_html(metric_frame.set_index("metric"))}
+{_fit_section(fit, fit_table, settings)}
 {body_diag}
 <h2>States</h2>
 <p class="note">Means with 95% bands (mean &plusmn; 1.96 sd); observations drawn on the

@@ -448,21 +448,19 @@ def markov_switching_ar(
     return SwitchingSpec(structure, theta, support, _identified(theta), obs[:, None], lags, names)
 
 
-STATE_SPACE_FREE = (
-    "transition_matrix",
-    "dynamics_biases",
-    "emission_biases",
-    "dynamics_cov_scale",
-    "emission_cov_scale",
-)
+STATE_SPACE_FREE = ("transition_matrix", "dynamics_cov_scale", "emission_cov_scale")
 
 
 def switching_state_space(params: SwitchingParams, observations, *, inputs=None) -> SwitchingSpec:
     """A generic ``SwitchingParams`` as a ``SwitchingSpec``: every field is a parameter, plus the
     scales c_j, r_j of Q_j = c_j Q0_j and R_j = r_j R0_j (start 1; Q0, R0 the given
-    covariances). Free by default: the transition matrix, the biases/offsets b_j and d_j, and
-    the noise scales (``STATE_SPACE_FREE``); free any other field by passing ``free=`` to the
-    fit (covariance fields get the positive-definite constraint, probabilities simplex rows).
+    covariances). Free by default: the transition matrix and the noise scales
+    (``STATE_SPACE_FREE``, the set the conjugate Gibbs sampler learns). The biases b_j, d_j are
+    not free by default because they are not identified in general: a constant d_j trades
+    against the initial state x_1 and against b_j wherever F_j integrates a coordinate (e.g. a
+    position driven by a velocity), which left NUTS over them mixing poorly (R-hat 1.3-1.8 at
+    T = 80 on the maneuvering target). Free any field by passing ``free=`` to the fit
+    (covariance fields get the positive-definite constraint, probabilities simplex rows).
 
     Args:
         params: ``SwitchingParams`` (checked).

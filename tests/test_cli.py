@@ -133,6 +133,10 @@ def test_cli_names_agree_with_the_library():
     assert cli.FILTER_SCENARIOS == tuple(SCENARIOS)
     assert cli.DECONVOLVE_METHODS == tuple(user_runs.DECONVOLVE_METHODS)
     assert cli.FILTER_METHODS == user_runs.FILTER_METHODS
+    assert cli.FIT_METHODS == user_runs.FIT_METHODS
+    from attnbayes.models.markov_switching import STATE_SPACE_FREE
+
+    assert cli.FIT_FREE_DEFAULT == STATE_SPACE_FREE
     for name, (states, modes) in user_runs.SCENARIO_LABELS.items():
         params = get_scenario(name)
         assert params.initial_means.shape == (len(modes), len(states))
@@ -373,6 +377,11 @@ def no_jax_work(monkeypatch):
         monkeypatch.setattr(attnbayes.inference.switching.filters, name, refuse)
     monkeypatch.setattr(attnbayes.inference.switching.particle, "rbpf", refuse)
     monkeypatch.setattr(attnbayes.inference.switching.gibbs, "run_switching_gibbs", refuse)
+    import attnbayes.inference.mcmc
+    import attnbayes.inference.switching.learning
+
+    monkeypatch.setattr(attnbayes.inference.switching.learning, "fit_switching", refuse)
+    monkeypatch.setattr(attnbayes.inference.mcmc, "run_nuts", refuse)
 
 
 DECONVOLVE_CASES = {
@@ -500,7 +509,6 @@ FILTER_CASES = {
     "three-columns": ("t,px,py\n1,2,3\n", None, [], "choose 2 of them with --columns"),
     "ragged-row": ("px,py\n1,2\n3\n", None, [], 'line 3, column "py": missing'),
     "bad-number": ("px,py\n1,2\n3,4\n5,x\n", None, [], "line 4, column \"py\": cannot parse 'x'"),
-    "partly-missing": ("1,2\n,\n3,\n", None, [], "line 3, column 2: missing value in a row"),
     "infinite": ("1,2\n-inf,4\n", None, [], "line 2, column 1: '-inf' is not a finite number"),
     "json-syntax": (
         "1,2\n",
@@ -565,6 +573,221 @@ FILTER_CASES = {
         "--particles applies to --method rbpf",
     ),
 }
+
+
+def _scalar_doc(num_inputs: int = 0) -> dict:
+    """A 1-D two-regime model (AR(1) state with a calm and a volatile regime, observed with
+    noise), with ``num_inputs`` emission input weights."""
+    doc = {
+        "initial_probs": [0.5, 0.5],
+        "transition_matrix": [[0.95, 0.05], [0.1, 0.9]],
+        "initial_means": [[0.0], [0.0]],
+        "initial_covs": [[[1.0]], [[1.0]]],
+        "dynamics_matrices": [[[0.8]], [[0.8]]],
+        "dynamics_biases": [[0.0], [0.0]],
+        "dynamics_covs": [[[0.1]], [[2.0]]],
+        "emission_matrices": [[[1.0]], [[1.0]]],
+        "emission_covs": [[[0.2]], [[0.2]]],
+    }
+    if num_inputs:
+        doc["emission_input_weights"] = [[[0.5] * num_inputs], [[0.5] * num_inputs]]
+    return doc
+
+
+@pytest.fixture(scope="module")
+def scalar_csv(tmp_path_factory):
+    """T = 60 steps of the 1-D model with one input column u (a sine), y missing at step 8
+    (NumPy draws: no JAX compilation for the data)."""
+    rng = np.random.default_rng(2)
+    doc = _scalar_doc(num_inputs=1)
+    u = np.sin(np.arange(60) / 5.0)
+    modes = np.repeat([0, 1, 0, 1], 15)
+    x, y = 0.0, []
+    for t, s in enumerate(modes):
+        x = 0.8 * x + rng.normal(0.0, np.sqrt([0.1, 2.0][s]))
+        y.append(x + 0.5 * u[t] + rng.normal(0.0, np.sqrt(0.2)))
+    y = np.array(y)
+    y[7] = np.nan
+    folder = tmp_path_factory.mktemp("scalar")
+    pd.DataFrame({"u": u, "y": y}).to_csv(folder / "series.csv", index=False)
+    (folder / "params.json").write_text(json.dumps(doc))
+    return folder, y, u
+
+
+def test_filter_with_inputs_matches_the_library_and_a_partly_missing_row_is_used(
+    track_csv, scalar_csv, tmp_path, capsys
+):
+    folder, y, u = scalar_csv
+    argv = ["filter", folder / "series.csv", "--params", folder / "params.json"]
+    code, _, err = run([*argv, "--inputs", "u", "--out", tmp_path], capsys)
+    assert code == 0, err
+    params, _ = read_params(folder / "params.json")
+    assert params.num_inputs == 1
+    filt = imm_filter(params, y[:, None], inputs=u[:, None])
+    table = pd.read_csv(tmp_path / "series-filter-imm" / "states.csv")
+    assert [c for c in table.columns if c in ("u", "y")] == ["y"]
+    np.testing.assert_allclose(table["filtered_mean_x1"], filt.mean[:, 0], rtol=1e-10)
+    # the input weights round-trip through the params.json the run wrote
+    again, _ = read_params(tmp_path / "series-filter-imm" / "params.json")
+    np.testing.assert_array_equal(again.emission_input_weights, params.emission_input_weights)
+    manifest = json.loads((tmp_path / "series-filter-imm" / "run.json").read_text())
+    assert manifest["input_columns"] == ["u"]
+
+    # a partly missing row: the filter updates on its observed coordinate
+    _, y2 = track_csv
+    partly = y2.copy()
+    partly[20, 1] = np.nan
+    csv = tmp_path / "partly.csv"
+    pd.DataFrame(partly, columns=["px", "py"]).to_csv(csv, index=False)
+    argv = ["filter", csv, "--scenario", "maneuvering-target", "--out", tmp_path]
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    table = pd.read_csv(tmp_path / "partly-filter-imm" / "states.csv")
+    expected = imm_filter(get_scenario("maneuvering-target"), partly)
+    np.testing.assert_allclose(table["filtered_mean_px"], expected.mean[:, 0], rtol=1e-10)
+    whole = partly.copy()
+    whole[20] = np.nan
+    whole = imm_filter(get_scenario("maneuvering-target"), whole)
+    assert not np.allclose(expected.mean[20], whole.mean[20])  # the observed px was used
+    page = (tmp_path / "partly-filter-imm" / "index.html").read_text()
+    assert "partly observed steps" in page
+
+
+def test_filter_fit_mle_matches_fit_switching_and_writes_loadable_params(
+    scalar_csv, tmp_path, capsys
+):
+    from attnbayes.inference.switching.learning import fit_switching
+    from attnbayes.models.markov_switching import switching_state_space
+
+    folder, y, u = scalar_csv
+    argv = ["filter", folder / "series.csv", "--params", folder / "params.json", "--inputs", "u"]
+    argv += ["--fit", "mle", "--starts", 3, "--seed", 5, "--out", tmp_path]
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    out = tmp_path / "series-filter-imm"
+    assert {"fit.csv", "params.json", "states.csv"} <= {p.name for p in out.iterdir()}
+    params, _ = read_params(folder / "params.json")
+    spec = switching_state_space(params, y[:, None], inputs=u[:, None])
+    _, key = jax.random.split(jax.random.PRNGKey(5))
+    expected = fit_switching(key, y[:, None], spec, inputs=u[:, None], num_starts=3)
+    fit = pd.read_csv(out / "fit.csv").set_index("parameter")
+    assert list(fit.columns) == ["initial", "estimate", "stderr"]
+    values = np.concatenate([np.ravel(expected.theta[f]) for f in spec.free])
+    np.testing.assert_allclose(fit["estimate"], values, rtol=1e-8)
+    stderr = np.concatenate([np.ravel(expected.stderr[f]) for f in spec.free])
+    np.testing.assert_allclose(fit["stderr"], stderr, rtol=1e-8)
+    assert fit.index[0] == "p[0->0]" and len(fit) == 8
+    metrics = pd.read_csv(out / "metrics.csv").set_index("metric")["value"]
+    np.testing.assert_allclose(metrics["fit_log_likelihood"], expected.log_likelihood[-1])
+    np.testing.assert_allclose(metrics["fit_bic"], expected.bic)
+    # params.json holds the fitted parameters, loadable by --params; the filter used them
+    fitted, _ = read_params(out / "params.json")
+    for field in fitted._fields:
+        want = getattr(expected.params, field)
+        np.testing.assert_allclose(getattr(fitted, field), want, rtol=1e-12, err_msg=field)
+    filt = imm_filter(expected.params, y[:, None], inputs=u[:, None])
+    table = pd.read_csv(out / "states.csv")
+    np.testing.assert_allclose(table["filtered_mean_x1"], filt.mean[:, 0], rtol=1e-8)
+    np.testing.assert_allclose(metrics["log_likelihood"], filt.log_likelihood, rtol=1e-10)
+    assert "Learned parameters" in (out / "index.html").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fit", ["em", "nuts"])
+def test_filter_fit_em_and_nuts_write_their_tables(scalar_csv, tmp_path, capsys, fit):
+    folder = scalar_csv[0]
+    argv = ["filter", folder / "series.csv", "--params", folder / "params.json", "--inputs", "u"]
+    sizes = ["--draws", 150, "--warmup", 150] if fit == "nuts" else []
+    code, _, err = run([*argv, "--fit", fit, *sizes, "--out", tmp_path], capsys)
+    assert code == 0, err
+    out = tmp_path / "series-filter-imm"
+    fit_table = pd.read_csv(out / "fit.csv").set_index("parameter")
+    expected = ["initial", "estimate", "stderr"]
+    if fit == "nuts":
+        expected = ["initial", "estimate", "sd", "q5", "q95", "r_hat", "ess_bulk"]
+        tree = xr.open_datatree(out / "fit_posterior.nc", engine="h5netcdf")
+        draws = np.asarray(tree["posterior"]["dynamics_cov_scale"]).reshape(-1, 2)
+        np.testing.assert_allclose(
+            fit_table.loc[["dynamics_cov_scale[0]", "dynamics_cov_scale[1]"], "estimate"],
+            draws.mean(axis=0),
+        )
+    assert list(fit_table.columns) == expected
+    # the volatile regime's process noise scale is learned above the calm one's
+    scales = fit_table.loc[["dynamics_cov_scale[0]", "dynamics_cov_scale[1]"], "estimate"]
+    fitted, _ = read_params(out / "params.json")
+    q = np.asarray(fitted.dynamics_covs)[:, 0, 0]
+    np.testing.assert_allclose(q, [0.1 * scales.iloc[0], 2.0 * scales.iloc[1]], rtol=1e-10)
+
+
+FIT_CASES = {
+    "inputs-unknown-column": (["--inputs", "v"], None, "--inputs: no column 'v'"),
+    "inputs-without-weights": (
+        ["--inputs", "u"],
+        _scalar_doc(),
+        "--inputs: 1 column(s) (u) but the parameters have no input weights (k = 0)",
+    ),
+    "weights-without-inputs": (["--columns", "y"], _scalar_doc(1), "name the 1 input column(s)"),
+    "inputs-also-observed": (
+        ["--inputs", "u", "--columns", "u"],
+        _scalar_doc(1),
+        "column(s) u are also observation columns",
+    ),
+    "free-unknown": (
+        ["--inputs", "u", "--fit", "mle", "--free", "transition_matrix,nope"],
+        _scalar_doc(1),
+        "--free: unknown 'nope'; the parameters are",
+    ),
+    "free-without-fit": (
+        ["--inputs", "u", "--free", "transition_matrix"],
+        _scalar_doc(1),
+        "--free and --starts apply with --fit only",
+    ),
+    "starts-for-em": (
+        ["--inputs", "u", "--fit", "em", "--starts", "2"],
+        _scalar_doc(1),
+        "--starts applies to --fit mle only",
+    ),
+    "draws-for-mle": (
+        ["--inputs", "u", "--fit", "mle", "--draws", "10"],
+        _scalar_doc(1),
+        "--draws, --warmup and --chains apply to --method gibbs and --fit nuts",
+    ),
+    "nuts-without-prior": (
+        ["--inputs", "u", "--fit", "nuts", "--free", "dynamics_covs"],
+        _scalar_doc(1),
+        "--fit nuts has no prior for 'dynamics_covs'",
+    ),
+    "json-input-weights-shape": (
+        ["--inputs", "u"],
+        _scalar_doc(1) | {"dynamics_input_weights": [[[1.0]]]},
+        'field "dynamics_input_weights": expected shape (2, 1, k), got (1, 1, 1)',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FIT_CASES))
+def test_filter_refuses_bad_fit_and_input_options(case, tmp_path, capsys, no_jax_work):
+    extra, doc, message = FIT_CASES[case]
+    path = tmp_path / "series.csv"
+    path.write_text("u,y\n0.1,1\n0.2,2\n0.3,\n")
+    (tmp_path / "params.json").write_text(json.dumps(doc if doc is not None else _scalar_doc(1)))
+    out = tmp_path / "out"
+    argv = ["filter", path, "--params", tmp_path / "params.json", "--out", out, *extra]
+    code, stdout, err = run(argv, capsys)
+    assert code == 2, err
+    assert stdout == "" and err.startswith("attnbayes: error: ")
+    assert message in err, err
+    assert not out.exists()
+
+
+def test_an_input_column_must_have_no_missing_value(tmp_path, capsys, no_jax_work):
+    path = tmp_path / "series.csv"
+    path.write_text("u,y\n0.1,1\n,2\n")
+    (tmp_path / "params.json").write_text(json.dumps(_scalar_doc(1)))
+    argv = ["filter", path, "--params", tmp_path / "params.json", "--inputs", "u"]
+    code, _, err = run([*argv, "--out", tmp_path / "out"], capsys)
+    assert code == 2
+    assert 'line 3, column "u": missing value (empty cell); every input needs a number' in err
 
 
 @pytest.mark.parametrize("case", list(FILTER_CASES))
