@@ -11,8 +11,9 @@ A sub-package per reading of attention:
 - ``kernel_regression``: Nadaraya-Watson attention pooling and bandwidth selection;
 
 and shared modules: ``mcmc`` (NUTS to an ArviZ DataTree), ``diagnostics`` (R-hat, ESS),
-``model_comparison`` (PSIS-LOO, leave-future-out), ``methods`` (the method registry) and
-``sampling`` (random variates the samplers share). Sub-packages are imported on first use.
+``model_comparison`` (PSIS-LOO, leave-future-out), ``methods`` (the method registry),
+``sampling`` (random variates the samplers share) and ``optimize`` (L-BFGS compiled with one
+gradient, a Hessian by differences). Sub-packages are imported on first use.
 """
 
 import importlib
@@ -25,6 +26,7 @@ _SUBMODULES = (
     "mcmc",
     "methods",
     "model_comparison",
+    "optimize",
     "sampling",
     "switching",
 )
