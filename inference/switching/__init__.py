@@ -66,11 +66,14 @@ from .learning import (
 from .marginal import switching_marginal_model
 from .particle import rbpf, systematic_resample
 from .smoothers import (
+    SmootherMoments,
     SmootherResult,
     exact_smoother,
+    exact_smoother_moments,
     fixed_modes_smoother,
     kalman_smoother,
     kim_smoother,
+    kim_smoother_moments,
 )
 
 __all__ = [
@@ -80,6 +83,7 @@ __all__ = [
     "SMOOTHERS",
     "SWITCHING_METHODS",
     "FilterResult",
+    "SmootherMoments",
     "SmootherResult",
     "SwitchingComparison",
     "SwitchingFit",
@@ -95,6 +99,7 @@ __all__ = [
     "default_switching_methods",
     "exact_filter",
     "exact_smoother",
+    "exact_smoother_moments",
     "expected_durations",
     "fit_switching",
     "fixed_modes_smoother",
@@ -109,6 +114,7 @@ __all__ = [
     "kalman_smoother",
     "kalman_update",
     "kim_smoother",
+    "kim_smoother_moments",
     "one_step_log_predictive",
     "one_step_log_predictive_unchecked",
     "rbpf",

@@ -9,15 +9,20 @@ a pure JAX function of theta, so it is differentiated and compiled once per shap
 
 - ``switching_log_likelihood(spec, theta, ...)``: that function.
 - ``fit_switching(key, observations, init, method="mle" | "em", ...)``: maximum likelihood by
-  L-BFGS (optax) on the unconstrained parametrisation of the free parameters
-  (``numpyro.distributions.transforms.biject_to`` of each parameter's support: stick-breaking
-  for transition rows, log for variances, an ordered transform for regime means), from
-  several starts (vmapped, one compilation); standard errors from the Hessian (the observed
-  information, mapped to the reported parametrisation by the delta method); or EM
+  L-BFGS (``attnbayes.inference.optimize.minimize_lbfgs``) on the unconstrained
+  parametrisation of the free parameters (``numpyro.distributions.transforms.biject_to`` of
+  each parameter's support: stick-breaking for transition rows, log for variances, an ordered
+  transform for regime means), from several starts (vmapped, one compilation); standard
+  errors from the Hessian (the observed information, mapped to the reported parametrisation
+  by the delta method); or EM
   (Dempster, Laird and Rubin 1977; Hamilton 1990) with the smoothed pairwise regime
-  probabilities in the E-step.
+  probabilities in the E-step, and for a state-space model Kim's (1994) smoother's state
+  moments and lag-one cross-covariances too (Shumway and Stoffer 1982; Murphy 1998).
 - ``smoothed_regime_probabilities``, ``expected_durations``, ``information_criteria``,
   ``forecast`` (k-step predictive mixtures with intervals).
+
+``fit_switching``, ``forecast_switching`` and ``select_num_regimes`` are Python-level drivers
+over compiled kernels, not traceable; ``switching_log_likelihood`` is (jit, vmap, grad).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 from jax.scipy.special import logsumexp
+from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
 
 from ... import validation
@@ -50,8 +56,10 @@ from ...models.switching import (
     psd_factor,
     step_offsets,
 )
+from ..optimize import hessian_by_differences, minimize_lbfgs
 from .filters import _exact_filter, _gpb1_filter, _gpb2_filter, _imm_filter, all_histories
-from .kalman import _kalman_filter, check_inputs, log_probabilities
+from .kalman import _kalman_filter, _mm, _mv, check_inputs, log_probabilities, symmetrise
+from .smoothers import SmootherMoments, _exact_moments, _kim_moments
 
 LIKELIHOODS = ("exact", "gpb2", "imm", "gpb1", "kalman")
 METHODS = ("mle", "em")
@@ -150,6 +158,15 @@ def _check_spec(name: str, spec) -> SwitchingSpec:
     return spec
 
 
+def _is_psd(covs) -> bool:
+    """Symmetric positive semi-definite matrices (..., n, n), to 1e-8 of their scale."""
+    covs = np.asarray(covs, float)
+    scale = max(1.0, float(np.max(np.abs(covs), initial=0.0)))
+    if not np.allclose(covs, np.swapaxes(covs, -1, -2), rtol=0, atol=1e-8 * scale):
+        return False
+    return bool(np.all(np.linalg.eigvalsh(covs) >= -1e-8 * scale))
+
+
 def _check_theta(name: str, spec: SwitchingSpec, theta) -> dict:
     """theta: a dict with the spec's names and shapes (finite when concrete)."""
     if theta is None:
@@ -172,7 +189,16 @@ def _check_theta(name: str, spec: SwitchingSpec, theta) -> dict:
             )
         if not validation.is_traced(arr):
             validation.check_finite(f"{name}[{key!r}]", arr)
-            if not bool(spec.support[key](jnp.asarray(arr)).all()):
+            if spec.support[key] is constraints.positive_definite:
+                # the model takes singular PSD covariances (e.g. a rank-deficient Q0); only a
+                # free one must be positive definite (``_check_free_values``)
+                inside = _is_psd(arr)
+            else:
+                # eagerly, also while a caller traces the other fields (under jit an operation
+                # on a constant would otherwise be staged out and its truth value unknown)
+                with jax.ensure_compile_time_eval():
+                    inside = bool(spec.support[key](jnp.asarray(arr)).all())
+            if not inside:
                 raise ValueError(f"{name}[{key!r}]: outside its support {spec.support[key]}")
         out[key] = arr
     return out
@@ -249,6 +275,72 @@ def _check_free(spec: SwitchingSpec, free) -> tuple:
     return free
 
 
+def _check_free_values(spec: SwitchingSpec, free: tuple) -> None:
+    """Each free parameter's start value must map to finite unconstrained coordinates (the
+    interior of its support): a singular covariance has no Cholesky factor, a zero variance
+    no logarithm, unordered regime means no ordered coordinates. (A zero transition
+    probability passes: the stick-breaking inverse clips it.)"""
+    z = _unconstrain(spec, free, {n: np.asarray(spec.theta[n], float) for n in free})
+    for name in free:
+        if np.all(np.isfinite(np.asarray(z[name]))):
+            continue
+        value = np.asarray(spec.theta[name], float)
+        if spec.support[name] is constraints.positive_definite:
+            eig = np.linalg.eigvalsh(value.reshape(-1, *value.shape[-2:]))
+            bad = np.flatnonzero(eig[:, 0] <= 0.0).tolist()
+            hint = ""
+            if name in ("dynamics_covs", "emission_covs"):
+                scale = name.replace("covs", "cov_scale")
+                hint = (
+                    f"; keep it fixed and free {scale!r} instead (the scale is fitted on the "
+                    "range of a singular covariance)"
+                )
+            raise ValueError(
+                f"free: {name!r} is singular in init (matrices {bad}), and its "
+                f"positive-definite parametrisation (Cholesky) cannot start there{hint}"
+            )
+        raise ValueError(
+            f"free: {name!r} starts outside or on the boundary of its support "
+            f"{spec.support[name]} (e.g. a zero variance, or unordered regime means), where "
+            "its unconstrained coordinates are not finite; keep it fixed or start it inside"
+        )
+
+
+# the mean parameters whose residual each covariance field governs (state-space kind)
+_MEANS_OF_COV = {
+    "initial_covs": ("initial_means",),
+    "dynamics_covs": ("dynamics_matrices", "dynamics_biases", "dynamics_input_weights"),
+    "emission_covs": ("emission_matrices", "emission_biases", "emission_input_weights"),
+}
+
+
+def _check_em_free(spec: SwitchingSpec, free: tuple) -> None:
+    """EM on a state-space model cannot fit the mean parameters of a residual whose covariance
+    is singular: the complete-data density is degenerate off the covariance's range (the
+    residual is zero there under the model), so the expected complete-data log-likelihood
+    only sees, and the M-step only moves, their components within the range, and Fisher's
+    identity (grad log p(y) = grad Q) fails in the other directions. Refused with a
+    ``ValueError`` naming ``free``; the scale of a singular covariance is fine (fitted on
+    its range)."""
+    if spec.structure.kind != "state_space":
+        return
+    for cov_name, means in _MEANS_OF_COV.items():
+        freed = [n for n in means if n in free]
+        if not freed:
+            continue
+        covs = np.asarray(spec.theta[cov_name], float)
+        eig = np.linalg.eigvalsh(0.5 * (covs + np.swapaxes(covs, -1, -2)))
+        cutoff = covs.shape[-1] * np.finfo(float).eps * np.max(eig, axis=-1)
+        bad = np.flatnonzero(eig[:, 0] <= cutoff).tolist()
+        if bad:
+            raise ValueError(
+                f"free: EM cannot fit {freed} while {cov_name}{bad} is singular: the "
+                "complete-data density is degenerate off the range of that covariance, so EM "
+                "would move them only within it and stop short of the maximum; keep them "
+                "fixed or use method='mle'"
+            )
+
+
 # ----------------------------------------------------------------------------- results
 
 
@@ -317,7 +409,8 @@ def expected_durations(transition_matrix) -> np.ndarray:
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _mle_kernel(spec_key, free, likelihood, max_iterations, z0, theta_fixed, obs, u, tol):
-    """L-BFGS from each start z0 (batched): minimise -log L / T."""
+    """L-BFGS from each start z0 (batched): minimise -log L / T (``minimize_lbfgs``: one
+    filter gradient per loop step, so the program compiles one copy of it)."""
     spec = _SPECS[spec_key]
     num_steps = jnp.sum(jnp.any(~jnp.isnan(obs), axis=-1)).astype(obs.dtype)
     _, unravel = ravel_pytree(jax.tree.map(lambda a: a[0], z0))
@@ -326,39 +419,17 @@ def _mle_kernel(spec_key, free, likelihood, max_iterations, z0, theta_fixed, obs
         theta = _constrain(spec, free, theta_fixed, unravel(flat))
         return -_log_likelihood(spec.structure, likelihood, theta, obs, u) / num_steps
 
-    solver = optax.lbfgs()
-    value_and_grad = optax.value_and_grad_from_state(objective)
-
     def run(z):
-        flat = ravel_pytree(z)[0]
-        state = solver.init(flat)
-        trace = jnp.full((max_iterations + 1,), jnp.nan, flat.dtype)
-
-        def cond(carry):
-            _, state, _, done = carry
-            count = optax.tree_utils.tree_get(state, "count")
-            return (count < max_iterations) & ~done
-
-        def body(carry):
-            flat, state, trace, _ = carry
-            value, grad = value_and_grad(flat, state=state)
-            count = optax.tree_utils.tree_get(state, "count")
-            trace = trace.at[count].set(-value * num_steps)
-            updates, state = solver.update(
-                grad, state, flat, value=value, grad=grad, value_fn=objective
-            )
-            new = optax.apply_updates(flat, updates)
-            done = (jnp.max(jnp.abs(grad)) < tol) | ~jnp.all(jnp.isfinite(new))
-            flat = jnp.where(jnp.all(jnp.isfinite(new)), new, flat)
-            return flat, state, trace, done
-
-        flat, state, trace, _ = jax.lax.while_loop(
-            cond, body, (flat, state, trace, jnp.asarray(False))
+        res = minimize_lbfgs(
+            objective, ravel_pytree(z)[0], max_iterations=max_iterations, tolerance=tol
         )
-        value, grad = jax.value_and_grad(objective)(flat)
-        count = optax.tree_utils.tree_get(state, "count")
-        trace = trace.at[count].set(-value * num_steps)
-        return flat, -value * num_steps, jnp.max(jnp.abs(grad)) < tol, trace, count
+        return (
+            res.x,
+            -res.value * num_steps,
+            res.converged,
+            -res.trace * num_steps,
+            res.num_iterations,
+        )
 
     return jax.vmap(run)(z0)
 
@@ -393,7 +464,7 @@ def _hessian_kernel(spec_key, free, likelihood, z, theta_fixed, obs, u):
         theta = _constrain(spec, free, theta_fixed, unravel(f))
         return ravel_pytree({n: theta[n] for n in free})[0]
 
-    return jax.hessian(loglik)(flat), jax.jacfwd(reported)(flat)
+    return hessian_by_differences(jax.grad(loglik), flat), jax.jacfwd(reported)(flat)
 
 
 def _standard_errors(spec, free, likelihood, z, theta_fixed, obs, u, theta) -> dict:
@@ -441,14 +512,29 @@ def fit_switching(
 ) -> SwitchingFitResult:
     """Fit a switching model by maximum likelihood ("mle") or EM ("em").
 
-    "mle": L-BFGS (``optax.lbfgs``, zoom line search) on -log L(theta) / T over the
-    unconstrained coordinates z of the free parameters (theta = biject_to(support)(z)), from
-    ``num_starts`` starts: ``init``'s theta and perturbations z + N(0, start_scale^2) drawn
-    with ``key``, all run in one vmapped, compiled program; the best end point is returned,
-    with standard errors from the Hessian of log L (delta method to the reported
-    parametrisation). Converged: max |gradient of log L / T| < ``tolerance``.
+    "mle": L-BFGS (``minimize_lbfgs``: backtracking line search, one filter gradient per loop
+    step, so it compiles about four times faster than optax's zoom search) on -log L(theta) / T
+    over the unconstrained coordinates z of the free parameters
+    (theta = biject_to(support)(z)), from ``num_starts`` starts: ``init``'s theta and
+    perturbations z + N(0, start_scale^2) drawn with ``key``, all run in one vmapped,
+    compiled program; the best end point is returned,
+    with standard errors from the Hessian of log L (central differences of its gradient,
+    ``hessian_by_differences``; delta method to the reported parametrisation). Converged:
+    max |gradient of log L / T| < ``tolerance``.
 
-    "em": see ``_em_switching`` (EM for the econometric models).
+    "em": generalised EM (``_em_switching``): for the econometric models Hamilton's (1990)
+    smoothed regime probabilities in the E-step; for a state-space model
+    (``switching_state_space``) Kim's (1994) smoother over the ``likelihood`` filter (or the
+    enumeration of all mode histories for "exact"), with the per-mode moments, pairwise mode
+    probabilities and lag-one cross-covariances of the states (``kim_smoother_moments``);
+    the M-step is the closed-form transition matrix, then L-BFGS steps on the expected
+    complete-data log-likelihood. One start (``init``'s theta; ``key``, ``num_starts`` and
+    ``start_scale`` are not used); no standard errors (NaN). The log-likelihood trace is
+    non-decreasing where the E-step is exact (constant-state models, M = 1, "exact", F_j = 0).
+
+    Not traceable: a Python-level driver (validation, starts, the EM loop, NumPy results) over
+    compiled kernels. To ``jit``, ``vmap`` or ``grad``, use ``switching_log_likelihood`` (or
+    the filters and smoothers) directly.
 
     Args:
         key: a ``jax.random`` key (the starts).
@@ -458,9 +544,9 @@ def fit_switching(
         method: "mle" or "em".
         likelihood: "exact", "gpb2", "imm" (default), "gpb1", "kalman".
         inputs: (T, k) u_{1:T} when the model has inputs.
-        free: names of the parameters to fit (default: the spec's identified set, e.g. for a
-            generic model the transition matrix, biases/offsets and noise scales); the
-            others stay at their values in ``init``.
+        free: names of the parameters to fit (default ``init.free``: the spec's identified
+            set; for a generic model ``STATE_SPACE_FREE``, the transition matrix and the noise
+            scales); the others stay at their values in ``init``.
         num_starts: >= 1.
         start_scale: > 0, the spread of the random starts (unconstrained units).
         max_iterations: per start.
@@ -468,6 +554,15 @@ def fit_switching(
 
     Returns:
         ``SwitchingFitResult``.
+
+    Raises:
+        ValueError: naming the argument: a bad key, spec, method, likelihood ("exact" on a
+            state-space model with M^T > 2^16 histories; "kalman" with M > 1), an unknown or
+            empty ``free``, or a free parameter whose value in ``init`` lies on the boundary
+            of its support (e.g. a singular ``dynamics_covs``: free ``dynamics_cov_scale``
+            instead, which EM fits on the range of a singular Q0); for "em" on a state-space
+            model, a free mean parameter (F_j, b_j, B_j; H_j, d_j, D_j; m0_j) of a mode whose
+            covariance (Q0_j; R0_j; P0_j) is singular (``_check_em_free``).
     """
     began = time.perf_counter()
     validation.check_key("key", key)
@@ -479,6 +574,7 @@ def fit_switching(
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
     free = _check_free(spec, free)
+    _check_free_values(spec, free)
     obs, u = _data(spec, observations, inputs)
     likelihood = _check_likelihood(likelihood, spec.structure, obs.shape[0])
     num_starts = validation.check_positive_int("num_starts", num_starts)
@@ -486,6 +582,7 @@ def fit_switching(
     start_scale = validation.check_positive_scalar("start_scale", start_scale)
     tolerance = validation.check_positive_scalar("tolerance", tolerance)
     if method == "em":
+        _check_em_free(spec, free)
         return _em_switching(
             spec,
             obs,
@@ -574,14 +671,16 @@ def _regime_transition_counts(structure: SwitchingStructure, xi):
     return jnp.einsum("tij,ia,jb->ab", xi, onehot, onehot)
 
 
-def _negative_q(spec, free, z, theta_fixed, gamma, xi, obs, u):
+def _negative_q_constant_state(spec, free, z, theta_fixed, stats, obs, u):
     """-Q(theta) / T, the expected complete-data log-likelihood of the E-step's gamma, xi:
 
         Q(theta) = sum_j gamma_1(j) log pi0_j + sum_t sum_ij xi_t(i, j) log Pi_ij
                    + sum_t sum_j gamma_t(j) log N(y_t; d_j + D_j u_t, R_j)
 
     over the filter's modes (the regime tuples of MS-AR, whose Pi and pi0 are functions of
-    the regime transition matrix), for a model with a constant state."""
+    the regime transition matrix), for a model with a constant state. ``stats`` = (gamma,
+    xi)."""
+    gamma, xi = stats
     theta = _constrain(spec, free, theta_fixed, z)
     p = build_params(spec.structure, theta)
     mean = p.emission_biases[None, :, 0] + jnp.einsum(
@@ -596,45 +695,318 @@ def _negative_q(spec, free, z, theta_fixed, gamma, xi, obs, u):
     return -q / jnp.maximum(jnp.sum(gamma), 1.0)
 
 
+_LOG_2PI = math.log(2.0 * math.pi)
+# the covariance fields of a state-space spec and the scale fields that multiply them
+_SCALED_COVS = {
+    "initial_covs": None,
+    "dynamics_covs": "dynamics_cov_scale",
+    "emission_covs": "emission_cov_scale",
+}
+
+
+def _psd_factors(cov):
+    """(S^+, log pdet S, rank S) of symmetric PSD matrices (..., n, n), by ``eigh``, with
+    ``psd_solve``'s rule: eigenvalues below n * eps * the largest count as zero. For the
+    fixed covariance bases of the M-step: computed once per M-step, never differentiated
+    (``eigh``'s derivative is NaN at a repeated eigenvalue)."""
+    cov = jax.lax.stop_gradient(symmetrise(cov))
+    eig, vec = jnp.linalg.eigh(cov)
+    cutoff = cov.shape[-1] * jnp.finfo(cov.dtype).eps * jnp.max(eig, axis=-1, keepdims=True)
+    keep = eig > cutoff
+    safe = jnp.where(keep, eig, 1.0)
+    pinv = (vec * jnp.where(keep, 1.0 / safe, 0.0)[..., None, :]) @ jnp.swapaxes(vec, -1, -2)
+    log_pdet = jnp.sum(jnp.where(keep, jnp.log(safe), 0.0), axis=-1)
+    return pinv, log_pdet, jnp.sum(keep, axis=-1).astype(cov.dtype)
+
+
+def _pd_factors(cov):
+    """(S^-1, log det S, n) of positive-definite matrices (..., n, n) by Cholesky
+    (differentiable): a freed covariance field, positive definite by its parametrisation."""
+    chol = jnp.linalg.cholesky(symmetrise(cov))
+    eye = jnp.broadcast_to(jnp.eye(cov.shape[-1], dtype=cov.dtype), cov.shape)
+    inv = jax.scipy.linalg.cho_solve((chol, True), eye)
+    log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), axis=-1)
+    return inv, log_det, jnp.full(cov.shape[:-2], cov.shape[-1], cov.dtype)
+
+
+def _scaled(factors, scale):
+    """The factors of c S0 from those of S0: (S0^+ / c, rank log c + log pdet S0, rank)."""
+    pinv, log_pdet, rank = factors
+    scale = jnp.asarray(scale)
+    return pinv / scale[..., None, None], rank * jnp.log(scale) + log_pdet, rank
+
+
+def _expected_gaussian_logpdf(second_moment, count, factors):
+    """sum_t w_t E[log N(r_t; 0, S)] on the range of S (a degenerate Gaussian when S is
+    singular), given count = sum_t w_t, second_moment = sum_t w_t E[r_t r_t^T] and the
+    factors (S^+, log pdet S, rank S):
+
+        -1/2 [count (rank(S) log 2 pi + log pdet S) + tr(S^+ second_moment)].
+
+    With singular S this is the density with respect to Lebesgue measure on the range of S,
+    where the model puts the residual; S^+ drops the round-off outside it. Batched."""
+    pinv, log_pdet, rank = factors
+    trace = jnp.sum(pinv * second_moment, axis=(-2, -1))  # tr(S^+ E), both symmetric
+    return -0.5 * (count * (rank * _LOG_2PI + log_pdet) + trace)
+
+
+def _masked(covs, observed):
+    """R_j over the observed coordinates of each y_t, padded to (T, M, o, o) with the
+    identity's entries at the missing ones (``mask_emission``)."""
+    both = observed[:, :, None] & observed[:, None, :]  # (T, o, o)
+    eye = jnp.eye(observed.shape[1], dtype=covs.dtype)
+    return jnp.where(both[:, None], covs[None], eye)
+
+
+def _masked_factors(factorise, covs, observed):
+    """The factors of R_j over the observed coordinates of each y_t, (T, M, ...): those of the
+    identity-padded matrix (``_masked``), whose padding adds nothing to the log pdet nor to
+    the trace (the residual's second moment is zero there), with the padded rows taken off
+    the rank."""
+    pinv, log_pdet, rank = factorise(_masked(covs, observed))
+    num_missing = jnp.sum(~observed, axis=1)[:, None].astype(rank.dtype)
+    return pinv, log_pdet, rank - num_missing
+
+
+def _state_space_factors(free, theta_fixed, obs, partial):
+    """The factors (``_psd_factors``) of the covariance bases P0_j, Q0_j, R0_j that are not
+    free (constants of the M-step; R0_j per step over its observed coordinates when
+    ``partial``), keyed by field."""
+    out = {}
+    for name in _SCALED_COVS:
+        if name in free:
+            continue
+        if name == "emission_covs" and partial:
+            out[name] = _masked_factors(_psd_factors, theta_fixed[name], ~jnp.isnan(obs))
+        else:
+            out[name] = _psd_factors(theta_fixed[name])
+    return out
+
+
+def _negative_q_state_space(spec, free, z, theta_fixed, mo, obs, u, partial, constants):
+    """-Q(theta) / T for a switching state-space model, from the E-step's ``SmootherMoments``
+    (gamma_t(j) = P(s_t = j | y), xi_t(i, j) = P(s_{t-1} = i, s_t = j | y), and the moments
+    given s_t = j):
+
+        Q = sum_j gamma_1(j) log pi0_j + sum_{t>=2} sum_ij xi_t(i, j) log Pi_ij
+          + sum_j gamma_1(j) E[log N(x_1; m0_j, P0_j) | s_1 = j]
+          + sum_{t>=2} sum_j gamma_t(j) E[log N(x_t; F_j x_{t-1} + b_j + B_j u_t, Q_j) | s_t = j]
+          + sum_t sum_j gamma_t(j) E[log N(y_t; H_j x_t + d_j + D_j u_t, R_j) | s_t = j]
+
+    (the last over the observed coordinates of y_t). Each expectation is the trace form
+    E[log N(r; 0, S)] = -1/2 [rank(S) log 2 pi + log pdet S + tr(S^+ E[r r^T])]
+    (``_expected_gaussian_logpdf``) with the second moments of the residuals:
+
+        dynamics: E[r r^T | s_t = j] = P_t - F_j C_t^T - C_t F_j^T + F_j P'_t F_j^T + e e^T,
+            e = m_t - F_j m'_t - b_j - B_j u_t, with (m_t, P_t) = E, Cov[x_t | s_t = j],
+            (m'_t, P'_t) = E, Cov[x_{t-1} | s_t = j], C_t = Cov[x_t, x_{t-1} | s_t = j];
+        emission: E[r r^T | s_t = j] = H_j P_t H_j^T + e e^T, e = y_t - H_j m_t - d_j - D_j u_t;
+        initial: E[r r^T | s_1 = j] = P_1 + (m_1 - m0_j)(m_1 - m0_j)^T.
+
+    Only first and second moments enter, so collapsing the pairs onto s_t is exact here.
+
+    Singular covariances: Q_j = c_j Q0_j with Q0_j fixed enters through the pseudo-inverse
+    and pseudo-determinant of Q0_j (``factors``, computed once per M-step): the density on
+    the range of Q0_j, where the model puts the residual, with respect to Lebesgue measure
+    there, in which the free scale enters as rank(Q0_j) log c_j + tr(Q0_j^+ E[r r^T]) / c_j
+    (its gradient is the log-likelihood's, Fisher's identity; tested). The mean parameters
+    of that residual (F_j, b_j, B_j) are not fitted then: off the range the complete-data
+    density is degenerate (``_check_em_free`` refuses them). Likewise R_j = r_j R0_j and
+    P0_j. A freed base (``dynamics_covs`` etc.) is positive definite by its parametrisation
+    (Cholesky).
+    ``partial`` (static): some row of y is partly missing, so the emission term is summed
+    step by step over the observed coordinates; otherwise per mode over the wholly observed
+    rows. ``constants`` = (``_state_space_factors``, ``_state_space_sums``), the parts that
+    do not depend on theta, computed once per M-step."""
+    factors, sums = constants
+    theta = _constrain(spec, free, theta_fixed, z)
+    p = build_params(spec.structure, theta)
+    gamma, xi = mo.mode_probs, mo.pair_probs
+    dyn_off, emi_off = jax.vmap(step_offsets, in_axes=(None, 0))(p, u)  # (T, M, d), (T, M, o)
+    observed = ~jnp.isnan(obs)
+
+    def cov_factors(name):
+        scale = _SCALED_COVS[name]
+        if name in free:  # positive definite by its parametrisation
+            if name == "emission_covs" and partial:
+                return _masked_factors(_pd_factors, p.emission_covs, observed)
+            return _pd_factors(getattr(p, name))
+        if scale is None:
+            return factors[name]
+        c = theta[scale]
+        return _scaled(factors[name], c[None] if name == "emission_covs" and partial else c)
+
+    q = jnp.sum(jnp.where(gamma[0] > 0, gamma[0] * log_probabilities(p.initial_probs), 0.0))
+    q = q + jnp.sum(jnp.where(xi > 0, xi * log_probabilities(p.transition_matrix), 0.0))
+    # the first state
+    e0 = mo.means[0] - p.initial_means
+    second0 = gamma[0][:, None, None] * (mo.covs[0] + _outer(e0, e0))
+    q = q + jnp.sum(_expected_gaussian_logpdf(second0, gamma[0], cov_factors("initial_covs")))
+    # the dynamics, t = 2..T: the covariance part from the E-step's sums, the mean part per step
+    f, f_t = p.dynamics_matrices, jnp.swapaxes(p.dynamics_matrices, -1, -2)
+    g = gamma[1:, :, None, None]
+    resid = mo.means[1:] - _mv(f, mo.prev_means) - dyn_off[1:]  # (T-1, M, d)
+    f_cross = _mm(f, jnp.swapaxes(sums["cross"], -1, -2))
+    second = (
+        sums["cov_now"]
+        - f_cross
+        - jnp.swapaxes(f_cross, -1, -2)
+        + _mm(_mm(f, sums["cov_prev"]), f_t)
+        + jnp.sum(g * _outer(resid, resid), axis=0)
+    )
+    q = q + jnp.sum(_expected_gaussian_logpdf(second, sums["n_dyn"], cov_factors("dynamics_covs")))
+    # the emissions
+    h, h_t = p.emission_matrices, jnp.swapaxes(p.emission_matrices, -1, -2)
+    y = jnp.where(observed, obs, 0.0)
+    resid = y[:, None] - _mv(h, mo.means) - emi_off  # (T, M, o)
+    emi_factors = cov_factors("emission_covs")
+    if not partial:
+        w = sums["w_emi"][:, :, None, None]  # gamma on the (wholly) observed rows
+        second = _mm(_mm(h, sums["cov_emi"]), h_t) + jnp.sum(w * _outer(resid, resid), axis=0)
+        q = q + jnp.sum(_expected_gaussian_logpdf(second, sums["n_emi"], emi_factors))
+    else:
+        both = observed[:, :, None] & observed[:, None, :]  # (T, o, o)
+        hph = _mm(_mm(h, mo.covs), h_t)
+        second = jnp.where(both[:, None], hph + _outer(resid, resid), 0.0)
+        terms = _expected_gaussian_logpdf(gamma[..., None, None] * second, gamma, emi_factors)
+        q = q + jnp.sum(terms)
+    return -q / jnp.maximum(jnp.sum(gamma), 1.0)
+
+
+def _outer(a, b):
+    """a b^T over the last axis, batched."""
+    return a[..., :, None] * b[..., None, :]
+
+
+def _state_space_sums(mo: SmootherMoments, obs):
+    """The sums over time of the E-step's second moments that do not depend on theta (once per
+    M-step): with g_t(j) = gamma_t(j), t >= 2, sum_t g P_t, sum_t g P'_t, sum_t g C_t and
+    sum_t g; for the emissions (rows wholly observed or missing) w_t(j) = gamma_t(j) 1[y_t
+    observed], sum_t w P_t and sum_t w."""
+    g = mo.mode_probs[1:]
+    w = mo.mode_probs * jnp.any(~jnp.isnan(obs), axis=1)[:, None]
+
+    def weighted(weights, covs):
+        return jnp.sum(weights[:, :, None, None] * covs, axis=0)
+
+    return {
+        "n_dyn": jnp.sum(g, axis=0),
+        "cov_now": weighted(g, mo.covs[1:]),
+        "cov_prev": weighted(g, mo.prev_covs),
+        "cross": weighted(g, mo.cross_covs),
+        "w_emi": w,
+        "n_emi": jnp.sum(w, axis=0),
+        "cov_emi": weighted(w, mo.covs),
+    }
+
+
+def _negative_q(spec, free, z, theta_fixed, stats, obs, u, partial, constants):
+    """-Q(theta) / T of the model's kind (``_negative_q_constant_state``,
+    ``_negative_q_state_space``)."""
+    if spec.structure.kind == "state_space":
+        return _negative_q_state_space(
+            spec, free, z, theta_fixed, stats, obs, u, partial, constants
+        )
+    return _negative_q_constant_state(spec, free, z, theta_fixed, stats, obs, u)
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _negative_q_jit(spec_key, free, z, theta_fixed, gamma, xi, obs, u):
-    return _negative_q(_SPECS[spec_key], free, z, theta_fixed, gamma, xi, obs, u)
+def _covariance_factors(free, partial, theta, obs):
+    """``_state_space_factors`` of a fit, compiled on its own: the covariance bases that are
+    not free stay fixed through EM, so their factors are computed once per fit."""
+    return _state_space_factors(free, theta, obs, partial)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _m_step(spec_key, free, num_steps_inner, z, theta_fixed, gamma, xi, obs, u):
-    """The M-step of a generalised EM: ``num_steps_inner`` L-BFGS steps on -Q(theta) / T
-    (``_negative_q``) from the current value, each accepted only if it lowers -Q."""
+def _closed_form_transition(structure, theta, xi):
+    """The regime transition counts sum_t xi_t(a, b) normalised by row (a regime never left
+    keeps its row)."""
+    counts = _regime_transition_counts(structure, xi)
+    total = jnp.sum(counts, axis=1, keepdims=True)
+    return jnp.where(
+        total > 0, counts / jnp.where(total > 0, total, 1.0), theta["transition_matrix"]
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _m_step(spec_key, free, num_steps_inner, partial, theta, stats, obs, u, factors):
+    """The M-step of a generalised EM, from theta to the next theta (one compiled program).
+
+    1. If the transition matrix is free, its closed-form update, the regime transition counts
+       sum_t xi_t(a, b) normalised by row (``_closed_form_transition``). For a state-space
+       model it maximises the only term of Q that depends on P, so it is taken; for the
+       econometric models (pi0 = the ergodic distribution of P, of the tuple chain for
+       MS-AR) it is kept only if it does not lower Q.
+    2. Up to ``num_steps_inner`` L-BFGS steps (``optax.lbfgs``; a backtracking line search
+       for a state-space model, the zoom search otherwise) on -Q(theta) / T
+       (``_negative_q``) over the unconstrained coordinates of the free parameters, each
+       accepted only if it does not raise -Q (the line search's value at the new point); the
+       first rejected step ends the M-step (the solver's state then no longer matches the
+       point).
+
+    ``factors``: a state-space model's ``_covariance_factors`` (None otherwise).
+    """
     spec = _SPECS[spec_key]
-    flat, unravel = ravel_pytree(z)
+    state_space = spec.structure.kind == "state_space"
+    if "transition_matrix" in free:
+        xi = stats.pair_probs if state_space else stats[1]
+        closed = theta | {"transition_matrix": _closed_form_transition(spec.structure, theta, xi)}
+    fixed = {n: v for n, v in theta.items() if n not in free}
+    constants = (factors, _state_space_sums(stats, obs)) if state_space else None
 
     def objective(f):
-        return _negative_q(spec, free, unravel(f), theta_fixed, gamma, xi, obs, u)
+        return _negative_q(spec, free, unravel(f), fixed, stats, obs, u, partial, constants)
 
-    solver = optax.lbfgs()
+    start = closed if state_space and "transition_matrix" in free else theta
+    flat, unravel = ravel_pytree(_unconstrain(spec, free, start))
+    if "transition_matrix" in free and not state_space:
+        flat_closed = ravel_pytree(_unconstrain(spec, free, closed))[0]
+        better = jnp.all(jnp.isfinite(flat_closed)) & (objective(flat_closed) <= objective(flat))
+        flat = jnp.where(better, flat_closed, flat)
+
+    if state_space:
+        # a backtracking (Armijo) line search: its program is about half the zoom search's,
+        # which halves the compile time of this kernel (the steps and the fixed point agree)
+        linesearch = optax.scale_by_backtracking_linesearch(
+            max_backtracking_steps=20, store_grad=True
+        )
+        solver = optax.lbfgs(linesearch=linesearch)
+    else:
+        solver = optax.lbfgs()
     value_and_grad = optax.value_and_grad_from_state(objective)
 
-    def body(_, carry):
-        f, state = carry
+    def cond(carry):
+        i, _, _, done = carry
+        return (i < num_steps_inner) & ~done
+
+    def body(carry):
+        i, f, state, _ = carry
         value, grad = value_and_grad(f, state=state)
         updates, state = solver.update(grad, state, f, value=value, grad=grad, value_fn=objective)
         new = optax.apply_updates(f, updates)
-        accept = jnp.all(jnp.isfinite(new)) & (objective(new) <= value)
-        return jnp.where(accept, new, f), state
+        new_value = optax.tree_utils.tree_get(state, "value")  # the line search's, at new
+        accept = jnp.all(jnp.isfinite(new)) & jnp.isfinite(new_value) & (new_value <= value)
+        return i + 1, jnp.where(accept, new, f), state, ~accept
 
-    flat, _ = jax.lax.fori_loop(0, num_steps_inner, body, (flat, solver.init(flat)))
-    return unravel(flat)
+    init = (jnp.asarray(0), flat, solver.init(flat), jnp.asarray(False))
+    _, flat, _, _ = jax.lax.while_loop(cond, body, init)
+    return _constrain(spec, free, fixed, unravel(flat))
 
 
-def _q_values(spec_key, free, thetas, gamma, xi, obs, u):
-    """Q at each theta of ``thetas`` (``_m_step``'s objective, up to the factor -1/T)."""
-    spec = _SPECS[spec_key]
-    out = []
-    for theta in thetas:
-        fixed = {n: v for n, v in theta.items() if n not in free}
-        z = _unconstrain(spec, free, theta)
-        out.append(float(_negative_q_jit(spec_key, free, z, fixed, gamma, xi, obs, u)))
-    return -out[0], -out[1]
+def _state_space_moments(spec_key, likelihood, theta, obs, u) -> SmootherMoments:
+    """The E-step of a state-space model: Kim's smoother over the named filter
+    (``kim_smoother_moments``), or the enumeration of the mode histories for "exact"
+    (``exact_smoother_moments``). The compiled kernels are those of the public functions
+    (``_imm_filter``, ``_kim_moments``, ``_exact_moments``, ...), so a fit shares them."""
+    params = build_params(_SPECS[spec_key].structure, theta)
+    if likelihood == "exact":
+        return _exact_moments(params, obs, u)
+    return _kim_moments(params, filter_unchecked(params, obs, u, likelihood), u)
+
+
+def _partly_missing(observations) -> bool:
+    """Whether some row of y has both observed and missing (NaN) coordinates."""
+    missing = np.isnan(np.asarray(observations))
+    return bool(np.any(missing.any(axis=1) & ~missing.all(axis=1)))
 
 
 def _em_switching(
@@ -648,51 +1020,58 @@ def _em_switching(
     began: float,
     likelihood: str,
 ) -> SwitchingFitResult:
-    """EM for the econometric models (a constant state: ``markov_switching_regression``,
-    ``markov_switching_ar``), Hamilton (1990).
+    """EM for a parametrised switching model (Dempster, Laird and Rubin 1977).
 
-    E-step: the filter and the backward recursion give gamma_t(j) = P(s_t = j | y) and
-    xi_t(i, j) = P(s_t = i, s_{t+1} = j | y) (``pairwise_mode_probabilities``). M-step: the
-    regime transition matrix first in closed form, P_ab = sum_t xi_t(a, b) / sum_b' (...) on
-    the regimes (summed over the tuple modes of MS-AR; Hamilton's update, which ignores that
-    pi0 = the ergodic distribution depends on P), then every free parameter by L-BFGS steps on
-    the expected complete-data log-likelihood Q (``_m_step``: its initial, transition and
-    emission terms) from there, accepting only increases of Q. If the closed-form step
-    lowered Q it is dropped. A generalised EM: Q never decreases, and with the constant
-    state the filter is exact, so the log-likelihood trace is non-decreasing (tested). Stops
-    when the increase is below ``tolerance`` times T.
+    Econometric models (a constant state: ``markov_switching_regression``,
+    ``markov_switching_ar``; Hamilton 1990): the filter and the backward recursion give
+    gamma_t(j) = P(s_t = j | y) and xi_t(i, j) = P(s_t = i, s_{t+1} = j | y)
+    (``pairwise_mode_probabilities``); Q is ``_negative_q_constant_state``'s.
+
+    State-space models (``switching_state_space``; Shumway and Stoffer 1982 for M = 1, Kim
+    1994 and Kim and Nelson 1999, ch. 5, for the switching smoother, Murphy 1998, "Switching
+    Kalman filters", for EM on it): the E-step is Kim's smoother over the filter named by
+    ``likelihood`` ("imm", "gpb2", "gpb1", "kalman"), which gives the per-mode moments of
+    x_t given s_t, the pairwise mode probabilities and the lag-one cross-covariances
+    Cov[x_t, x_{t-1} | s_t = j, y] (``kim_smoother_moments``), or for "exact" the same
+    statistics by enumerating the M^T mode histories (``exact_smoother_moments``); Q is
+    ``_negative_q_state_space``'s (trace forms in those moments).
+
+    M-step: the regime transition matrix first in closed form, P_ab = sum_t xi_t(a, b) /
+    sum_b' (...) on the regimes (summed over the tuple modes of MS-AR; Hamilton's update, which
+    ignores that pi0 = the ergodic distribution depends on P in the econometric models), then
+    every free parameter by L-BFGS steps on Q from there in its unconstrained coordinates
+    (``_m_step``), accepting only increases of Q. If the closed-form step lowered Q it is
+    dropped (it cannot for a state-space model, where it maximises the only term with P).
+    A generalised EM: Q never decreases, so where the E-step is exact (the constant
+    state; M = 1; "exact"; F_j = 0, where every collapse is exact) the log-likelihood trace is
+    non-decreasing (tested). With Kim's approximate E-step (M > 1, F_j != 0) it is EM on an
+    approximate posterior and the trace need not be monotone. Stops when the increase is
+    below ``tolerance`` times T; a larger decrease stops it too, unconverged (the returned
+    theta is the last E-step's, whose log-likelihood ends the trace).
     """
     structure = spec.structure
-    if structure.kind == "state_space":
-        raise ValueError(
-            "init: EM is implemented for the econometric models (markov_switching_regression, "
-            "markov_switching_ar), whose state is constant; use method='mle' for a "
-            "state-space model"
-        )
+    state_space = structure.kind == "state_space"
     dtype = observations.dtype
     theta = {n: jnp.asarray(v, dtype) for n, v in spec.theta.items()}
     spec_key = _spec_key(spec._replace(theta=theta))
+    partial = state_space and _partly_missing(observations)
+    factors = _covariance_factors(free, partial, theta, observations) if state_space else None
     num_obs = int(np.sum(np.any(~np.isnan(np.asarray(observations)), axis=-1)))
     trace = []
     converged = False
     for _ in range(max_iterations):
-        ll, smooth, xi = _em_expectations(spec_key, likelihood, theta, observations, inputs)
+        if state_space:
+            stats = _state_space_moments(spec_key, likelihood, theta, observations, inputs)
+            ll = stats.log_likelihood
+        else:
+            ll, smooth, xi = _em_expectations(spec_key, likelihood, theta, observations, inputs)
+            stats = (smooth, xi)
         trace.append(float(ll))
         if len(trace) > 1 and trace[-1] - trace[-2] < tolerance * num_obs:
-            converged = True
+            # converged unless it fell by more (only an approximate E-step can lower it)
+            converged = trace[-1] - trace[-2] > -tolerance * num_obs
             break
-        if "transition_matrix" in free:
-            counts = _regime_transition_counts(structure, xi)
-            closed = theta | {"transition_matrix": counts / jnp.sum(counts, axis=1, keepdims=True)}
-            q_old, q_new = _q_values(
-                spec_key, free, (theta, closed), smooth, xi, observations, inputs
-            )
-            if q_new >= q_old:
-                theta = closed
-        fixed = {n: v for n, v in theta.items() if n not in free}
-        z = _unconstrain(spec, free, theta)
-        z = _m_step(spec_key, free, 10, z, fixed, smooth, xi, observations, inputs)
-        theta = _constrain(spec, free, fixed, z)
+        theta = _m_step(spec_key, free, 10, partial, theta, stats, observations, inputs, factors)
     theta = {n: np.asarray(v) for n, v in theta.items()}
     return SwitchingFitResult(
         params=build_params(structure, theta),
@@ -837,6 +1216,10 @@ def forecast_switching(
         likelihood: the filter at T ("exact", "gpb2", "imm", "gpb1", "kalman").
         num_draws: simulated paths.
         levels: central interval levels in (0, 1).
+
+    Not traceable: a Python-level driver (validation, quantiles in NumPy) over the compiled
+    kernel ``_forecast_paths``; ``jit``/``vmap`` the filters or ``switching_log_likelihood``
+    instead.
     """
     validation.check_key("key", key)
     spec = _check_spec("spec", spec)
@@ -924,7 +1307,15 @@ def select_num_regimes(
     held-out score is log p(y_{T-H+1:T} | y_{1:T-H}, theta_hat) =
     log L_T(theta_hat) - log L_{T-H}(theta_hat), the sum of the one-step-ahead predictive log
     densities of the held-out steps.
+
+    Not traceable: a Python-level driver (one ``fit_switching`` per candidate, NumPy
+    results) over compiled kernels; ``jit``/``vmap`` ``switching_log_likelihood`` instead.
+
+    Raises:
+        ValueError: naming the argument (``key`` not a ``jax.random`` key, a bad ``endog``,
+            ``holdout`` or ``candidates``).
     """
+    validation.check_key("key", key)
     endog = validation.as_float_array("endog", endog).reshape(-1)
     holdout = validation.check_positive_int("holdout", holdout)
     if holdout >= endog.shape[0] - 10:

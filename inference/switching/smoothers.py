@@ -7,6 +7,9 @@
   per-mode filtered Gaussians of any (approximate) filter.
 - ``fixed_modes_smoother``: Kalman filter + RTS along a given mode sequence (the true modes:
   the floor for any method that has to infer them).
+- ``kim_smoother_moments``, ``exact_smoother_moments``: the statistics of EM's E-step
+  (``SmootherMoments``): per-mode moments, pairwise mode probabilities and the lag-one
+  cross-covariances Cov[x_t, x_{t-1} | s_t = j, y_{1:T}].
 
 The RTS step is written as a sum of PSD terms,
 P_t|T = (I - G F) P_t (I - G F)^T + G Q G^T + G P_{t+1|T} G^T, with the gain
@@ -61,6 +64,38 @@ class SmootherResult(NamedTuple):
     log_likelihood: jax.Array
 
 
+class SmootherMoments(NamedTuple):
+    """The smoothed moments the E-step of EM needs (``kim_smoother_moments``,
+    ``exact_smoother_moments``). The pairwise fields have T - 1 rows, row t - 2 for step
+    t = 2..T (the pair (t-1, t)).
+
+    Attributes:
+        mode_probs: (T, M) gamma_t(j) = P(s_t = j | y_{1:T}).
+        means: (T, M, d) E[x_t | s_t = j, y_{1:T}].
+        covs: (T, M, d, d) Cov[x_t | s_t = j, y_{1:T}].
+        pair_probs: (T-1, M, M) [t-2, i, j] = P(s_{t-1} = i, s_t = j | y_{1:T}).
+        prev_means: (T-1, M, d) [t-2, j] = E[x_{t-1} | s_t = j, y_{1:T}].
+        prev_covs: (T-1, M, d, d) [t-2, j] = Cov[x_{t-1} | s_t = j, y_{1:T}].
+        cross_covs: (T-1, M, d, d) [t-2, j] = Cov[x_t, x_{t-1} | s_t = j, y_{1:T}].
+        log_likelihood: () log p(y_{1:T}) (the filter's).
+    """
+
+    mode_probs: jax.Array
+    means: jax.Array
+    covs: jax.Array
+    pair_probs: jax.Array
+    prev_means: jax.Array
+    prev_covs: jax.Array
+    cross_covs: jax.Array
+    log_likelihood: jax.Array
+
+    @property
+    def cross_moments(self) -> jax.Array:
+        """(T-1, M, d, d) E[x_t x_{t-1}^T | s_t = j, y_{1:T}] = cross_covs + E[x_t] E[x_{t-1}]^T
+        (both given s_t = j)."""
+        return self.cross_covs + self.means[1:, :, :, None] * self.prev_means[:, :, None, :]
+
+
 # ----------------------------------------------------------------------------- building blocks
 
 
@@ -105,6 +140,16 @@ def _psd_solve_jvp(primals, tangents):
     return psd_solve(a, b), d_pinv @ b + pinv @ db
 
 
+def _rts_gain_step(filt_mean, filt_cov, next_mean, next_cov, dynamics, bias, dynamics_cov):
+    """``rts_step`` that also returns its gain G (d, d)."""
+    pred_mean, pred_cov = kalman_predict(filt_mean, filt_cov, dynamics, bias, dynamics_cov)
+    gain = psd_solve(pred_cov, dynamics @ filt_cov).T
+    mean = filt_mean + gain @ (next_mean - pred_mean)
+    factor = jnp.eye(filt_mean.shape[0], dtype=filt_mean.dtype) - gain @ dynamics
+    cov = factor @ filt_cov @ factor.T + gain @ dynamics_cov @ gain.T + gain @ next_cov @ gain.T
+    return mean, symmetrise(cov), gain
+
+
 def rts_step(filt_mean, filt_cov, next_mean, next_cov, dynamics, bias, dynamics_cov):
     """One Rauch-Tung-Striebel step: p(x_t | y_{1:T}) from the filtered N(m_t, P_t) and the
     smoothed N(m_{t+1|T}, P_{t+1|T}) under x_{t+1} = F x_t + b + N(0, Q).
@@ -113,12 +158,10 @@ def rts_step(filt_mean, filt_cov, next_mean, next_cov, dynamics, bias, dynamics_
     P_t|T = (I - G F) P_t (I - G F)^T + G Q G^T + G P_{t+1|T} G^T
     (= P_t + G (P_{t+1|T} - P_{t+1|t}) G^T, written as a sum of PSD terms).
     """
-    pred_mean, pred_cov = kalman_predict(filt_mean, filt_cov, dynamics, bias, dynamics_cov)
-    gain = psd_solve(pred_cov, dynamics @ filt_cov).T
-    mean = filt_mean + gain @ (next_mean - pred_mean)
-    factor = jnp.eye(filt_mean.shape[0], dtype=filt_mean.dtype) - gain @ dynamics
-    cov = factor @ filt_cov @ factor.T + gain @ dynamics_cov @ gain.T + gain @ next_cov @ gain.T
-    return mean, symmetrise(cov)
+    mean, cov, _ = _rts_gain_step(
+        filt_mean, filt_cov, next_mean, next_cov, dynamics, bias, dynamics_cov
+    )
+    return mean, cov
 
 
 def _offsets(params: SwitchingParams, inputs):
@@ -126,10 +169,12 @@ def _offsets(params: SwitchingParams, inputs):
     return jax.vmap(step_offsets, in_axes=(None, 0))(params, inputs)
 
 
-def _history_smoother(params: SwitchingParams, observations, inputs, modes):
+def _history_smoother(params: SwitchingParams, observations, inputs, modes, cross=False):
     """Kalman filter + RTS smoother of the linear-Gaussian model of one mode history.
 
-    modes: (T,) int s_{1:T}. Returns (log p(y | s), smoothed means (T, d), covs (T, d, d)).
+    modes: (T,) int s_{1:T}. Returns (log p(y | s), smoothed means (T, d), covs (T, d, d)),
+    and with ``cross`` (static) also the lag-one cross-covariances (T-1, d, d)
+    Cov[x_{t+1}, x_t | s, y_{1:T}] (``_rts``).
     """
     dyn_off, emi_off = _offsets(params, inputs)
     nxt = jnp.concatenate([modes[1:], modes[-1:]])
@@ -156,34 +201,34 @@ def _history_smoother(params: SwitchingParams, observations, inputs, modes):
     init = (params.initial_means[s1], params.initial_covs[s1], jnp.zeros((), observations.dtype))
     scanned = (observations, emi_off[t_idx, modes], next_bias, modes, nxt)
     (_, _, log_lik), (f_means, f_covs) = jax.lax.scan(forward, init, scanned)
-    means, covs = _rts(params, f_means, f_covs, nxt[:-1], next_bias[:-1])
-    return log_lik, means, covs
+    out = _rts(params, f_means, f_covs, nxt[:-1], next_bias[:-1], cross=cross)
+    return (log_lik, *out)
 
 
-def _rts(params: SwitchingParams, f_means, f_covs, next_modes, next_biases):
+def _rts(params: SwitchingParams, f_means, f_covs, next_modes, next_biases, cross=False):
     """RTS backward pass; next_modes (T-1,) is the mode s_{t+1} whose dynamics lead out of t,
-    next_biases (T-1, d) its offset b + B u_{t+1}."""
+    next_biases (T-1, d) its offset b + B u_{t+1}. Returns the smoothed means (T, d) and
+    covariances (T, d, d); with ``cross`` (static) also the lag-one cross-covariances
+    (T-1, d, d), Cov[x_{t+1}, x_t | y_{1:T}] = P_{t+1|T} G_t^T (Shumway and Stoffer 1982;
+    the backward step writes x_t = m_t + G_t (x_{t+1} - F m_t - b) + noise independent of
+    x_{t+1}, so its covariance with x_{t+1} is G_t P_{t+1|T})."""
 
     def backward(carry, inp):
         m, p, s, b = inp
-        out = rts_step(
-            m,
-            p,
-            *carry,
-            params.dynamics_matrices[s],
-            b,
-            params.dynamics_covs[s],
-        )
-        return out, out
+        args = (m, p, *carry, params.dynamics_matrices[s], b, params.dynamics_covs[s])
+        if not cross:
+            out = rts_step(*args)
+            return out, out
+        mean, cov, gain = _rts_gain_step(*args)
+        return (mean, cov), (mean, cov, carry[1] @ gain.T)
 
     last = (f_means[-1], f_covs[-1])
-    _, (means, covs) = jax.lax.scan(
+    _, outs = jax.lax.scan(
         backward, last, (f_means[:-1], f_covs[:-1], next_modes, next_biases), reverse=True
     )
-    return (
-        jnp.concatenate([means, last[0][None]]),
-        jnp.concatenate([covs, last[1][None]]),
-    )
+    means = jnp.concatenate([outs[0], last[0][None]])
+    covs = jnp.concatenate([outs[1], last[1][None]])
+    return (means, covs, outs[2]) if cross else (means, covs)
 
 
 # ----------------------------------------------------------------------------- Kalman / RTS
@@ -319,6 +364,81 @@ def exact_smoother(
     return _exact_smoother(params, obs, inputs)
 
 
+@jax.jit
+def _exact_moments(params: SwitchingParams, observations, inputs=None) -> SmootherMoments:
+    inputs = no_inputs(params, observations, inputs)
+    m = params.initial_probs.shape[0]
+    hist = _histories(m, observations.shape[0])  # (K, T)
+    log_lik, means, covs, cross = jax.vmap(
+        lambda s: _history_smoother(params, observations, inputs, s, cross=True)
+    )(hist)  # (K,), (K, T, d), (K, T, d, d), (K, T-1, d, d)
+    log_joint = _log_history_prior(params, hist) + log_lik
+    onehot = hist.T[:, None, :] == jnp.arange(m)[None, :, None]  # (T, M, K): s_t = j
+    w_overall = normalise_log_weights(log_joint)
+    weights = onehot.astype(w_overall.dtype)
+    mode_probs = jnp.einsum("k,tmk->tm", w_overall, weights)
+    pair = jnp.einsum("k,tik,tjk->tij", w_overall, weights[:-1], weights[1:])
+    # the posterior over histories given s_t = j (the overall one for a mode of zero mass)
+    log_w = jnp.where(onehot, log_joint[None, None, :], -jnp.inf)
+    w_mode = normalise_log_weights(log_w, fallback=log_joint)  # (T, M, K)
+    means_t = jnp.swapaxes(means, 0, 1)  # (T, K, d)
+    covs_t = jnp.swapaxes(covs, 0, 1)
+    mode_means, mode_covs = moment_match(w_mode, means_t[:, None], covs_t[:, None])
+    w_next = w_mode[1:]  # given s_t = j, for x_{t-1} and the pair
+    prev_means, prev_covs = moment_match(w_next, means_t[:-1, None], covs_t[:-1, None])
+    dev_now = means_t[1:, None] - mode_means[1:, :, None]  # (T-1, M, K, d)
+    dev_prev = means_t[:-1, None] - prev_means[:, :, None]
+    cross_covs = jnp.einsum("tmk,ktab->tmab", w_next, cross) + jnp.einsum(
+        "tmk,tmka,tmkb->tmab", w_next, dev_now, dev_prev
+    )
+    return SmootherMoments(
+        mode_probs=mode_probs,
+        means=mode_means,
+        covs=mode_covs,
+        pair_probs=pair,
+        prev_means=prev_means,
+        prev_covs=prev_covs,
+        cross_covs=cross_covs,
+        log_likelihood=jax.scipy.special.logsumexp(log_joint),
+    )
+
+
+def exact_smoother_moments(
+    params: SwitchingParams, observations, *, max_histories: int = 2**16, inputs=None
+) -> SmootherMoments:
+    """The E-step moments (``SmootherMoments``) exactly, by enumeration of the M^T mode
+    histories (small T only).
+
+    Each history s is a linear-Gaussian model whose Kalman filter + RTS smoother give p(y | s),
+    N(x_t; m_t|T^s, P_t|T^s) and the lag-one cross-covariance
+    C_t^s = Cov[x_t, x_{t-1} | s, y] = P_t|T^s (G_{t-1}^s)^T (G the RTS gain; Shumway and
+    Stoffer 1982). With w_s = p(s) p(y | s) / p(y): P(s_{t-1} = i, s_t = j | y) =
+    sum_{s: s_{t-1} = i, s_t = j} w_s, and the moments given s_t = j are those of the mixture
+    over the histories with s_t = j (weights w_s / P(s_t = j | y)), e.g.
+    Cov[x_t, x_{t-1} | s_t = j, y] = sum_s w_s|j (C_t^s + (m_t^s - E[x_t | j])
+    (m_{t-1}^s - E[x_{t-1} | j])^T). A mode with zero posterior mass at t gets the overall
+    moments. Cost: M^T Kalman smoothers (memory M^T T d^2).
+
+    Traceable (``jit``, ``vmap``, ``grad``) like ``exact_smoother``; nothing is checked on the
+    result (see ``check_filter_result`` for a ``SmootherResult``).
+
+    Args:
+        params: ``SwitchingParams`` (Q may be singular PSD).
+        observations: (T, o); a NaN coordinate is missing.
+        max_histories: refuse (``ValueError``) when M^T exceeds this.
+        inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
+    """
+    max_histories = validation.check_positive_int("max_histories", max_histories)
+    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
+    m, t_max = params.initial_probs.shape[0], obs.shape[0]
+    if m**t_max > max_histories:
+        raise ValueError(
+            f"observations: T = {t_max} steps with M = {m} modes make M^T = {m**t_max} "
+            f"histories > max_histories = {max_histories}; use kim_smoother_moments"
+        )
+    return _exact_moments(params, obs, inputs)
+
+
 # ----------------------------------------------------------------------------- known modes
 
 
@@ -389,16 +509,19 @@ def fixed_modes_smoother(
 # ----------------------------------------------------------------------------- Kim (1994)
 
 
-@jax.jit
-def _kim_smoother(params: SwitchingParams, filtered: FilterResult, inputs=None) -> SmootherResult:
-    inputs = no_inputs(params, filtered.mean, inputs)
+def _kim_pass(params: SwitchingParams, filtered: FilterResult, inputs, moments: bool):
+    """Kim's (1994) backward pass. Returns (log mode probs (T, M), means (T, M, d),
+    covs (T, M, d, d)) and, with ``moments`` (static), the pairwise statistics of each
+    backward step t -> t+1 (see ``kim_smoother_moments``): pair probabilities (T-1, M, M),
+    E and Cov of x_t given s_{t+1} (T-1, M, d), (T-1, M, d, d), and Cov[x_{t+1}, x_t | s_{t+1}]
+    (T-1, M, d, d)."""
     log_trans = log_probabilities(params.transition_matrix)
     log_filt = jnp.log(filtered.mode_probs)
     dyn_off, _ = _offsets(params, inputs)
 
     # pairwise RTS: filtered mode j at t, smoothed mode k at t+1 under dynamics k
     pair_rts = jax.vmap(  # over j
-        jax.vmap(rts_step, in_axes=(None, None, 0, 0, 0, 0, 0)),  # over k
+        jax.vmap(_rts_gain_step, in_axes=(None, None, 0, 0, 0, 0, 0)),  # over k
         in_axes=(0, 0, None, None, None, None, None),
     )
 
@@ -411,7 +534,7 @@ def _kim_smoother(params: SwitchingParams, filtered: FilterResult, inputs=None) 
         log_probs = jax.scipy.special.logsumexp(log_joint, axis=1)
         # P(s_{t+1} = k | s_t = j, y_{1:T}); for a mode of zero mass, the prior row Pi_j.
         w = normalise_log_weights(log_joint, axis=1, fallback=log_trans)
-        means, covs = pair_rts(
+        pair_means, pair_covs, gains = pair_rts(
             f_means,
             f_covs,
             next_means,
@@ -419,19 +542,55 @@ def _kim_smoother(params: SwitchingParams, filtered: FilterResult, inputs=None) 
             params.dynamics_matrices,
             next_dyn,
             params.dynamics_covs,
-        )  # (M, M, d), (M, M, d, d)
-        means, covs = moment_match(w, means, covs)
-        return (log_probs, means, covs), (log_probs, means, covs)
+        )  # (M, M, d), (M, M, d, d), (M, M, d, d)
+        means, covs = moment_match(w, pair_means, pair_covs)
+        carry = (log_probs, means, covs)
+        if not moments:
+            return carry, carry
+        # given s_{t+1} = k: mix over s_t = j with U_t(j, k) = P(s_t = j | s_{t+1} = k, y_{1:T})
+        u = jnp.exp(log_u)
+        prev_means, prev_covs = moment_match(
+            u.T, jnp.swapaxes(pair_means, 0, 1), jnp.swapaxes(pair_covs, 0, 1)
+        )
+        mean_gain = jnp.einsum("jk,jkab->kab", u, gains)
+        cross = next_covs @ jnp.swapaxes(mean_gain, -1, -2)  # P_{t+1|T}^k Gbar_k^T
+        pair = normalise_log_weights(log_joint.reshape(-1)).reshape(log_joint.shape)
+        return carry, (*carry, pair, prev_means, prev_covs, cross)
 
     last = (log_filt[-1], filtered.means[-1], filtered.covs[-1])
     scanned = (log_filt[:-1], filtered.means[:-1], filtered.covs[:-1], dyn_off[1:])
-    _, (log_probs, means, covs) = jax.lax.scan(backward, last, scanned, reverse=True)
-    log_probs = jnp.concatenate([log_probs, last[0][None]])
-    means = jnp.concatenate([means, last[1][None]])
-    covs = jnp.concatenate([covs, last[2][None]])
+    _, outs = jax.lax.scan(backward, last, scanned, reverse=True)
+    log_probs, means, covs = (
+        jnp.concatenate([a, b[None]]) for a, b in zip(outs[:3], last, strict=True)
+    )
+    return (log_probs, means, covs, *outs[3:])
+
+
+@jax.jit
+def _kim_smoother(params: SwitchingParams, filtered: FilterResult, inputs=None) -> SmootherResult:
+    inputs = no_inputs(params, filtered.mean, inputs)
+    log_probs, means, covs = _kim_pass(params, filtered, inputs, moments=False)
     probs = normalise_log_weights(log_probs)
     mean, cov = moment_match(probs, means, covs)
     return SmootherResult(probs, means, covs, mean, cov, filtered.log_likelihood)
+
+
+@jax.jit
+def _kim_moments(params: SwitchingParams, filtered: FilterResult, inputs=None):
+    inputs = no_inputs(params, filtered.mean, inputs)
+    log_probs, means, covs, pair, prev_means, prev_covs, cross = _kim_pass(
+        params, filtered, inputs, moments=True
+    )
+    return SmootherMoments(
+        mode_probs=normalise_log_weights(log_probs),
+        means=means,
+        covs=covs,
+        pair_probs=pair,
+        prev_means=prev_means,
+        prev_covs=prev_covs,
+        cross_covs=cross,
+        log_likelihood=filtered.log_likelihood,
+    )
 
 
 def _check_filtered(filtered, num_steps: int, num_modes: int, dim: int, dtype) -> FilterResult:
@@ -521,12 +680,61 @@ def kim_smoother(
     return _kim_smoother(params, filtered, inputs)
 
 
+def kim_smoother_moments(
+    params: SwitchingParams, observations, filtered: FilterResult, *, inputs=None
+) -> SmootherMoments:
+    """The E-step moments of EM for a switching state-space model (``SmootherMoments``) by
+    Kim's (1994) smoother over any filter's result (IMM, GPB2, GPB1, exact; Kim and Nelson
+    1999, ch. 5; Murphy 1998, "Switching Kalman filters", sec. 4).
+
+    The backward step of ``kim_smoother`` runs, for each pair (s_t = j, s_{t+1} = k), an RTS
+    step from the filtered N(m_t^j, P_t^j) through the dynamics of k towards the smoothed
+    N(m_{t+1|T}^k, P_{t+1|T}^k), with gain G_t^jk = P_t^j F_k^T (F_k P_t^j F_k^T + Q_k)^+
+    (a PSD pseudo-solve: Q_k may be singular). Given (j, k) it writes
+    x_t = m_t^j + G_t^jk (x_{t+1} - F_k m_t^j - b_k - B_k u_{t+1}) + e, e independent of
+    x_{t+1}, and Kim's approximation p(x_{t+1} | s_t = j, s_{t+1} = k, y_{1:T}) ~
+    N(m_{t+1|T}^k, P_{t+1|T}^k) gives, as in the M = 1 case
+    (Cov[x_{t+1}, x_t | y] = P_{t+1|T} G_t^T; Shumway and Stoffer 1982),
+
+        Cov[x_{t+1}, x_t | s_t = j, s_{t+1} = k, y] = P_{t+1|T}^k (G_t^jk)^T.
+
+    The mode pairs are collapsed onto s_{t+1} = k with U_t(j, k) = P(s_t = j | s_{t+1} = k,
+    y_{1:t}) (= P(s_t = j | s_{t+1} = k, y_{1:T}) under the same approximation):
+
+        P(s_t = j, s_{t+1} = k | y) = U_t(j, k) P(s_{t+1} = k | y),
+        E[x_t | s_{t+1} = k, y] = sum_j U_t(j, k) m_t|T^jk,
+        Cov[x_t | s_{t+1} = k, y] = sum_j U_t(j, k) (P_t|T^jk + (m_t|T^jk - mean)(...)^T),
+        Cov[x_{t+1}, x_t | s_{t+1} = k, y] = P_{t+1|T}^k (sum_j U_t(j, k) G_t^jk)^T
+
+    (x_{t+1}'s mean given (j, k) does not depend on j, so the mixture adds no between-pair
+    term). Exact where the collapse is: M = 1 (the RTS smoother with its lag-one
+    cross-covariance), or F_j = 0 (an HMM with Gaussian emissions, all cross-covariances
+    zero). ``mode_probs``, ``means`` and ``covs`` are ``kim_smoother``'s.
+
+    Traceable (``jit``, ``vmap``, ``grad``) like ``kim_smoother``; a non-finite ``filtered``
+    is refused with a ``ValueError`` when concrete.
+
+    Args:
+        params: ``SwitchingParams``.
+        observations: (T, o), the series that was filtered (used for its shape only).
+        filtered: ``FilterResult`` of a filter of this model on ``observations``.
+        inputs: (T, k) u_{1:T} (the filter's), required when ``params`` has input weights.
+    """
+    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
+    m, d = params.initial_means.shape
+    filtered = _check_filtered(filtered, obs.shape[0], m, d, obs.dtype)
+    return _kim_moments(params, filtered, inputs)
+
+
 __all__ = [
+    "SmootherMoments",
     "SmootherResult",
     "exact_smoother",
+    "exact_smoother_moments",
     "fixed_modes_smoother",
     "kalman_smoother",
     "kim_smoother",
+    "kim_smoother_moments",
     "psd_solve",
     "rts_step",
 ]
