@@ -5,7 +5,8 @@ Why not ``optax.lbfgs``: its zoom line search evaluates the objective and its gr
 places of one iteration, and each place is a separate copy of the objective in the compiled
 program. When the objective is a filter's log-likelihood (a ``lax.scan`` over time, reverse-mode
 differentiated), XLA compiles each copy: on a 1-D two-mode IMM likelihood, an optax L-BFGS loop
-compiled in 29 s against 3.2 s for one value-and-gradient (``benchmarks/switching_learning.py``).
+lowered and compiled in 19.0 s against 4.5 s for this one, which also ran 6.6x faster warm
+(``benchmarks/switching_learning.py``, part 3; BENCHMARKS.md).
 Here every loop step evaluates (f, grad f) at exactly one point, the trial point, so the program
 holds one copy, and a rejected trial costs one evaluation like an accepted one.
 
@@ -194,8 +195,8 @@ def hessian_by_differences(grad, x, *, relative_step: float = 1e-5):
     """The Hessian of f at x from its gradient, by central differences, symmetrised:
     H[:, i] = (grad(x + h_i e_i) - grad(x - h_i e_i)) / (2 h_i), h_i = relative_step
     max(|x_i|, 1), then (H + H^T) / 2. The 2n gradients run as one vmapped call, so the compiled
-    program holds one gradient (``jax.hessian`` of a scanned filter compiled in 12.7 s against
-    3.2 s for its gradient here). Error O(h^2) in exact arithmetic plus O(eps / h) round-off:
+    program holds one gradient (on a scanned filter: 4.9 s to compile against 8.4 s for
+    ``jax.hessian``, BENCHMARKS.md). Error O(h^2) in exact arithmetic plus O(eps / h) round-off:
     about 1e-8 relative in float64 at the default step, ample for standard errors.
 
     Args:
