@@ -26,7 +26,7 @@ from attnbayes.inference.switching.smoothers import (
     kim_smoother_moments,
 )
 from attnbayes.models.markov_switching import markov_switching_ar, switching_state_space
-from attnbayes.models.switching import SwitchingParams
+from attnbayes.models.switching import SwitchingParams, get_scenario, simulate
 
 
 def _simulate(seed: int, params: SwitchingParams, num_steps: int, inputs=None) -> np.ndarray:
@@ -621,3 +621,18 @@ def test_select_num_regimes_checks_its_key():
             select_num_regimes(bad, make_spec, endog)
     with pytest.raises(ValueError, match="^key: expected a"):
         fit_switching(0, None, markov_switching_ar(endog, 1))
+
+
+def test_em_undoes_a_step_that_lowers_the_approximate_log_likelihood():
+    """On the maneuvering target (F integrates velocity into position) Kim's approximate E-step
+    makes EM's first step from the true parameters lower the IMM log-likelihood. EM then stops
+    and returns the last iterate that raised it, not converged: the trace ends at the returned
+    parameters' log-likelihood, which is its maximum."""
+    params = get_scenario("maneuvering-target-cwna")
+    _, _, y = simulate(jax.random.key(1), params, 60)
+    spec = switching_state_space(params, np.asarray(y))
+    fit = fit_switching(jax.random.key(0), None, spec, method="em")
+    assert not fit.converged
+    at_result = switching_log_likelihood(spec, fit.theta, likelihood="imm")
+    np.testing.assert_allclose(fit.log_likelihood[-1], at_result, rtol=1e-12)
+    assert fit.log_likelihood[-1] == np.max(fit.log_likelihood)

@@ -1059,6 +1059,7 @@ def _em_switching(
     num_obs = int(np.sum(np.any(~np.isnan(np.asarray(observations)), axis=-1)))
     trace = []
     converged = False
+    previous = theta
     for _ in range(max_iterations):
         if state_space:
             stats = _state_space_moments(spec_key, likelihood, theta, observations, inputs)
@@ -1068,9 +1069,14 @@ def _em_switching(
             stats = (smooth, xi)
         trace.append(float(ll))
         if len(trace) > 1 and trace[-1] - trace[-2] < tolerance * num_obs:
-            # converged unless it fell by more (only an approximate E-step can lower it)
+            # converged unless it fell by more (only an approximate E-step can lower it); then
+            # the step is undone: the result is the last iterate that raised log L
             converged = trace[-1] - trace[-2] > -tolerance * num_obs
+            if not converged:
+                trace.pop()
+                theta = previous
             break
+        previous = theta
         theta = _m_step(spec_key, free, 10, partial, theta, stats, observations, inputs, factors)
     theta = {n: np.asarray(v) for n, v in theta.items()}
     return SwitchingFitResult(
