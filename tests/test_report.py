@@ -50,7 +50,7 @@ def test_quick_report_has_every_section_figure_and_table(quick_report):
     assert [p.name for p in out.iterdir()] == [folder.name]  # no temporary folder left
     page = (folder / "index.html").read_text(encoding="utf-8")
     positions = [page.index(f'<h2 id="{sid}">') for sid, _ in SECTIONS]
-    assert positions == sorted(positions)  # all six sections, in order
+    assert positions == sorted(positions)  # every section, in order
     for anchor in (
         'id="data-three-atoms"',
         'id="data-maneuvering-target"',
@@ -61,6 +61,8 @@ def test_quick_report_has_every_section_figure_and_table(quick_report):
         'id="atoms"',
         'id="dp-three-atoms"',
         'id="modes"',
+        'id="learning-methods"',
+        'id="learning-shift"',
     ):
         assert anchor in page, anchor
     pngs = sorted(folder.glob("*.png"))
@@ -154,6 +156,19 @@ def test_results_csv_and_datatrees_load_back(quick_report):
 def value_of(results, section, scenario, metric):
     rows = results.query("section == @section and scenario == @scenario and metric == @metric")
     return rows.value.item()
+
+
+def test_learning_section_scores_every_method_and_the_posterior_shift(quick_report):
+    _, folder = quick_report
+    results = pd.read_csv(folder / "results.csv").query("section == 'learning'")
+    learned = results[results.scenario == "1-d-switching-ar"]
+    for method in ("mle", "em", "nuts", "gibbs"):
+        rows = learned[learned.method == method].set_index("metric").value
+        assert np.isfinite(rows["heldout_lpd_per_step"]), method
+        assert np.isfinite(rows["rmse_transition_matrix"]), method
+    shift = results[results.scenario.str.startswith("shift-")]
+    assert set(shift.method) == {"exact", "exact-repeat", "gpb2", "imm"}
+    assert (shift.query("metric == 'max_abs_shift'").value >= 0).all()
 
 
 def test_failed_report_leaves_nothing(tmp_path, monkeypatch):

@@ -32,6 +32,7 @@ from .html import (
     _deconvolution_blocks,
     _diagnostics_summary,
     _kernel_block,
+    _learning_blocks,
     _page_html,
     _switching_blocks,
 )
@@ -128,6 +129,11 @@ def write_report(
             check_finite_table("maneuvering-target: compare_switching", run.comparison.table)
             say("maneuvering-target: figures")
             _switching_blocks(blocks, figures, run, diag_rows, frames, tmp, key_sw)
+            learning = runners.run_switching_learning(
+                switching, quick=quick, key=jax.random.fold_in(key_sw, 1), progress=say
+            )
+            check_finite_table("learning: compare_switching_learning", learning.comparison.table)
+            _learning_blocks(blocks, learning, frames)
         scenario, x = first_data
         counts = atom_counts[size]
         say(f"numbers of atoms: Gibbs fits for K in {list(counts)} on {scenario.name}")

@@ -15,6 +15,12 @@ from ...inference.deconvolution.comparison import (
 )
 from ...inference.model_comparison import compare_num_modes
 from ...inference.switching import SwitchingComparison, compare_switching
+from ...inference.switching.learning_comparison import (
+    PosteriorShift,
+    SwitchingLearningComparison,
+    compare_switching_learning,
+    posterior_shift,
+)
 from ...models.deconvolution import DiscreteMeasure, get_measure, simulate
 from ...models.switching import SwitchingParams, maneuvering_target
 from ...models.switching import simulate as simulate_switching
@@ -115,3 +121,73 @@ def run_switching(
         progress=lambda msg: progress(f"numbers of modes: {msg}"),
     )
     return SwitchingRun(params, modes, states, y, comparison, modes_comparison, min_obs)
+
+
+class LearningRun(NamedTuple):
+    params: SwitchingParams
+    num_steps: int
+    num_heldout: int
+    comparison: SwitchingLearningComparison
+    shift_params: SwitchingParams
+    shift_steps: int
+    shift: PosteriorShift
+
+
+def shift_model() -> SwitchingParams:
+    """The 1-D model of the posterior-shift table: an AR(1) state (F = 0.9 in both modes, so
+    the collapsed filters are approximations) whose process noise switches between a calm and
+    a volatile mode, observed with noise."""
+    return SwitchingParams(
+        initial_probs=np.array([0.5, 0.5]),
+        transition_matrix=np.array([[0.9, 0.1], [0.2, 0.8]]),
+        initial_means=np.zeros((2, 1)),
+        initial_covs=np.ones((2, 1, 1)),
+        dynamics_matrices=np.full((2, 1, 1), 0.9),
+        dynamics_biases=np.zeros((2, 1)),
+        dynamics_covs=np.array([[[0.05]], [[1.5]]]),
+        emission_matrices=np.ones((2, 1, 1)),
+        emission_covs=np.full((2, 1, 1), 0.3),
+    )
+
+
+def run_switching_learning(
+    settings: SwitchingSettings, *, quick: bool, key, progress: Callable[[str], None]
+) -> LearningRun:
+    """Learn the 1-D model's (``shift_model``) transition matrix and noise scales by MLE, EM,
+    NUTS and Gibbs (``compare_switching_learning``), and measure how far GPB2 and IMM move the
+    posterior of theta from the exact one on a short series of it (``posterior_shift``). The
+    maneuvering target (d = 4) costs about three times as much compilation, too much for the
+    report: ``benchmarks/switching_posterior_shift.py`` runs it."""
+    size = 0 if quick else 1
+    key_data, key_cmp, key_shift_data, key_shift = jax.random.split(key, 4)
+    params = shift_model()
+    num_steps, heldout = settings.learning_steps[size], settings.learning_heldout
+    _, _, y = simulate_switching(key_data, params, num_steps + heldout)
+    y = np.asarray(y)
+    draws = settings.learning_draws[size]
+    sizes = {"num_warmup": draws, "num_samples": draws, "num_chains": 2}
+    progress(f"learning: MLE, EM, NUTS and Gibbs on T = {num_steps} steps")
+    comparison = compare_switching_learning(
+        key_cmp,
+        params,
+        y[:num_steps],
+        y[num_steps:],
+        mle_kwargs={"num_starts": 4},
+        em_kwargs={"max_iterations": 300},
+        nuts_kwargs=sizes,
+        gibbs_kwargs={**sizes, "num_warmup": 4 * draws, "num_samples": 4 * draws},
+    )
+    small = shift_model()
+    steps = settings.shift_steps[size]
+    progress(f"learning: NUTS over theta with the exact, GPB2 and IMM likelihoods, T = {steps}")
+    _, _, y_short = simulate_switching(key_shift_data, small, steps)
+    draws = settings.shift_draws[size]
+    shift = posterior_shift(
+        key_shift,
+        small,
+        np.asarray(y_short),
+        methods=("gpb2", "imm"),
+        reference="exact",
+        nuts_kwargs={"num_warmup": draws, "num_samples": draws, "num_chains": 2},
+    )
+    return LearningRun(params, num_steps, heldout, comparison, small, steps, shift)

@@ -21,8 +21,9 @@ SECTIONS = (
     ("methods", "2. Methods side by side"),
     ("diagnostics", "3. Posterior diagnostics"),
     ("model-comparison", "4. Model comparison"),
-    ("attention", "5. Attention maps"),
-    ("kernel-regression", "6. Nadaraya-Watson kernel regression"),
+    ("learning", "5. Learning the switching model's parameters"),
+    ("attention", "6. Attention maps"),
+    ("kernel-regression", "7. Nadaraya-Watson kernel regression"),
 )
 
 
@@ -83,6 +84,15 @@ class SwitchingSettings(NamedTuple):
     gibbs_chains: int = 2
     heldout_fraction: float = 0.3
     mode_counts: tuple[tuple[int, ...], tuple[int, ...]] = ((1, 2), (1, 2, 3))
+    # learning the parameters (``compare_switching_learning``) of a 1-D two-mode model:
+    # training steps, held-out steps, NUTS draws per chain (Gibbs: 4 times as many sweeps)
+    learning_steps: tuple[int, int] = (60, 200)
+    learning_heldout: int = 50
+    learning_draws: tuple[int, int] = (100, 300)
+    # the posterior shift of theta under GPB2 / IMM from the exact likelihood, on a short 1-D
+    # series (all 2^T mode histories): steps and NUTS draws (quick, full)
+    shift_steps: tuple[int, int] = (6, 8)
+    shift_draws: tuple[int, int] = (150, 500)
 
 
 SWITCHING = SwitchingSettings()
