@@ -4,8 +4,8 @@ likelihoods move the posterior.
 The model (``attnbayes.models.switching``, ``attnbayes.models.markov_switching``) has M modes;
 theta is its free parameters, by default the ones the Gibbs sampler draws
 (``GIBBS_FREE``): the transition matrix Pi and the scales c_j, r_j of the noise covariances,
-Q_j = c_j Q0_j and R_j = r_j R0_j. The priors are conjugate (Fruhwirth-Schnatter 2006, ch. 11
-and 13), here ``study_priors``:
+Q_j = c_j Q0_j and R_j = r_j R0_j. The priors are conjugate (Frühwirth-Schnatter 2006, on
+Bayesian Markov switching and switching state-space models), here ``study_priors``:
 
     Pi[i, :] ~ Dirichlet(alpha_i),  alpha = 1 + 9 I      (prior stay probability 10 / (M + 9))
     c_j ~ InverseGamma(3, 2),  r_j ~ InverseGamma(3, 2)  (prior mean 1: the nominal covariances)
@@ -597,7 +597,7 @@ def compare_switching_learning(
 
     References: Kim (1994), J. Econometrics 60, 1-22 (GPB2 and the approximate likelihood);
     Blom and Bar-Shalom (1988), IEEE Trans. Automatic Control 33, 780-783 (IMM);
-    Fruhwirth-Schnatter (2006), Finite Mixture and Markov Switching Models, Springer (Bayesian
+    Frühwirth-Schnatter (2006), Finite Mixture and Markov Switching Models, Springer (Bayesian
     estimation of switching models, conjugate priors, Gibbs); Hoffman and Gelman (2014), JMLR
     15, 1593-1623 (NUTS).
     """
@@ -847,9 +847,9 @@ def posterior_shift(
         ``PosteriorShift``.
 
     References: Kim (1994), J. Econometrics 60, 1-22 (GPB2); Blom and Bar-Shalom (1988), IEEE
-    Trans. Automatic Control 33, 780-783 (IMM); Fruhwirth-Schnatter (2006), Finite Mixture
+    Trans. Automatic Control 33, 780-783 (IMM); Frühwirth-Schnatter (2006), Finite Mixture
     and Markov Switching Models, Springer (the exact posterior of a switching model, Gibbs);
-    Vehtari, Gelman, Simpson, Carpenter and Burkner (2021), Bayesian Analysis 16, 667-718
+    Vehtari, Gelman, Simpson, Carpenter and Bürkner (2021), Bayesian Analysis 16, 667-718
     (ESS, MCSE).
     """
     validation.check_key("key", key)
