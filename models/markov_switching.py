@@ -530,7 +530,15 @@ class OrderedNormal(dist.Distribution):
 
     @classmethod
     def tree_unflatten(cls, aux, params):
-        return cls(*params, aux)
+        # without __init__'s argument checks: JAX rebuilds pytrees with placeholder leaves
+        # (e.g. run_nuts maps a model's keyword arguments to bools), as NumPyro's own
+        # distributions allow
+        obj = cls.__new__(cls)
+        obj.loc, obj.scale = params
+        obj.size = aux
+        batch = jnp.broadcast_shapes(jnp.shape(obj.loc), jnp.shape(obj.scale))
+        dist.Distribution.__init__(obj, batch, (aux,), validate_args=False)
+        return obj
 
 
 def default_priors(spec: SwitchingSpec) -> dict:

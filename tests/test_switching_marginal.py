@@ -129,6 +129,12 @@ def test_prior_predictive_and_priors():
     x = jnp.array([-0.5, 0.1, 2.0])
     want = np.sum(-0.5 * np.asarray(x) ** 2 - 0.5 * np.log(2 * np.pi)) + np.log(6.0)
     np.testing.assert_allclose(float(ordered.log_prob(x)), want, rtol=1e-12)
+    # a pytree: rebuilt from placeholder leaves (run_nuts maps keyword arguments to bools)
+    leaves, treedef = jax.tree.flatten(ordered)
+    assert isinstance(jax.tree.unflatten(treedef, [False] * len(leaves)), OrderedNormal)
+    again = jax.tree.unflatten(treedef, leaves)
+    assert again.event_shape == (3,)
+    np.testing.assert_allclose(float(again.log_prob(x)), want, rtol=1e-12)
     static = _static_state_model()
     with pytest.raises(
         ValueError, match=r"^priors: no prior for the free parameter\(s\) \['initial_covs'\]"

@@ -63,6 +63,13 @@ from .learning import (
     smoothed_regime_probabilities,
     switching_log_likelihood,
 )
+from .learning_comparison import (
+    PosteriorShift,
+    SwitchingLearningComparison,
+    compare_switching_learning,
+    posterior_shift,
+    study_priors,
+)
 from .marginal import switching_marginal_model
 from .particle import rbpf, systematic_resample
 from .smoothers import (
@@ -83,6 +90,7 @@ __all__ = [
     "SMOOTHERS",
     "SWITCHING_METHODS",
     "FilterResult",
+    "PosteriorShift",
     "SmootherMoments",
     "SmootherResult",
     "SwitchingComparison",
@@ -90,12 +98,14 @@ __all__ = [
     "SwitchingFitResult",
     "SwitchingGibbsInfo",
     "SwitchingGibbsState",
+    "SwitchingLearningComparison",
     "all_histories",
     "attention_as_imm_step",
     "check_filter_result",
     "check_inputs",
     "collapse",
     "compare_switching",
+    "compare_switching_learning",
     "default_switching_methods",
     "exact_filter",
     "exact_smoother",
@@ -117,9 +127,11 @@ __all__ = [
     "kim_smoother_moments",
     "one_step_log_predictive",
     "one_step_log_predictive_unchecked",
+    "posterior_shift",
     "rbpf",
     "run_switching_gibbs",
     "smoothed_regime_probabilities",
+    "study_priors",
     "switching_gibbs_init",
     "switching_gibbs_step",
     "switching_log_likelihood",
