@@ -397,9 +397,12 @@ def _learning_blocks(blocks, run: LearningRun, frames):
             "and EM (Kim's smoother in the E-step) maximise the IMM filter's log-likelihood; "
             "NUTS samples theta with the states and modes integrated out by the same filter; "
             "Gibbs samples (s, x, theta) exactly, with no filter approximation, but moves "
-            "theta only through the sampled states, so it mixes far more slowly (compare "
-            "ess_bulk_per_s and R-hat). The samplers share the priors Dirichlet(1 + 9 I) rows "
-            "and InverseGamma(3, 2) scales; their point estimate is the posterior mean."
+            "theta only through the sampled states, so it needs far more sweeps per effective "
+            "draw (it runs 4 times as many here; compare R-hat and ESS; per second of a long "
+            "run it can still win, see BENCHMARKS.md). The samplers share the priors "
+            "Dirichlet(1 + 9 I) rows and InverseGamma(3, 2) scales; their point estimate is "
+            "the posterior mean. With an approximate E-step EM stops at the last iterate that "
+            "raised the log-likelihood."
         )
         + _metrics_table(cmp.table, _EXPLAIN_LEARNING)
     )
