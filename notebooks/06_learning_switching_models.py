@@ -106,11 +106,11 @@ print(f"{len(gdp)} quarters {quarters[0]}-{quarters[-1]}, {nber.sum()} NBER rece
 # %% [markdown]
 # ## 1. Maximum likelihood, against statsmodels
 #
-# `fit_switching` maximises the log-likelihood by L-BFGS (optax) on an unconstrained
-# parametrisation (stick-breaking rows of $P$, ordered regime means, log variance) from eight
-# starts run in one compiled program, and takes standard errors from the Hessian. statsmodels'
-# `MarkovAutoregression.fit` runs EM steps then BFGS; its default start lands on a poor local
-# optimum for this series, so it is given a seeded random search (`search_reps=20`).
+# `fit_switching` maximises the log-likelihood by L-BFGS (`attnbayes.inference.optimize`) on an
+# unconstrained parametrisation (stick-breaking rows of $P$, ordered regime means, log variance)
+# from eight starts run in one compiled program, and takes standard errors from the Hessian.
+# statsmodels' `MarkovAutoregression.fit` runs EM steps then BFGS; its default start lands on a
+# poor local optimum for this series, so it is given a seeded random search (`search_reps=20`).
 
 
 # %%
