@@ -9,6 +9,8 @@ A sub-package per reading of attention:
 - ``switching``: Kalman blocks, GPB1/GPB2/IMM/exact filters, smoothers, the Rao-Blackwellised
   particle filter, Gibbs sampling, and their comparison;
 - ``kernel_regression``: Nadaraya-Watson attention pooling and bandwidth selection;
+- ``attention_prediction``: attention pooling inside a forecaster, trained end to end (the
+  regularised-argmax note), against Nadaraya-Watson, moving averages and AR(p);
 
 and shared modules: ``mcmc`` (NUTS to an ArviZ DataTree), ``diagnostics`` (R-hat, ESS),
 ``model_comparison`` (PSIS-LOO, leave-future-out), ``methods`` (the method registry),
@@ -20,6 +22,7 @@ import importlib
 
 _SUBMODULES = (
     "attention",
+    "attention_prediction",
     "deconvolution",
     "diagnostics",
     "kernel_regression",
@@ -32,14 +35,26 @@ _SUBMODULES = (
 )
 
 
+# the learned-attention entry points, also reachable here (``attnbayes.inference.unrolled_em``)
+_LEARNED = (
+    "init_unrolled_em",
+    "pretrained_unrolled_em",
+    "train_unrolled_em",
+    "unrolled_em",
+    "unrolled_em_moments",
+)
+
+
 def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _LEARNED:
+        return getattr(importlib.import_module(f"{__name__}.deconvolution"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted((*globals(), *_SUBMODULES))
+    return sorted((*globals(), *_SUBMODULES, *_LEARNED))
 
 
-__all__ = list(_SUBMODULES)
+__all__ = [*_SUBMODULES, *_LEARNED]

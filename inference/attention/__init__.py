@@ -61,6 +61,19 @@ softmax, ``log_partition`` and ``key_moments``. Not differentiable everywhere:
 """
 
 from .exponential_family import key_moments, log_partition
+from .link_conjecture import (
+    LINKS,
+    LinearLink,
+    LinearLinkFit,
+    NormaliserBlowup,
+    SkipConnectionTrace,
+    fit_linear_link,
+    link_kl,
+    normaliser_blowup,
+    poisson_key_weights,
+    poisson_posterior_mean,
+    skip_connection_iteration,
+)
 from .pooling import (
     WEIGHT_MAPS,
     Attention,
@@ -83,21 +96,32 @@ from .simplex import (
 )
 
 __all__ = [
+    "LINKS",
     "REGULARISERS",
     "WEIGHT_MAPS",
     "Attention",
+    "LinearLink",
+    "LinearLinkFit",
+    "NormaliserBlowup",
+    "SkipConnectionTrace",
     "additive_scores",
     "attend",
     "dot_product_scores",
     "entmax15",
     "entmax_bisect",
+    "fit_linear_link",
     "key_moments",
+    "link_kl",
     "log_partition",
     "neg_sq_distance_scores",
+    "normaliser_blowup",
+    "poisson_key_weights",
+    "poisson_posterior_mean",
     "regularised_argmax",
     "regularised_objective",
     "regulariser_value",
     "scored_attention",
+    "skip_connection_iteration",
     "softmax",
     "softmax_attention",
     "softmax_pool",

@@ -9,7 +9,15 @@
   Gibbs" (each draw replaced by its expectation: iterated attention with tied weights).
 - ``invariants``: permutation-invariant summaries of mixture draws (CDF of nu, moments).
 - ``intervals``: equal-tailed intervals of a discrete posterior.
+- ``unrolled``: learned attention, an L-layer stack with its own parameters per layer that
+  starts as L steps of K = N EM and the posterior mean (the note's closing remark); streamed,
+  saved and loaded, and a pretrained stack (``pretrained_unrolled_em``).
+- ``training``: training the stack as amortised empirical Bayes on tasks from a prior over
+  mixing measures (``TaskPrior``), and its regret against the oracle Bayes rule.
 - ``comparison``: every method on the same data, one tidy table.
+- ``learned_comparison``: the learned stack's regret against the oracle Bayes rule, tied EM, the
+  NPMLE, James-Stein and NUTS, its coverage, length generalisation, and the Efron-Morris
+  batting averages.
 
 Tracing. Each public function validates its arguments once, at its own boundary, on concrete
 values (``em.check_problem`` runs the same checks on their own); on tracers (under
@@ -77,23 +85,70 @@ from .gibbs import (
 from .intervals import INTERVAL_PROBS, discrete_posterior_intervals
 from .invariants import INVARIANT_NAMES, add_invariants, measure_cdf
 from .kiefer_wolfowitz import NPMLEResult, default_grid, npmle, npmle_gradient, npmle_posterior
+from .learned_comparison import (
+    LEARNED_METHODS,
+    LearnedComparison,
+    batting_averages_comparison,
+    compare_learned_attention,
+    length_generalisation,
+)
+from .training import (
+    FAMILIES,
+    HELDOUT_FAMILIES,
+    TaskPrior,
+    Tasks,
+    TrainProgress,
+    TrainResult,
+    heldout_tasks,
+    oracle_posterior_mean,
+    sample_tasks,
+    task_regret,
+    train_unrolled_em,
+)
+from .unrolled import (
+    LayerParams,
+    PosteriorMoments,
+    ReadoutParams,
+    UnrolledEMParams,
+    init_unrolled_em,
+    load_unrolled_em,
+    pretrained_unrolled_em,
+    save_unrolled_em,
+    unrolled_em,
+    unrolled_em_intervals,
+    unrolled_em_moments,
+)
 
 __all__ = [
+    "FAMILIES",
+    "HELDOUT_FAMILIES",
     "INTERVAL_PROBS",
     "INVARIANT_NAMES",
+    "LEARNED_METHODS",
     "METHODS",
     "ApproximateGibbsTrace",
     "DeconvolutionComparison",
     "EMResult",
     "GibbsInfo",
     "GibbsState",
+    "LayerParams",
+    "LearnedComparison",
     "MethodFit",
     "NPMLEResult",
+    "PosteriorMoments",
+    "ReadoutParams",
     "RelaxationStability",
+    "TaskPrior",
+    "Tasks",
+    "TrainProgress",
+    "TrainResult",
+    "UnrolledEMParams",
     "add_invariants",
     "approximate_gibbs",
+    "batting_averages_comparison",
     "check_problem",
     "compare_deconvolution",
+    "compare_learned_attention",
     "default_grid",
     "discrete_posterior_intervals",
     "e_step_attention",
@@ -102,16 +157,29 @@ __all__ = [
     "fit_em",
     "gibbs_init",
     "gibbs_step",
+    "heldout_tasks",
+    "init_unrolled_em",
     "initial_atoms",
+    "length_generalisation",
+    "load_unrolled_em",
     "log_likelihood",
     "measure_cdf",
     "npmle",
     "npmle_gradient",
     "npmle_posterior",
+    "oracle_posterior_mean",
     "posterior",
     "posterior_mean",
+    "pretrained_unrolled_em",
     "relaxation_stability",
     "responsibilities",
     "run_gibbs",
+    "sample_tasks",
+    "save_unrolled_em",
+    "task_regret",
+    "train_unrolled_em",
+    "unrolled_em",
+    "unrolled_em_intervals",
+    "unrolled_em_moments",
     "wasserstein1",
 ]

@@ -1,0 +1,420 @@
+"""Training the unrolled-EM stack as amortised empirical Bayes.
+
+Tasks are drawn from a prior over mixing measures (``TaskPrior``), in units of sigma
+(sigma = 1): nu ~ family, N ~ Uniform{min_points..max_points}, z_i ~ nu, x_i = z_i + eps_i. The
+loss of the stack's posterior moments (mean m_i, variance v_i) on a task is
+
+    L = (1/N) sum_i |m_i - z_i|^2 + lambda (1/N) sum_i sum_c (v_ic - (z_ic - sg(m_ic))^2)^2,
+
+whose minimiser over all functions of the data is the Bayes posterior mean E[z_i | x_{1:N}]
+under the task prior (and, for the second term, the posterior variance about m_i); sg stops
+the gradient. Tasks of different N are padded to ``max_points`` and masked.
+
+Families (``FAMILIES``), every one a discrete measure of at most ``MEASURE_ATOMS`` atoms, so the
+oracle Bayes rule E[z_i | x_i, nu] of each task is exact (``oracle_posterior_mean``):
+
+- ``"dp"``: the deconvolution model's truncated stick-breaking DP prior
+  (``attnbayes.models.deconvolution.deconvolution_model(prior="dp")``): alpha ~ Gamma(dp_shape,
+  dp_rate), v_k ~ Beta(1, alpha), w = stick_breaking(v), mu_k ~ N(0, base_scale^2 I_p), K =
+  ``truncation``;
+- ``"sparse"``: (1 - e) delta(0) + e delta(mu), e ~ U(0.02, 0.3), |mu| ~ U(1, 2 base_scale) in a
+  random direction (Johnstone and Silverman 2004's sparse means);
+- ``"normal"``: 64 equally weighted draws of N(m, tau^2 I), m ~ N(0, 1), tau ~ U(0.3, base_scale);
+- ``"atoms"``: 2 to 5 atoms from N(0, base_scale^2 I) with Dirichlet(1) weights;
+
+and, for evaluation outside the training prior (``heldout_measure``): ``"three-atoms"``,
+``"sparse-means"`` (0.95 delta(0) + 0.05 delta(4)), ``"uniform"`` (U(-5, 5) on a grid of 64),
+``"heavy-tailed"`` (Student t_2 of scale 2, 64 quantiles), ``"far-atoms"`` (+-8). Scalar data
+(p = 1) for the named held-out families.
+
+The training loop is one compiled chunk of ``callback_every`` Adam steps (``lax.scan``) called
+repeatedly, with ``callback(TrainProgress)`` between chunks: the application shows progress
+and writes checkpoints (``save_unrolled_em`` writes atomically); the library prints nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ... import validation
+from . import em
+from .unrolled import (
+    UnrolledEMParams,
+    _forward,
+    check_params,
+    init_unrolled_em,
+)
+
+FAMILIES = ("dp", "sparse", "normal", "atoms")
+HELDOUT_FAMILIES = (
+    "dp",
+    "sparse",
+    "normal",
+    "atoms",
+    "three-atoms",
+    "sparse-means",
+    "uniform",
+    "heavy-tailed",
+    "far-atoms",
+)
+OUTSIDE_PRIOR = ("uniform", "heavy-tailed", "far-atoms")
+MEASURE_ATOMS = 64
+
+
+class TaskPrior(NamedTuple):
+    """A prior over mixing measures and sizes, in units of sigma (see the module docstring).
+
+    Attributes:
+        family_probs: probabilities of ``FAMILIES`` ("dp", "sparse", "normal", "atoms").
+        dp_shape, dp_rate: the Gamma prior of the DP concentration (the model's defaults).
+        base_scale: the DP base measure's scale (G_0 = N(0, base_scale^2 I_p)).
+        truncation: the DP's number of atoms.
+        min_points, max_points: N ~ Uniform{min_points..max_points}.
+    """
+
+    family_probs: tuple = (0.5, 0.2, 0.15, 0.15)
+    dp_shape: float = 2.0
+    dp_rate: float = 2.0
+    base_scale: float = 3.0
+    truncation: int = 20
+    min_points: int = 20
+    max_points: int = 200
+
+
+class Tasks(NamedTuple):
+    """A batch of tasks padded to a common N: x, z (B, N, p), mask (B, N), the measures
+    (atoms (B, MEASURE_ATOMS, p), weights (B, MEASURE_ATOMS), zero weight for padding) and the
+    family index (B,) into ``FAMILIES`` (or ``HELDOUT_FAMILIES`` for ``heldout_tasks``)."""
+
+    x: jax.Array
+    z: jax.Array
+    mask: jax.Array
+    atoms: jax.Array
+    weights: jax.Array
+    family: jax.Array
+
+
+class TrainProgress(NamedTuple):
+    """What the callback sees after each chunk: step, params, mean training loss of the chunk,
+    held-out loss (mean squared error of the posterior mean on the held-out tasks)."""
+
+    step: int
+    params: UnrolledEMParams
+    train_loss: float
+    heldout_loss: float
+
+
+class TrainResult(NamedTuple):
+    """The trained stack, the loss per step (num_steps,), and the held-out loss after each chunk
+    (``heldout_steps``, ``heldout_loss``), the first entry being the start."""
+
+    params: UnrolledEMParams
+    loss: np.ndarray
+    heldout_steps: np.ndarray
+    heldout_loss: np.ndarray
+
+
+# ----------------------------------------------------------------------------- measures
+
+
+def _pad_measure(atoms, weights):
+    k = atoms.shape[0]
+    pad = MEASURE_ATOMS - k
+    return (
+        jnp.pad(atoms, ((0, pad), (0, 0))),
+        jnp.pad(weights, (0, pad)),
+    )
+
+
+def _dp_measure(key, prior: TaskPrior, dim):
+    k_alpha, k_sticks, k_atoms = jax.random.split(key, 3)
+    alpha = jax.random.gamma(k_alpha, prior.dp_shape) / prior.dp_rate
+    sticks = jax.random.beta(k_sticks, 1.0, alpha, (prior.truncation - 1,))
+    remaining = jnp.concatenate([jnp.ones(1), jnp.cumprod(1.0 - sticks)])
+    weights = jnp.concatenate([sticks, jnp.ones(1)]) * remaining
+    atoms = prior.base_scale * jax.random.normal(k_atoms, (prior.truncation, dim))
+    return _pad_measure(atoms, weights)
+
+
+def _direction(key, dim):
+    v = jax.random.normal(key, (dim,))
+    return v / jnp.linalg.norm(v)
+
+
+def _sparse_measure(key, prior: TaskPrior, dim):
+    k_e, k_m, k_d = jax.random.split(key, 3)
+    e = jax.random.uniform(k_e, minval=0.02, maxval=0.3)
+    mag = jax.random.uniform(k_m, minval=1.0, maxval=2.0 * prior.base_scale)
+    atoms = jnp.stack([jnp.zeros(dim), mag * _direction(k_d, dim)])
+    return _pad_measure(atoms, jnp.stack([1.0 - e, e]))
+
+
+def _normal_measure(key, prior: TaskPrior, dim):
+    k_m, k_t, k_z = jax.random.split(key, 3)
+    loc = jax.random.normal(k_m, (dim,))
+    tau = jax.random.uniform(k_t, minval=0.3, maxval=prior.base_scale)
+    atoms = loc + tau * jax.random.normal(k_z, (MEASURE_ATOMS, dim))
+    return atoms, jnp.full((MEASURE_ATOMS,), 1.0 / MEASURE_ATOMS)
+
+
+def _atoms_measure(key, prior: TaskPrior, dim):
+    k_n, k_a, k_w = jax.random.split(key, 3)
+    num = jax.random.randint(k_n, (), 2, 6)
+    atoms = prior.base_scale * jax.random.normal(k_a, (5, dim))
+    weights = jax.random.dirichlet(k_w, jnp.ones(5)) * (jnp.arange(5) < num)
+    return _pad_measure(atoms, weights / jnp.sum(weights))
+
+
+_SAMPLERS = (_dp_measure, _sparse_measure, _normal_measure, _atoms_measure)
+
+
+def _grid_measure(values):
+    atoms = jnp.asarray(values, float)[:, None]
+    return _pad_measure(atoms, jnp.full((atoms.shape[0],), 1.0 / atoms.shape[0]))
+
+
+def _named_measure(name: str):
+    """The fixed held-out measures outside the four random families (scalar)."""
+    q = (np.arange(MEASURE_ATOMS) + 0.5) / MEASURE_ATOMS
+    if name == "three-atoms":
+        atoms = jnp.array([[-2.0], [0.0], [3.0]])
+        return _pad_measure(atoms, jnp.array([0.5, 0.3, 0.2]))
+    if name == "sparse-means":
+        return _pad_measure(jnp.array([[0.0], [4.0]]), jnp.array([0.95, 0.05]))
+    if name == "uniform":
+        return _grid_measure(-5.0 + 10.0 * q)
+    if name == "heavy-tailed":
+        from scipy import stats
+
+        return _grid_measure(2.0 * stats.t.ppf(q, df=2))
+    if name == "far-atoms":
+        return _pad_measure(jnp.array([[-8.0], [8.0]]), jnp.array([0.5, 0.5]))
+    raise ValueError(f"family: unknown family {name!r}; known: {list(HELDOUT_FAMILIES)}")
+
+
+def _draw_task(key, atoms, weights, num_points, max_points):
+    k_z, k_e = jax.random.split(key)
+    dim = atoms.shape[1]
+    idx = jax.random.categorical(k_z, jnp.log(weights), shape=(max_points,))
+    z = atoms[idx]
+    x = z + jax.random.normal(k_e, (max_points, dim))
+    mask = jnp.arange(max_points) < num_points
+    return x, z, mask
+
+
+def _sample_tasks(key, prior: TaskPrior, num_tasks: int, dim: int) -> Tasks:
+    """Traceable batch of tasks from the prior (sizes static)."""
+    probs = jnp.asarray(prior.family_probs, float)
+
+    def one(key):
+        k_f, k_m, k_n, k_d = jax.random.split(key, 4)
+        family = jax.random.categorical(k_f, jnp.log(probs))
+        atoms, weights = jax.lax.switch(
+            family, [lambda k, s=s: s(k, prior, dim) for s in _SAMPLERS], k_m
+        )
+        n = jax.random.randint(k_n, (), prior.min_points, prior.max_points + 1)
+        x, z, mask = _draw_task(k_d, atoms, weights, n, prior.max_points)
+        return Tasks(x, z, mask, atoms, weights, family)
+
+    return jax.vmap(one)(jax.random.split(key, num_tasks))
+
+
+def check_task_prior(prior) -> TaskPrior:
+    if not isinstance(prior, TaskPrior):
+        raise ValueError(f"prior: expected a TaskPrior, got {type(prior).__name__}")
+    probs = np.asarray(prior.family_probs, float)
+    if probs.shape != (len(FAMILIES),) or not np.all(probs >= 0) or probs.sum() <= 0:
+        raise ValueError(
+            f"prior.family_probs: expected {len(FAMILIES)} non-negative numbers for "
+            f"{list(FAMILIES)}, got {prior.family_probs!r}"
+        )
+    for name in ("dp_shape", "dp_rate", "base_scale"):
+        validation.check_positive_scalar(f"prior.{name}", getattr(prior, name))
+    validation.check_positive_int("prior.truncation", prior.truncation, minimum=2)
+    if prior.truncation > MEASURE_ATOMS:
+        raise ValueError(f"prior.truncation: at most {MEASURE_ATOMS}, got {prior.truncation}")
+    lo = validation.check_positive_int("prior.min_points", prior.min_points)
+    hi = validation.check_positive_int("prior.max_points", prior.max_points)
+    if lo > hi:
+        raise ValueError(f"prior.min_points: {lo} exceeds prior.max_points {hi}")
+    return prior._replace(family_probs=tuple(float(p) for p in probs / probs.sum()))
+
+
+def sample_tasks(key, prior: TaskPrior | None = None, num_tasks: int = 64, dim: int = 1) -> Tasks:
+    """``num_tasks`` tasks from ``prior`` (default ``TaskPrior()``), padded to max_points."""
+    validation.check_key("key", key)
+    prior = check_task_prior(TaskPrior() if prior is None else prior)
+    num_tasks = validation.check_positive_int("num_tasks", num_tasks)
+    dim = validation.check_positive_int("dim", dim)
+    return _sample_tasks_jit(key, prior, num_tasks, dim)
+
+
+_sample_tasks_jit = jax.jit(_sample_tasks, static_argnums=(1, 2, 3))
+
+
+def heldout_tasks(key, family: str, num_tasks: int, num_points: int, prior=None) -> Tasks:
+    """``num_tasks`` scalar tasks of N = ``num_points`` from one family of
+    ``HELDOUT_FAMILIES`` (the four random families drawn as in ``prior``)."""
+    validation.check_key("key", key)
+    prior = check_task_prior(TaskPrior() if prior is None else prior)
+    num_tasks = validation.check_positive_int("num_tasks", num_tasks)
+    num_points = validation.check_positive_int("num_points", num_points)
+    if family not in HELDOUT_FAMILIES:
+        raise ValueError(f"family: unknown family {family!r}; known: {list(HELDOUT_FAMILIES)}")
+    keys = jax.random.split(key, num_tasks)
+    index = HELDOUT_FAMILIES.index(family)
+    if family in FAMILIES:
+        sampler = _SAMPLERS[FAMILIES.index(family)]
+        atoms, weights = jax.vmap(lambda k: sampler(jax.random.fold_in(k, 1), prior, 1))(keys)
+    else:
+        a, w = _named_measure(family)
+        atoms = jnp.broadcast_to(a, (num_tasks, *a.shape))
+        weights = jnp.broadcast_to(w, (num_tasks, *w.shape))
+    x, z, mask = jax.vmap(lambda k, a, w: _draw_task(k, a, w, num_points, num_points))(
+        keys, atoms, weights
+    )
+    return Tasks(x, z, mask, atoms, weights, jnp.full((num_tasks,), index))
+
+
+# ----------------------------------------------------------------------------- losses
+
+
+def oracle_posterior_mean(tasks: Tasks) -> jax.Array:
+    """E[z_i | x_i, nu] under each task's true measure (B, N, p): the oracle Bayes rule."""
+    return jax.vmap(lambda x, a, w: em._posterior(x, a, w, jnp.ones((), x.dtype))[0])(
+        tasks.x, tasks.atoms, tasks.weights
+    )
+
+
+def _task_mse(estimate, tasks: Tasks):
+    """(B,) mean over a task's real points of |estimate_i - z_i|^2."""
+    err = jnp.sum((estimate - tasks.z) ** 2, axis=-1) * tasks.mask
+    return jnp.sum(err, axis=-1) / jnp.sum(tasks.mask, axis=-1)
+
+
+def _stack_moments(params, tasks: Tasks):
+    return jax.vmap(lambda x, m: _forward(params, x, m))(tasks.x, tasks.mask)
+
+
+def _loss(params, tasks: Tasks, second_moment_weight):
+    mean, var = _stack_moments(params, tasks)
+    target = (tasks.z - jax.lax.stop_gradient(mean)) ** 2
+    var_err = jnp.sum((var - target) ** 2, axis=-1) * tasks.mask
+    var_loss = jnp.sum(var_err, axis=-1) / jnp.sum(tasks.mask, axis=-1)
+    return jnp.mean(_task_mse(mean, tasks) + second_moment_weight * var_loss)
+
+
+@jax.jit
+def _mse_and_oracle(params, tasks: Tasks):
+    mean, _ = _stack_moments(params, tasks)
+    return _task_mse(mean, tasks), _task_mse(oracle_posterior_mean(tasks), tasks)
+
+
+def task_regret(params: UnrolledEMParams, tasks: Tasks) -> tuple[jax.Array, jax.Array]:
+    """Per task: (MSE of the stack's posterior mean, MSE of the oracle Bayes rule), both (B,),
+    in units of sigma^2. The regret is their difference."""
+    params = check_params("params", params, dim=tasks.x.shape[-1], dtype=tasks.x.dtype)
+    return _mse_and_oracle(params, tasks)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def train_unrolled_em(
+    key,
+    params: UnrolledEMParams | None = None,
+    *,
+    num_layers: int = 4,
+    dim: int = 1,
+    prior: TaskPrior | None = None,
+    num_steps: int = 2000,
+    batch_size: int = 32,
+    learning_rate: float = 3e-3,
+    optimizer: optax.GradientTransformation | None = None,
+    second_moment_weight: float = 0.1,
+    num_heldout: int = 128,
+    callback: Callable[[TrainProgress], None] | None = None,
+    callback_every: int = 100,
+) -> TrainResult:
+    """Train the stack on tasks from ``prior`` (module docstring) with optax.
+
+    Args:
+        key: ``jax.random`` key (first): the held-out tasks use ``fold_in(key, 0)``, the
+            training batches ``fold_in(key, 1)``.
+        params: the start; default ``init_unrolled_em(num_layers, dim)`` (EM itself).
+        prior: the ``TaskPrior``; default ``TaskPrior()``.
+        num_steps: optimizer steps (rounded up to a multiple of ``callback_every``).
+        batch_size: tasks per step.
+        learning_rate: Adam's initial step size when no ``optimizer`` is given (cosine decay
+            to 0 over ``num_steps``, gradients clipped to global norm 1).
+        second_moment_weight: lambda in the loss.
+        num_heldout: held-out tasks for ``heldout_loss``.
+        callback: called with a ``TrainProgress`` after every chunk.
+        callback_every: steps per compiled chunk.
+
+    Returns:
+        ``TrainResult``. Raises ``ValueError`` on bad settings and ``FloatingPointError`` if the
+        loss becomes non-finite (the parameters are then not returned).
+    """
+    validation.check_key("key", key)
+    prior = check_task_prior(TaskPrior() if prior is None else prior)
+    if params is None:
+        params = init_unrolled_em(num_layers, dim)
+    params = check_params("params", params)
+    dim = params.dim
+    num_steps = validation.check_positive_int("num_steps", num_steps)
+    batch_size = validation.check_positive_int("batch_size", batch_size)
+    num_heldout = validation.check_positive_int("num_heldout", num_heldout)
+    callback_every = validation.check_positive_int("callback_every", callback_every)
+    weight = validation.check_positive_scalar("second_moment_weight", second_moment_weight)
+    num_chunks = -(-num_steps // callback_every)
+    if optimizer is None:
+        lr = validation.check_positive_scalar("learning_rate", learning_rate)
+        schedule = optax.cosine_decay_schedule(lr, num_chunks * callback_every)
+        optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
+    if callback is not None and not callable(callback):
+        raise ValueError(f"callback: expected a callable, got {callback!r}")
+
+    heldout = _sample_tasks_jit(jax.random.fold_in(key, 0), prior, num_heldout, dim)
+    train_key = jax.random.fold_in(key, 1)
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        tasks = _sample_tasks(step_key, prior, batch_size, dim)
+        loss, grads = jax.value_and_grad(_loss)(params, tasks, weight)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    @jax.jit
+    def chunk(params, opt_state, chunk_index):
+        keys = jax.random.split(jax.random.fold_in(train_key, chunk_index), callback_every)
+        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), keys)
+        mse, _ = _mse_and_oracle(params, heldout)
+        return params, opt_state, losses, jnp.mean(mse)
+
+    opt_state = optimizer.init(params)
+    losses, held = [], [float(jnp.mean(_mse_and_oracle(params, heldout)[0]))]
+    for c in range(num_chunks):
+        params, opt_state, chunk_losses, held_loss = chunk(params, opt_state, c)
+        chunk_losses = np.asarray(chunk_losses)
+        if not np.all(np.isfinite(chunk_losses)) or not np.isfinite(float(held_loss)):
+            raise FloatingPointError(
+                f"train_unrolled_em: the loss became non-finite in steps "
+                f"{c * callback_every}..{(c + 1) * callback_every}; lower learning_rate"
+            )
+        losses.append(chunk_losses)
+        held.append(float(held_loss))
+        if callback is not None:
+            callback(
+                TrainProgress(
+                    (c + 1) * callback_every, params, float(chunk_losses.mean()), held[-1]
+                )
+            )
+    steps = np.arange(num_chunks + 1) * callback_every
+    return TrainResult(params, np.concatenate(losses), steps, np.asarray(held))
