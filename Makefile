@@ -46,7 +46,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(PY) -P -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests
 
-# Executes the six notebooks with small sizes (ATTNBAYES_NB_N); they are not rewritten.
+# Executes the seven notebooks with small sizes (ATTNBAYES_NB_N); they are not rewritten.
 # CI runs it after `make test`.
 notebooks: $(STAMP)
 	ATTNBAYES_NB_N=200 $(PY) -P -m pytest -q -n 2 --nbmake notebooks

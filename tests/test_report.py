@@ -15,6 +15,9 @@ import xarray as xr
 from attnbayes.app import outputs, report
 from attnbayes.app.cli import main
 from attnbayes.app.report import SECTIONS, write_report
+from attnbayes.app.report.learned import FAMILIES as LEARNED_FAMILIES
+from attnbayes.app.report.learned import LEARNED
+from attnbayes.app.report.learned import POINT_METHODS as LEARNED_POINT_METHODS
 from attnbayes.inference.deconvolution.comparison import METHODS
 from attnbayes.inference.diagnostics import diagnostics
 
@@ -24,6 +27,9 @@ from attnbayes.inference.diagnostics import diagnostics
 SMALL_SCENARIO = report.SCENARIOS[0]._replace(num_points=(100, 1000), nuts_draws=(100, 1000))
 SMALL_SWITCHING = report.SWITCHING._replace(num_steps=(40, 200), gibbs_draws=(100, 1000))
 SMALL_ATOM_COUNTS = ((1, 3), report.ATOM_COUNTS[1])
+SMALL_LEARNED = LEARNED._replace(
+    num_tasks=(3, 12), sizes=((60, 300), LEARNED.sizes[1]), nuts_draws=(60, 150)
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +42,7 @@ def quick_report(tmp_path_factory):
         scenarios=(SMALL_SCENARIO,),
         switching=SMALL_SWITCHING,
         atom_counts=SMALL_ATOM_COUNTS,
+        learned=SMALL_LEARNED,
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(report, "write_report", small)
@@ -63,6 +70,12 @@ def test_quick_report_has_every_section_figure_and_table(quick_report):
         'id="modes"',
         'id="learning-methods"',
         'id="learning-shift"',
+        'id="learned-regret"',
+        'id="learned-nuts"',
+        'id="learned-coverage"',
+        'id="learned-batting"',
+        'id="learned-link"',
+        'id="learned-pooling"',
     ):
         assert anchor in page, anchor
     pngs = sorted(folder.glob("*.png"))
@@ -79,6 +92,10 @@ def test_quick_report_has_every_section_figure_and_table(quick_report):
         "attention-matrices",
         "three-atoms-em-attention",
         "nadaraya-watson",
+        "learned-regret",
+        "learned-length",
+        "learned-batting",
+        "learned-pooling",
     ):
         assert (folder / f"{name}.png").exists(), name
     assert page.count("<table>") >= 10
@@ -169,6 +186,28 @@ def test_learning_section_scores_every_method_and_the_posterior_shift(quick_repo
     shift = results[results.scenario.str.startswith("shift-")]
     assert set(shift.method) == {"exact", "exact-repeat", "gpb2", "imm"}
     assert (shift.query("metric == 'max_abs_shift'").value >= 0).all()
+
+
+def test_learned_section_carries_regret_coverage_batting_link_and_pooling(quick_report):
+    _, folder = quick_report
+    results = pd.read_csv(folder / "results.csv").query("section == 'learned'")
+    for family in LEARNED_FAMILIES:
+        rows = results[results.scenario == f"regret-{family}"]
+        assert set(rows.method) == set(LEARNED_POINT_METHODS), family
+        assert (rows.query("metric == 'num_tasks'").value == SMALL_LEARNED.num_tasks[0]).all()
+    nuts = results[results.scenario == "nuts-dp"]
+    assert set(nuts.method) == {"learned", "nuts-dp"}
+    coverage = results[(results.scenario == "coverage") & (results.metric == "coverage")]
+    assert ((coverage.value >= 0) & (coverage.value <= 1)).all() and len(coverage) >= 20
+    lengths = set(results[results.scenario == "length"].method)
+    assert {"learned@N=60", "learned@N=300", "npmle@N=300"} <= lengths
+    batting = results[results.scenario == "batting"].set_index(["method", "metric"]).value
+    assert abs(batting["mle", "sse_average"] - 0.0755) < 5e-4  # Efron and Morris's table
+    assert batting["npmle", "sse_average"] < batting["mle", "sse_average"] / 2
+    link = results[results.scenario == "link"].set_index(["method", "metric"]).value
+    assert link["[0.5, 2]", "kl_best_linear"] < link["[0.1, 100]", "kl_best_linear"] / 10
+    sunspots = results[results.scenario == "sunspots"]
+    assert sum(m.endswith("pooling") for m in set(sunspots.method)) == 3
 
 
 def test_failed_report_leaves_nothing(tmp_path, monkeypatch):

@@ -31,10 +31,18 @@ from .html import (
     _attention_block,
     _deconvolution_blocks,
     _diagnostics_summary,
+    _fig,
     _kernel_block,
     _learning_blocks,
     _page_html,
     _switching_blocks,
+)
+from .learned import (
+    LEARNED,
+    LearnedSettings,
+    learned_blocks,
+    learned_key_numbers,
+    run_learned_attention,
 )
 from .scenarios import (
     ATOM_COUNTS,
@@ -76,6 +84,7 @@ def write_report(
     methods: tuple[str, ...] = METHODS,
     switching: SwitchingSettings | None = SWITCHING,
     atom_counts: tuple[tuple[int, ...], tuple[int, ...]] = ATOM_COUNTS,
+    learned: LearnedSettings | None = LEARNED,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Run the built-in comparisons and write ``out_dir/name/index.html``; return its path.
@@ -93,6 +102,7 @@ def write_report(
             "oracle". The finite-vs-DP comparison needs "nuts-dp" as well.
         switching: sizes of the switching part; None leaves the switching model out.
         atom_counts: the K compared by PSIS-LOO (quick run, full run).
+        learned: sizes of section 8 (learned attention); None leaves it out.
         progress: called with a message at every step (the CLI prints them).
 
     Raises:
@@ -152,6 +162,13 @@ def write_report(
         _attention_block(blocks, figures, att_figs, att_table, frames)
         nw_figs, nw_table = kernel_regression_demo(key_nw, 300 if quick else 1000)
         _kernel_block(blocks, figures, nw_figs, nw_table, frames)
+        if learned is not None:
+            run_l = run_learned_attention(
+                learned, quick=quick, key=jax.random.fold_in(key_nw, 1), progress=say
+            )
+            for label, table in learned_key_numbers(run_l):
+                check_finite_table(label, table)
+            learned_blocks(blocks, figures, run_l, frames, _fig)
         _diagnostics_summary(blocks, diag_rows, frames)
         results = pd.concat(frames, ignore_index=True)[
             ["section", "scenario", "method", "metric", "value"]

@@ -24,6 +24,7 @@ SECTIONS = (
     ("learning", "5. Learning the switching model's parameters"),
     ("attention", "6. Attention maps"),
     ("kernel-regression", "7. Nadaraya-Watson kernel regression"),
+    ("learned", "8. Learned attention: unrolled EM, the link conjecture, pooling in a forecaster"),
 )
 
 

@@ -11,9 +11,9 @@ Layer l = 1..L (parameters shared across atoms, so one stack runs at any N):
     s_ik = -beta/2 |q_i - k_k|^2 + c |k_k|^2 + a log M_k,        A_ik = softmax_k(s_ik)
     M_k <- sum_i A_ik,    c_k = sum_i A_ik u_i / M_k,    m_k <- m_k + eta (W_v c_k + b_v - m_k)
 
-and the read-out (its own q/k/beta/c/a, value map and a variance floor g):
+and the read-out (its own q/k/beta/c/a, value map and an extra variance g):
 
-    mean_i = sum_k A_ik v_k,   var_i = sum_k A_ik (v_k - mean_i)^2 + g^2,   v_k = W_v m_k + b_v.
+    mean_i = sum_k A_ik v_k,  var_i = max(sum_k A_ik (v_k - mean_i)^2 + g, 0),  v_k = W_v m_k + b_v
 
 The score is the dot-product form of the design note written from differences:
 -beta/2 |q - k|^2 + c |k|^2 = beta <q, k> + (c - beta/2) |k|^2 - beta/2 |q|^2, and the last term
@@ -86,8 +86,10 @@ class LayerParams(NamedTuple):
 class ReadoutParams(NamedTuple):
     """Parameters of the read-out attention (the posterior-mean step).
 
-    Attributes: as ``LayerParams`` without the step, plus ``variance_floor`` (p,) g, added as
-    g^2 to the posterior variance (the spread a discrete measure of N atoms misses).
+    Attributes: as ``LayerParams`` without the step, plus ``extra_variance`` (p,) g, added to
+    the posterior variance (the spread a discrete measure of N atoms misses; the sum is
+    clipped at 0). It enters linearly, so it trains from g = 0 (a squared parametrisation
+    would have a zero gradient there).
     """
 
     query: jax.Array
@@ -97,7 +99,7 @@ class ReadoutParams(NamedTuple):
     mass_weight: jax.Array
     value: jax.Array
     value_bias: jax.Array
-    variance_floor: jax.Array
+    extra_variance: jax.Array
 
 
 class UnrolledEMParams(NamedTuple):
@@ -136,7 +138,8 @@ def init_unrolled_em(num_layers: int, dim: int = 1, dtype=None) -> UnrolledEMPar
     """The parameters at which the stack is L steps of K = N EM and the posterior mean.
 
     W_q = W_k = W_v = I, beta = 1 (standardised units: 1 / sigma^2 = 1), c = 0, a = 0,
-    b_v = 0, eta = 1, variance floor g = 0.
+    b_v = 0, eta = 1, extra variance g = 0. (The first layer's a multiplies
+    log M_k = 0, so it has no effect and no gradient.)
     """
     num_layers = validation.check_positive_int("num_layers", num_layers, minimum=0)
     dim = validation.check_positive_int("dim", dim)
@@ -166,7 +169,7 @@ def init_unrolled_em(num_layers: int, dim: int = 1, dtype=None) -> UnrolledEMPar
         mass_weight=zero,
         value=eye,
         value_bias=jnp.zeros((dim,), dtype),
-        variance_floor=jnp.zeros((dim,), dtype),
+        extra_variance=jnp.zeros((dim,), dtype),
     )
     return UnrolledEMParams(layers, readout)
 
@@ -261,7 +264,7 @@ def _readout(u, atoms, log_mass, mask, readout: ReadoutParams, block_size):
     q, k = u @ readout.query.T, atoms @ readout.key.T
     bias = _key_bias(k, log_mass, mask, readout.key_norm, readout.mass_weight)
     values = atoms @ readout.value.T + readout.value_bias
-    floor = readout.variance_floor**2
+    extra = readout.extra_variance
     if block_size is None:
         scores = _sq_dist(q, k, readout.inverse_temperature) + bias[None, :]
         resp = jax.nn.softmax(scores, axis=-1)
@@ -271,7 +274,7 @@ def _readout(u, atoms, log_mass, mask, readout: ReadoutParams, block_size):
             [jnp.sum(resp * (values[None, :, c] - mean[:, c, None]) ** 2, -1) for c in range(p)],
             axis=-1,
         )
-        return mean, var + floor
+        return mean, jnp.maximum(var + extra, 0.0)
     n_real = jnp.maximum(jnp.sum(mask), 1)
     centre = jnp.sum(jnp.where(mask[:, None], u, 0.0), axis=0) / n_real
     centred = values - centre
@@ -286,7 +289,7 @@ def _readout(u, atoms, log_mass, mask, readout: ReadoutParams, block_size):
     )
     p = u.shape[1]
     mean_c, m2 = out[:, :p], out[:, p:]
-    return mean_c + centre, jnp.maximum(m2 - mean_c**2, 0.0) + floor
+    return mean_c + centre, jnp.maximum(jnp.maximum(m2 - mean_c**2, 0.0) + extra, 0.0)
 
 
 def _forward(params: UnrolledEMParams, u, mask, block_size=None):
@@ -346,7 +349,7 @@ def check_params(name: str, params, dim: int | None = None, dtype=None) -> Unrol
                 f"{name}.layers.{field}: expected shape {(num_layers, *shape)}, "
                 f"got {tuple(np.shape(leaf))}"
             )
-    for field, shape in {**shapes, "variance_floor": (p,)}.items():
+    for field, shape in {**shapes, "extra_variance": (p,)}.items():
         leaf = getattr(params.readout, field)
         if tuple(np.shape(leaf)) != shape:
             raise ValueError(
