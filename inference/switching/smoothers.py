@@ -353,15 +353,23 @@ def exact_smoother(
         max_histories: refuse (``ValueError``) when M^T exceeds this.
         inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
     """
+    params, obs, inputs = _check_enumeration(
+        params, observations, inputs, max_histories, "kim_smoother"
+    )
+    return _exact_smoother(params, obs, inputs)
+
+
+def _check_enumeration(params, observations, inputs, max_histories, instead: str):
+    """The checked inputs of an enumerating smoother; refuse M^T > ``max_histories``."""
     max_histories = validation.check_positive_int("max_histories", max_histories)
     params, obs, inputs = check_inputs(params, observations, inputs=inputs)
     m, t_max = params.initial_probs.shape[0], obs.shape[0]
     if m**t_max > max_histories:
         raise ValueError(
             f"observations: T = {t_max} steps with M = {m} modes make M^T = {m**t_max} "
-            f"histories > max_histories = {max_histories}; use kim_smoother"
+            f"histories > max_histories = {max_histories}; use {instead}"
         )
-    return _exact_smoother(params, obs, inputs)
+    return params, obs, inputs
 
 
 @jax.jit
@@ -428,14 +436,9 @@ def exact_smoother_moments(
         max_histories: refuse (``ValueError``) when M^T exceeds this.
         inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
     """
-    max_histories = validation.check_positive_int("max_histories", max_histories)
-    params, obs, inputs = check_inputs(params, observations, inputs=inputs)
-    m, t_max = params.initial_probs.shape[0], obs.shape[0]
-    if m**t_max > max_histories:
-        raise ValueError(
-            f"observations: T = {t_max} steps with M = {m} modes make M^T = {m**t_max} "
-            f"histories > max_histories = {max_histories}; use kim_smoother_moments"
-        )
+    params, obs, inputs = _check_enumeration(
+        params, observations, inputs, max_histories, "kim_smoother_moments"
+    )
     return _exact_moments(params, obs, inputs)
 
 
