@@ -27,6 +27,7 @@ from ...inference.deconvolution import (
     pretrained_unrolled_em,
 )
 from ..pages import png_bytes, table_html
+from .html import _tidy as tidy_rows
 
 FAMILIES = ("dp", "sparse-means", "three-atoms", "uniform", "far-atoms")
 POINT_METHODS = ("learned", "em-steps", "em", "npmle", "james-stein")
@@ -260,14 +261,8 @@ def _p(text: str) -> str:
 
 
 def _tidy(scenario: str, frame: pd.DataFrame, index: str) -> pd.DataFrame:
-    wide = frame.set_index(index)
-    numeric = wide.select_dtypes("number")
-    long = numeric.rename_axis("method").reset_index()
-    long = long.melt(id_vars="method", var_name="metric", value_name="value").dropna()
-    long["method"] = long["method"].astype(str)
-    long.insert(0, "scenario", scenario)
-    long.insert(0, "section", "learned")
-    return long
+    """Section 8's rows of results.csv: the report's ``_tidy`` of the numeric columns."""
+    return tidy_rows("learned", scenario, frame.set_index(index).select_dtypes("number"))
 
 
 def learned_blocks(blocks, figures, run: LearnedRun, frames, fig_tag) -> None:
