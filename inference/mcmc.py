@@ -46,6 +46,7 @@ __all__ = [
     "clear_compiled_cache",
     "compiled_cache_info",
     "run_nuts",
+    "sample_nuts",
     "sampler_sizes",
 ]
 
@@ -260,6 +261,66 @@ class _Settings(NamedTuple):
     progress_bar: bool
 
 
+def _nuts_chain(model, s, key, args, kwargs, init_values, log_likelihood_too=True):
+    """Init, warmup and draws of one chain; constrained draws, statistics, log-likelihood."""
+    from numpyro.infer import NUTS, init_to_uniform, init_to_value
+    from numpyro.infer.util import log_likelihood
+
+    kernel = NUTS(
+        model,
+        target_accept_prob=s.target_accept_prob,
+        max_tree_depth=s.max_tree_depth,
+        dense_mass=s.dense_mass,
+        init_strategy=init_to_value(values=init_values) if init_values else init_to_uniform,
+    )
+    state = kernel.init(key, s.num_warmup, None, args, kwargs)
+
+    def fields(st):
+        return {
+            "z": st.z,
+            "potential_energy": st.potential_energy,
+            "energy": st.energy,
+            "diverging": st.diverging,
+            "num_steps": st.num_steps,
+            "accept_prob": st.accept_prob,
+            "adapt_state.step_size": st.adapt_state.step_size,
+        }
+
+    buffers = jax.tree_util.tree_map(
+        lambda v: jnp.zeros((s.num_samples, *jnp.shape(v)), jnp.result_type(v)),
+        fields(state),
+    )
+    total = s.num_warmup + s.num_samples
+    report_every = max(total // 10, 1)
+
+    def body(i, carry):
+        st, bufs = carry
+        st = kernel.sample(st, args, kwargs)
+        # warmup transitions write to slot 0, which the first draw overwrites: one loop
+        # (one copy of the NUTS kernel in the program) for warmup and draws
+        slot = jnp.maximum(i - s.num_warmup, 0)
+        bufs = jax.tree_util.tree_map(
+            lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v, slot, 0),
+            bufs,
+            fields(st),
+        )
+        if s.progress_bar:
+            jax.lax.cond(
+                (i + 1) % report_every == 0,
+                lambda: jax.debug.callback(_report_progress, i + 1, total),
+                lambda: None,
+            )
+        return st, bufs
+
+    _, draws = jax.lax.fori_loop(0, total, body, (state, buffers))
+    z = draws.pop("z")
+    samples = jax.vmap(kernel.postprocess_fn(args, kwargs))(z)
+    if not log_likelihood_too:
+        return samples, draws, None
+    loglik = log_likelihood(model, samples, *args, parallel=True, **kwargs)
+    return samples, draws, loglik
+
+
 class _Entry:
     """A cache entry: the compiled sampler, the compiled predictive (when first asked for)
     and the model's sites."""
@@ -327,61 +388,7 @@ class _Entry:
 
     def _chain(self, key, args, kwargs, init_values):
         """Init, warmup and draws of one chain; constrained draws, statistics, log-likelihood."""
-        from numpyro.infer import NUTS, init_to_uniform, init_to_value
-        from numpyro.infer.util import log_likelihood
-
-        s = self.settings
-        kernel = NUTS(
-            self.model,
-            target_accept_prob=s.target_accept_prob,
-            max_tree_depth=s.max_tree_depth,
-            dense_mass=s.dense_mass,
-            init_strategy=init_to_value(values=init_values) if init_values else init_to_uniform,
-        )
-        state = kernel.init(key, s.num_warmup, None, args, kwargs)
-
-        def fields(st):
-            return {
-                "z": st.z,
-                "potential_energy": st.potential_energy,
-                "energy": st.energy,
-                "diverging": st.diverging,
-                "num_steps": st.num_steps,
-                "accept_prob": st.accept_prob,
-                "adapt_state.step_size": st.adapt_state.step_size,
-            }
-
-        buffers = jax.tree_util.tree_map(
-            lambda v: jnp.zeros((s.num_samples, *jnp.shape(v)), jnp.result_type(v)),
-            fields(state),
-        )
-        total = s.num_warmup + s.num_samples
-        report_every = max(total // 10, 1)
-
-        def body(i, carry):
-            st, bufs = carry
-            st = kernel.sample(st, args, kwargs)
-            # warmup transitions write to slot 0, which the first draw overwrites: one loop
-            # (one copy of the NUTS kernel in the program) for warmup and draws
-            slot = jnp.maximum(i - s.num_warmup, 0)
-            bufs = jax.tree_util.tree_map(
-                lambda buf, v: jax.lax.dynamic_update_index_in_dim(buf, v, slot, 0),
-                bufs,
-                fields(st),
-            )
-            if s.progress_bar:
-                jax.lax.cond(
-                    (i + 1) % report_every == 0,
-                    lambda: jax.debug.callback(_report_progress, i + 1, total),
-                    lambda: None,
-                )
-            return st, bufs
-
-        _, draws = jax.lax.fori_loop(0, total, body, (state, buffers))
-        z = draws.pop("z")
-        samples = jax.vmap(kernel.postprocess_fn(args, kwargs))(z)
-        loglik = log_likelihood(self.model, samples, *args, parallel=True, **kwargs)
-        return samples, draws, loglik
+        return _nuts_chain(self.model, self.settings, key, args, kwargs, init_values)
 
     def _sampler(self, key, values):
         args, kwargs, init_values = self.unpack(values)
@@ -725,3 +732,50 @@ def run_nuts(
         target_accept_prob=float(target_accept_prob),
     )
     return datatree
+
+
+def sample_nuts(
+    key: jax.Array,
+    model,
+    *args,
+    num_warmup: int = 1000,
+    num_samples: int = 1000,
+    num_chains: int = 2,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    **model_kwargs,
+) -> tuple[dict, dict]:
+    """The traceable core of ``run_nuts``: NumPyro's NUTS on ``model(*args, **model_kwargs)``.
+
+    The same chains as ``run_nuts(..., chain_method="vectorized")`` (init uniform in (-2, 2)
+    unconstrained, dual-averaging step size and windowed diagonal or dense mass adaptation
+    during warmup), without checks, caching or a DataTree: a pure function of ``key`` and the
+    model's arrays, to be ``jax.jit``-ted and ``jax.vmap``-ped over data sets (``sbc`` runs it
+    for a chunk of replicates in one program). The sizes and settings are static.
+
+    Returns:
+        (samples, stats): ``samples`` maps every latent and deterministic site to an array
+        (num_chains, num_samples, ...); ``stats`` has ``diverging``, ``num_steps``,
+        ``accept_prob``, ``potential_energy``, ``energy`` and ``adapt_state.step_size``, each
+        (num_chains, num_samples).
+    """
+    num_warmup = validation.check_positive_int("num_warmup", num_warmup, minimum=0)
+    num_samples = validation.check_positive_int("num_samples", num_samples)
+    num_chains = validation.check_positive_int("num_chains", num_chains)
+    max_tree_depth = validation.check_positive_int("max_tree_depth", max_tree_depth)
+    settings = _Settings(
+        num_warmup,
+        num_samples,
+        num_chains,
+        float(target_accept_prob),
+        max_tree_depth,
+        bool(dense_mass),
+        "vectorized",
+        False,
+    )
+    keys = jax.random.split(key, num_chains)
+    samples, stats, _ = jax.vmap(
+        lambda k: _nuts_chain(model, settings, k, args, model_kwargs, None, False)
+    )(keys)
+    return samples, stats
