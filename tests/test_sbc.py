@@ -1,0 +1,380 @@
+"""Issue 17: simulation-based calibration (``sbc``), interval coverage and ``calibrate``.
+
+The machinery is checked against a conjugate normal model whose posterior is sampled exactly
+(mu ~ N(0, 1), y_i | mu ~ N(mu, 1), i = 1..n: mu | y ~ N(n ybar / (n + 1), 1 / (n + 1))): right
+ranks are uniform, and a posterior too narrow, too wide or shifted gets the verdict the rule
+says. Ties, failed and divergent replicates, chunking, checkpoints and devices have their own
+tests. The deconvolution samplers (NUTS, Gibbs) and the interval methods run at small sizes;
+the powered versions are ``-m slow``.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from attnbayes.inference import calibration as cal  # noqa: E402
+from attnbayes.inference.diagnostics import (  # noqa: E402
+    PosteriorDraws,
+    interval_coverage,
+    rank_statistics,
+    sbc,
+    uniformity_tests,
+)
+
+N_OBS = 5
+KEY = jax.random.PRNGKey(17)
+
+
+def simulate(key):
+    k_mu, k_y = jax.random.split(key)
+    mu = jax.random.normal(k_mu)
+    return {"mu": mu}, {"y": mu + jax.random.normal(k_y, (N_OBS,))}
+
+
+def exact_posterior(scale=1.0, shift=0.0, num_chains=2, num_draws=50, divergent=None):
+    def posterior(key, data):
+        n = data["y"].shape[0]
+        mean = jnp.sum(data["y"]) / (n + 1) + shift / np.sqrt(n + 1)
+        sd = scale / jnp.sqrt(n + 1.0)
+        draws = mean + sd * jax.random.normal(key, (num_chains, num_draws))
+        div = jnp.zeros((), jnp.int32) if divergent is None else divergent(data)
+        return PosteriorDraws({"mu": draws}, div)
+
+    return posterior
+
+
+def quantities(values, data):
+    return {"mu": values["mu"], "mu_squared": values["mu"] ** 2}
+
+
+def run(posterior, num_replicates=200, **kwargs):
+    kwargs.setdefault("thin", 1)
+    return sbc(KEY, simulate, posterior, quantities, num_replicates=num_replicates, **kwargs)
+
+
+def verdict(tree):
+    tree.attrs["kind"] = "ranks"
+    return cal.calibration_verdict(tree)[0]
+
+
+# ----------------------------------------------------------------------------- ranks
+
+
+def test_ranks_of_an_exact_posterior_are_uniform():
+    tree = run(exact_posterior(), num_replicates=300)
+    ranks = tree["ranks"]["mu"].values
+    assert ranks.min() >= 0 and ranks.max() <= 100
+    assert tree.attrs["num_ranked_draws"] == 100
+    assert stats.chisquare(np.bincount(ranks // 10, minlength=11)[:10]).pvalue > 1e-3
+    table = uniformity_tests(tree["prior_sbc"].to_dataset())
+    assert (table["p_min"] > 0.01).all()
+    assert verdict(tree) == "calibrated"
+
+
+@pytest.mark.parametrize(
+    "posterior, expected",
+    [
+        (exact_posterior(scale=0.5), "over-confident"),
+        (exact_posterior(scale=2.0), "under-confident"),
+        (exact_posterior(shift=1.0), "biased"),
+    ],
+    ids=["too-narrow", "too-wide", "shifted"],
+)
+def test_a_wrong_posterior_gets_the_verdict_of_the_rule(posterior, expected):
+    assert verdict(run(posterior, num_replicates=300)) == expected
+
+
+def test_ties_are_broken_at_random():
+    """A CDF of 1 that differs by an ulp between draws: without tie-breaking every rank is the
+    same; with it the ranks are uniform on 0..L."""
+    rng = np.random.default_rng(0)
+    one = np.ones(1)
+    ulp = np.spacing(1.0)
+    draws = 1.0 + ulp * rng.integers(-1, 2, size=(19, 1))
+    ranks = np.array(
+        [rank_statistics(one, draws, np.random.default_rng(i))[0][0] for i in range(2000)]
+    )
+    assert stats.chisquare(np.bincount(ranks, minlength=20)).pvalue > 1e-3
+    # counting draws below the truth (no tie-breaking) gives one rank whatever the seed, and
+    # with no tolerance the ulp-distinct draws are not ties: the ranks span only the exact ties
+    exact = int(np.sum(draws == 1.0))
+    strict = {rank_statistics(one, draws, np.random.default_rng(i), tolerance=0.0)[0][0]
+              for i in range(200)}  # fmt: skip
+    below = int(np.sum(draws < 1.0))
+    assert strict == set(range(below, below + exact + 1)) and len(strict) < 20
+
+
+def test_a_discrete_quantity_with_ties_is_uniform_in_sbc():
+    """P(mu > 0) under the draws is 0 or 1 (heavily tied); its ranks must still be uniform."""
+
+    def indicator(values, data):
+        return {"positive": (values["mu"] > 0).astype(jnp.float64)}
+
+    tree = sbc(
+        KEY, simulate, exact_posterior(), indicator, num_replicates=300, thin=1, chunk_size=100
+    )
+    u = tree["prior_sbc"]["positive"].values
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+
+
+def test_failed_and_divergent_replicates_are_counted_not_dropped():
+    def sometimes_nan(key, data):
+        post = exact_posterior()(key, data)
+        bad = jnp.mean(data["y"]) > 1.0
+        return PosteriorDraws({"mu": jnp.where(bad, jnp.nan, post.draws["mu"])}, post.num_divergent)
+
+    def divergent(data):
+        return jnp.where(data["y"][0] < 0, 3, 0)
+
+    tree = run(sometimes_nan, num_replicates=60, chunk_size=25)
+    failed = tree["replicates"]["failed"].values
+    assert tree.attrs["num_failed"] == failed.sum() > 0
+    assert tree.attrs["num_replicates"] == 60 and tree["ranks"].sizes["replicate"] == 60
+    assert (tree["ranks"]["mu"].values[failed] == -1).all()
+    assert np.isnan(tree["prior_sbc"]["mu"].values[failed]).all()
+    assert (tree["uniformity"]["n"].values == 60 - failed.sum()).all()
+    tree = run(exact_posterior(divergent=divergent), num_replicates=40, chunk_size=40)
+    num_div = tree["replicates"]["num_divergent"].values
+    assert tree.attrs["num_divergent_replicates"] == int((num_div > 0).sum()) > 0
+    assert tree.attrs["num_divergent"] == int(num_div.sum())
+    assert tree.attrs["num_failed"] == 0
+
+
+def test_result_does_not_depend_on_the_chunk_size():
+    a = run(exact_posterior(), num_replicates=45, chunk_size=45)
+    b = run(exact_posterior(), num_replicates=45, chunk_size=7)
+    np.testing.assert_array_equal(a["ranks"]["mu"].values, b["ranks"]["mu"].values)
+    np.testing.assert_allclose(a["prior_sbc"]["mu"].values, b["prior_sbc"]["mu"].values)
+
+
+def test_auto_thinning_of_autocorrelated_draws():
+    """AR(1) draws with correlation 0.9 have ESS about S / 19: "auto" thins them, and the
+    thinned ranks are uniform where the unthinned ones are not."""
+
+    def ar1_posterior(key, data):
+        n = data["y"].shape[0]
+        mean, sd = jnp.sum(data["y"]) / (n + 1), 1 / jnp.sqrt(n + 1.0)
+        eps = jax.random.normal(key, (2, 400))
+
+        def step(prev, e):
+            new = 0.9 * prev + jnp.sqrt(1 - 0.81) * e
+            return new, new
+
+        _, path = jax.lax.scan(step, eps[:, 0], eps[:, 1:].T)
+        return PosteriorDraws({"mu": mean + sd * path.T}, jnp.zeros((), jnp.int32))
+
+    tree = run(ar1_posterior, num_replicates=100, thin="auto", chunk_size=50)
+    assert 8 <= tree.attrs["thin"] <= 40
+    assert tree.attrs["num_ranked_draws"] == 2 * len(range(0, 399, tree.attrs["thin"]))
+
+
+def test_checkpoint_resumes_to_the_same_result(tmp_path):
+    path = tmp_path / "study.npz"
+    whole = run(exact_posterior(), num_replicates=50, chunk_size=20)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first(message):
+        if message.startswith("20/"):
+            raise Stop
+
+    with pytest.raises(Stop):
+        run(exact_posterior(), num_replicates=50, chunk_size=20, checkpoint=path,
+            progress=stop_after_first)  # fmt: skip
+    assert path.exists()
+    messages = []
+    resumed = run(exact_posterior(), num_replicates=50, chunk_size=20, checkpoint=path,
+                  progress=messages.append)  # fmt: skip
+    assert messages[0].startswith("resumed from study.npz: 20/50")
+    np.testing.assert_array_equal(resumed["ranks"]["mu"].values, whole["ranks"]["mu"].values)
+    assert not [p for p in tmp_path.iterdir() if p.name != "study.npz"]  # no temporary left
+    with pytest.raises(ValueError, match="checkpoint: study.npz belongs to another study"):
+        run(exact_posterior(), num_replicates=60, chunk_size=20, checkpoint=path)
+
+
+def test_one_and_two_host_devices_agree(tmp_path):
+    """The same study on 1 device here and on 2 host devices in a subprocess."""
+    script = textwrap.dedent(
+        f"""
+        import os, sys, json
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        assert len(jax.devices()) == 2
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import numpy as np
+        import test_sbc as t
+        tree = t.run(t.exact_posterior(), num_replicates=30, chunk_size=10)
+        assert tree.attrs["num_devices"] == 2
+        json.dump(tree["prior_sbc"]["mu"].values.tolist(), open(sys.argv[1], "w"))
+        """
+    )
+    out = tmp_path / "pit.json"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env, timeout=300)
+    two = np.asarray(json.loads(out.read_text()))
+    one = run(exact_posterior(), num_replicates=30, chunk_size=10, num_devices=1)
+    np.testing.assert_allclose(one["prior_sbc"]["mu"].values, two, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- coverage
+
+
+def normal_cdf(scale=1.0):
+    def posterior_cdf(key, data, target):
+        n = data["y"].shape[0]
+        mean, sd = jnp.sum(data["y"]) / (n + 1), scale / jnp.sqrt(n + 1.0)
+        cdf = jax.scipy.stats.norm.cdf(target["mu"], mean, sd)
+        return {"mu": (cdf, cdf)}
+
+    return posterior_cdf
+
+
+def coverage(scale, num_replicates=400):
+    tree = interval_coverage(
+        KEY,
+        simulate,
+        normal_cdf(scale),
+        lambda truth, data: {"mu": truth["mu"]},
+        num_replicates=num_replicates,
+        chunk_size=200,
+    )
+    tree.attrs["kind"] = "coverage"
+    return tree
+
+
+def test_coverage_of_exact_intervals_is_nominal_with_binomial_errors():
+    tree = coverage(1.0)
+    summary = tree["coverage"].to_dataset().to_dataframe()
+    for level in (0.5, 0.9):
+        row = summary.loc[("mu", level)]
+        assert abs(row["coverage"] - level) < 3.5 * row["se"]
+        assert row["se_binomial"] == pytest.approx(np.sqrt(level * (1 - level) / 400), rel=0.2)
+    assert cal.calibration_verdict(tree)[0] == "calibrated"
+    assert cal.calibration_verdict(coverage(0.6))[0] == "over-confident"
+    assert cal.calibration_verdict(coverage(1.8))[0] == "under-confident"
+
+
+def test_oracle_coverage_is_nominal_on_a_discrete_posterior():
+    """z_i | x under the true nu is discrete (the atoms): the randomised PIT makes its coverage
+    exact, where intervals with atoms for ends would over-cover."""
+    tree = cal.calibrate(KEY, "deconvolution", "oracle", num_replicates=60, chunk_size=60)
+    summary = cal.coverage_summary(tree)
+    for _, row in summary.iterrows():
+        assert abs(row["coverage"] - row["level"]) < 3.5 * row["se"]
+    assert tree.attrs["verdict"] == "calibrated"
+
+
+def test_plug_in_intervals_of_attention_em_are_over_confident():
+    tree = cal.calibrate(KEY, "deconvolution", "attention-em", num_replicates=40, chunk_size=40)
+    assert tree.attrs["verdict"] == "over-confident"
+    assert cal.coverage_summary(tree).set_index("level").loc[0.9, "coverage"] < 0.6
+
+
+# ----------------------------------------------------------------------------- samplers
+
+SMALL = cal.DeconvolutionStudy(num_atoms=2, num_points=20)
+
+
+def test_nuts_ranks_are_uniform_on_a_small_deconvolution_model():
+    tree = cal.calibrate(
+        KEY,
+        "deconvolution",
+        "nuts",
+        study=SMALL,
+        num_replicates=60,
+        chunk_size=60,
+        overrides={"num_warmup": 150, "num_samples": 150},
+    )
+    assert tree.attrs["kind"] == "ranks" and tree.attrs["num_failed"] == 0
+    assert set(tree["ranks"].data_vars) == {"cdf", "mean", "sd", "log_likelihood"}
+    assert tree.attrs["verdict"] == "calibrated", tree.attrs["verdict_reason"]
+
+
+def test_gibbs_ranks_are_uniform_on_a_small_deconvolution_model():
+    tree = cal.calibrate(
+        KEY,
+        "deconvolution",
+        "gibbs",
+        study=SMALL,
+        num_replicates=60,
+        chunk_size=60,
+        overrides={"num_warmup": 200, "num_samples": 400, "num_chains": 2},
+    )
+    assert tree.attrs["num_failed"] == 0
+    assert tree.attrs["verdict"] == "calibrated", tree.attrs["verdict_reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["nuts", "gibbs"])
+def test_powered_ranks_are_uniform(method):
+    sizes = {"num_warmup": 300, "num_samples": 300}
+    if method == "gibbs":
+        sizes = {"num_warmup": 500, "num_samples": 1000, "num_chains": 2}
+    tree = cal.calibrate(
+        KEY,
+        "deconvolution",
+        method,
+        study=cal.DeconvolutionStudy(),
+        num_replicates=500,
+        chunk_size=50,
+        overrides=sizes,
+    )
+    assert tree.attrs["verdict"] == "calibrated", tree.attrs["verdict_reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "wrong", [{"sigma_factor": 1.3}, {"sigma_factor": 0.7}, {"data_fraction": 0.5}]
+)
+def test_powered_wrong_sampler_is_flagged(wrong):
+    tree = cal.calibrate(
+        KEY,
+        "deconvolution",
+        "nuts",
+        study=cal.DeconvolutionStudy(),
+        num_replicates=300,
+        chunk_size=50,
+        overrides={"num_warmup": 300, "num_samples": 300, **wrong},
+    )
+    assert tree.attrs["verdict"] != "calibrated", tree.attrs["verdict_reason"]
+
+
+def test_a_sampler_with_sigma_off_by_30_percent_is_flagged():
+    """Gibbs assuming 1.3 sigma: too little spread of nu is left, and the ranks of its sd show
+    it (NUTS with the same error, and 0.7 sigma or half the data, in the slow tests)."""
+    tree = cal.calibrate(
+        KEY,
+        "deconvolution",
+        "gibbs",
+        study=cal.DeconvolutionStudy(num_points=50),
+        num_replicates=100,
+        chunk_size=100,
+        overrides={"num_warmup": 200, "num_samples": 400, "num_chains": 2, "sigma_factor": 1.3},
+    )
+    assert tree.attrs["verdict"] != "calibrated", tree.attrs["verdict_reason"]
+
+
+def test_exact_switching_filter_is_calibrated():
+    tree = cal.calibrate(
+        KEY,
+        "switching",
+        "exact",
+        study=cal.SwitchingStudy(num_steps=6),
+        num_replicates=80,
+        chunk_size=80,
+    )
+    assert tree.attrs["verdict"] == "calibrated", tree.attrs["verdict_reason"]
+    assert tree["states"]["pit"].shape == (80, 6, 4)
