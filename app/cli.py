@@ -5,8 +5,11 @@
     attnbayes filter FILE.csv (--scenario NAME | --params FILE.json)
                      [--method imm|gpb2|gpb1|rbpf|gibbs] [--fit mle|em|nuts]
                      [--inputs COLS] [options]
+    attnbayes calibrate [--reading deconvolution|switching] [--method M ...] [--replicates R]
+                        [options]
 
-``report`` runs the built-in simulations (``attnbayes.app.report``); ``deconvolve`` and ``filter``
+``report`` runs the built-in simulations (``attnbayes.app.report``); ``calibrate`` runs
+calibration studies over a fixed prior (``attnbayes.app.calibrate``); ``deconvolve`` and ``filter``
 run one method on a user's own CSV (``attnbayes.app.user_data`` reads and checks it,
 ``attnbayes.app.user_runs`` runs the method and writes the outputs). Exit status 0 on success, 2
 for bad usage or bad input (reported before any JAX work), 1 when a run or writing its output
@@ -48,6 +51,24 @@ FILTER_METHODS = ("imm", "gpb2", "gpb1", "rbpf", "gibbs")
 FIT_METHODS = ("mle", "em", "nuts")
 # attnbayes.models.markov_switching.STATE_SPACE_FREE (tests/test_cli.py checks they agree)
 FIT_FREE_DEFAULT = ("transition_matrix", "dynamics_cov_scale", "emission_cov_scale")
+# attnbayes.inference.calibration.CALIBRATION_METHODS (tests/test_cli.py checks they agree)
+CALIBRATE_METHODS = {
+    "deconvolution": (
+        "nuts",
+        "nuts-dp",
+        "gibbs",
+        "attention-em",
+        "npmle",
+        "approx-gibbs",
+        "james-stein",
+        "oracle",
+    ),
+    "switching": ("gpb1", "gpb2", "imm", "exact", "kim-gpb2", "kim-imm", "exact-smoother"),
+}
+CALIBRATE_DEFAULT = {
+    "deconvolution": ("nuts", "gibbs", "attention-em", "npmle", "oracle"),
+    "switching": ("gpb2", "imm", "kim-imm"),
+}
 
 EXIT_STATUSES = """exit status:
   0  success: the path of the written index.html is printed on stdout
@@ -476,7 +497,80 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_data_options(filt, "filter")
     _add_debug(filt)
+    _add_calibrate(sub)
     return parser
+
+
+def _fraction(text: str) -> float:
+    value = _sigma(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _add_calibrate(sub) -> None:
+    names = "; ".join(f"{r}: {', '.join(m)}" for r, m in CALIBRATE_METHODS.items())
+    cal = sub.add_parser(
+        "calibrate",
+        help="simulation-based calibration of methods over a fixed prior",
+        description=_wrap(
+            "Draw parameters and data from a fixed prior, run each method on every replicate "
+            "(one compilation for all of them) and test its calibration: SBC ranks for "
+            "samplers, coverage of 50%% and 90%% intervals for interval methods, with a "
+            "verdict (calibrated / over-confident / under-confident / biased). Writes "
+            "OUT/NAME/ with calibration.csv, one DataTree per method (netCDF), the ECDF-PIT "
+            "figure and index.html."
+        ),
+        epilog=f"methods: {names}\n\n" + EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cal.add_argument(
+        "--reading",
+        choices=tuple(CALIBRATE_METHODS),
+        default="deconvolution",
+        help="[deconvolution]",
+    )
+    cal.add_argument(
+        "--method",
+        action="append",
+        metavar="M",
+        help="a method to calibrate (repeat for several) [deconvolution: "
+        + ",".join(CALIBRATE_DEFAULT["deconvolution"])
+        + "; switching: "
+        + ",".join(CALIBRATE_DEFAULT["switching"])
+        + "]",
+    )
+    cal.add_argument("--replicates", type=_count(2), default=200, metavar="R", help="[200]")
+    cal.add_argument("--points", type=_count(2), metavar="N", help="deconvolution: N [50]")
+    cal.add_argument("--atoms", type=_count(1), metavar="K", help="deconvolution: K [2]")
+    cal.add_argument("--steps", type=_count(1), metavar="T", help="switching: T [50]")
+    cal.add_argument("--warmup", type=_count(0), metavar="N", help="samplers: warmup [300]")
+    cal.add_argument("--draws", type=_count(4), metavar="N", help="samplers: draws [300]")
+    cal.add_argument("--chains", type=_count(2), metavar="N", help="samplers: chains [2]")
+    cal.add_argument(
+        "--sigma-factor",
+        type=_sigma,
+        metavar="F",
+        help="power check: the methods assume noise F sigma (deconvolution) [1]",
+    )
+    cal.add_argument(
+        "--data-fraction",
+        type=_fraction,
+        metavar="F",
+        help="power check: the methods see the first F of the data (deconvolution) [1]",
+    )
+    cal.add_argument(
+        "--chunk-size", type=_count(1), default=50, metavar="C", help="replicates per call [50]"
+    )
+    cal.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="save each method's finished chunks in DIR/<method>.npz and resume from them",
+    )
+    cal.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed [0]")
+    cal.add_argument("--out", default="reports", metavar="DIR", help="output folder [reports]")
+    cal.add_argument("--name", metavar="NAME", help="folder name inside DIR [calibrate-READING]")
+    _add_debug(cal)
 
 
 def _report(args, progress, argv):
@@ -503,6 +597,56 @@ def _deconvolve(args, progress, argv):
         num_samples=args.draws,
         num_chains=args.chains,
         block_size=args.block_size,
+        progress=progress,
+        argv=argv,
+    )
+
+
+def _calibrate(args, progress, argv):
+    from .calibrate import run_calibration
+    from .user_data import InputError
+
+    reading = args.reading
+    methods = args.method or list(CALIBRATE_DEFAULT[reading])
+    unknown = [m for m in methods if m not in CALIBRATE_METHODS[reading]]
+    if unknown:
+        raise InputError(
+            f"--method: unknown {unknown} for --reading {reading}; choose from "
+            f"{list(CALIBRATE_METHODS[reading])}"
+        )
+    given = {"--points": args.points, "--atoms": args.atoms, "--steps": args.steps}
+    wrong = {"deconvolution": ("--steps",), "switching": ("--points", "--atoms")}[reading]
+    for option in wrong:
+        if given[option] is not None:
+            raise InputError(f"{option}: does not apply to --reading {reading}")
+    if reading == "switching" and (args.sigma_factor or args.data_fraction):
+        raise InputError("--sigma-factor/--data-fraction: apply to --reading deconvolution only")
+    from ..inference import calibration as cal
+
+    if reading == "deconvolution":
+        study = cal.DeconvolutionStudy(num_atoms=args.atoms or 2, num_points=args.points or 50)
+    else:
+        study = cal.SwitchingStudy(num_steps=args.steps or 50)
+    overrides = {
+        "num_warmup": 300 if args.warmup is None else args.warmup,
+        "num_samples": args.draws or 300,
+        "num_chains": args.chains or 2,
+    }
+    if args.sigma_factor is not None:
+        overrides["sigma_factor"] = args.sigma_factor
+    if args.data_fraction is not None:
+        overrides["data_fraction"] = args.data_fraction
+    return run_calibration(
+        reading,
+        methods,
+        study=study,
+        num_replicates=args.replicates,
+        overrides=overrides,
+        seed=args.seed,
+        chunk_size=args.chunk_size,
+        out_dir=args.out,
+        name=args.name,
+        checkpoint_dir=args.checkpoint_dir,
         progress=progress,
         argv=argv,
     )
@@ -606,7 +750,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attnbayes: {message}", file=sys.stderr)
         return status
 
-    run = {"report": _report, "deconvolve": _deconvolve, "filter": _filter}[args.command]
+    run = {
+        "report": _report,
+        "deconvolve": _deconvolve,
+        "filter": _filter,
+        "calibrate": _calibrate,
+    }[args.command]
     previous = signal.getsignal(signal.SIGTERM)
     previous_int = signal.getsignal(signal.SIGINT)
     in_main_thread = threading.current_thread() is threading.main_thread()

@@ -70,7 +70,12 @@ def is_ours(folder: Path) -> bool:
             doc = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return False
-        return isinstance(doc, dict) and doc.get("attnbayes") in ("report", "deconvolve", "filter")
+        return isinstance(doc, dict) and doc.get("attnbayes") in (
+            "report",
+            "deconvolve",
+            "filter",
+            "calibrate",
+        )
     # a report written before reports carried run.json
     page, results = folder / "index.html", folder / "results.csv"
     if not (page.is_file() and results.is_file()):

@@ -636,7 +636,9 @@ def interval_coverage(
             flat = jnp.reshape(u, (1, -1))
             lo = jnp.asarray((1 - lv) / 2, flat.dtype)[:, None]
             hi = jnp.asarray((1 + lv) / 2, flat.dtype)[:, None]
-            out[n] = (u, jnp.mean(flat < lo, axis=1), jnp.mean(flat > hi, axis=1))
+            below = jnp.mean((flat < lo).astype(flat.dtype), axis=1)
+            above = jnp.mean((flat > hi).astype(flat.dtype), axis=1)
+            out[n] = (u, below, above)
         return out
 
     def reduce(outputs, indices, state):
