@@ -12,7 +12,11 @@ A sub-package per reading of attention:
 - ``attention_prediction``: attention pooling inside a forecaster, trained end to end (the
   regularised-argmax note), against Nadaraya-Watson, moving averages and AR(p);
 
-and shared modules: ``mcmc`` (NUTS to an ArviZ DataTree), ``diagnostics`` (R-hat, ESS),
+- ``calibration``: simulation-based calibration of the registry's methods over a fixed prior
+  (SBC ranks for samplers, interval coverage for the others) with a verdict;
+
+and shared modules: ``mcmc`` (NUTS to an ArviZ DataTree, and ``sample_nuts``, its traceable
+core), ``diagnostics`` (R-hat, ESS; ``sbc`` and ``interval_coverage``),
 ``model_comparison`` (PSIS-LOO, leave-future-out), ``methods`` (the method registry),
 ``sampling`` (random variates the samplers share) and ``optimize`` (L-BFGS compiled with one
 gradient, a Hessian by differences). Sub-packages are imported on first use.
@@ -23,6 +27,7 @@ import importlib
 _SUBMODULES = (
     "attention",
     "attention_prediction",
+    "calibration",
     "deconvolution",
     "diagnostics",
     "kernel_regression",

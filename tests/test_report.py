@@ -15,6 +15,7 @@ import xarray as xr
 from attnbayes.app import outputs, report
 from attnbayes.app.cli import main
 from attnbayes.app.report import SECTIONS, write_report
+from attnbayes.app.report.calibration import CALIBRATION
 from attnbayes.app.report.learned import FAMILIES as LEARNED_FAMILIES
 from attnbayes.app.report.learned import LEARNED
 from attnbayes.app.report.learned import POINT_METHODS as LEARNED_POINT_METHODS
@@ -30,6 +31,17 @@ SMALL_ATOM_COUNTS = ((1, 3), report.ATOM_COUNTS[1])
 SMALL_LEARNED = LEARNED._replace(
     num_tasks=(3, 12), sizes=((60, 300), LEARNED.sizes[1]), nuts_draws=(60, 150)
 )
+# section 9 with the cheaper sampler (Gibbs) for the ranks and the wrong sampler: NUTS's own
+# calibration is tests/test_sbc.py's
+SMALL_CALIBRATION = CALIBRATION._replace(
+    replicates=(30, 100),
+    interval_replicates=(30, 200),
+    sampler_draws=(100, 300),
+    switching_steps=(15, 50),
+    deconvolution=("gibbs", "attention-em", "oracle"),
+    switching=("imm",),
+    wrong_method="gibbs",
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +55,7 @@ def quick_report(tmp_path_factory):
         switching=SMALL_SWITCHING,
         atom_counts=SMALL_ATOM_COUNTS,
         learned=SMALL_LEARNED,
+        calibration=SMALL_CALIBRATION,
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(report, "write_report", small)
@@ -76,6 +89,8 @@ def test_quick_report_has_every_section_figure_and_table(quick_report):
         'id="learned-batting"',
         'id="learned-link"',
         'id="learned-pooling"',
+        'id="calibration-table"',
+        'id="calibration-ecdf"',
     ):
         assert anchor in page, anchor
     pngs = sorted(folder.glob("*.png"))
@@ -96,6 +111,7 @@ def test_quick_report_has_every_section_figure_and_table(quick_report):
         "learned-length",
         "learned-batting",
         "learned-pooling",
+        "calibration_ecdf_pit",
     ):
         assert (folder / f"{name}.png").exists(), name
     assert page.count("<table>") >= 10
@@ -208,6 +224,21 @@ def test_learned_section_carries_regret_coverage_batting_link_and_pooling(quick_
     assert link["[0.5, 2]", "kl_best_linear"] < link["[0.1, 100]", "kl_best_linear"] / 10
     sunspots = results[results.scenario == "sunspots"]
     assert sum(m.endswith("pooling") for m in set(sunspots.method)) == 3
+
+
+def test_calibration_section_has_every_study_and_its_verdict(quick_report):
+    _, folder = quick_report
+    results = pd.read_csv(folder / "results.csv").query("section == 'calibration'")
+    values = results.set_index(["method", "metric"]).value
+    assert set(results.method) == {"gibbs", "attention-em", "oracle", "gibbs (sigma x 1.3)", "imm"}
+    assert (values.xs("num_replicates", level="metric") > 0).all()
+    assert values["gibbs", "min_p_adjusted"] > 0.01  # a right sampler passes
+    assert abs(values["oracle", "coverage_z_90"] - 0.9) < 4 * values["oracle", "se_z_90"]
+    assert values["attention-em", "coverage_z_90"] < 0.7  # plug-in intervals over-confident
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    section = page[page.index('<h2 id="calibration">') :]
+    for verdict in ("calibrated", "over-confident"):
+        assert verdict in section
 
 
 def test_failed_report_leaves_nothing(tmp_path, monkeypatch):

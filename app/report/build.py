@@ -25,6 +25,13 @@ from ..outputs import (
     versions,
 )
 from . import runners
+from .calibration import (
+    CALIBRATION,
+    CalibrationSettings,
+    calibration_blocks_html,
+    calibration_key_numbers,
+    run_calibration_section,
+)
 from .figures import attention_demo, kernel_regression_demo
 from .html import (
     _atoms_block,
@@ -85,6 +92,7 @@ def write_report(
     switching: SwitchingSettings | None = SWITCHING,
     atom_counts: tuple[tuple[int, ...], tuple[int, ...]] = ATOM_COUNTS,
     learned: LearnedSettings | None = LEARNED,
+    calibration: CalibrationSettings | None = CALIBRATION,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Run the built-in comparisons and write ``out_dir/name/index.html``; return its path.
@@ -103,6 +111,7 @@ def write_report(
         switching: sizes of the switching part; None leaves the switching model out.
         atom_counts: the K compared by PSIS-LOO (quick run, full run).
         learned: sizes of section 8 (learned attention); None leaves it out.
+        calibration: sizes of section 9 (calibration over the prior); None leaves it out.
         progress: called with a message at every step (the CLI prints them).
 
     Raises:
@@ -169,6 +178,12 @@ def write_report(
             for label, table in learned_key_numbers(run_l):
                 check_finite_table(label, table)
             learned_blocks(blocks, figures, run_l, frames, _fig)
+        if calibration is not None:
+            run_c = run_calibration_section(
+                calibration, quick=quick, key=jax.random.fold_in(key_nw, 2), progress=say
+            )
+            check_finite_table("calibration", calibration_key_numbers(run_c))
+            calibration_blocks_html(blocks, figures, run_c, frames, _fig)
         _diagnostics_summary(blocks, diag_rows, frames)
         results = pd.concat(frames, ignore_index=True)[
             ["section", "scenario", "method", "metric", "value"]

@@ -25,6 +25,7 @@ SECTIONS = (
     ("attention", "6. Attention maps"),
     ("kernel-regression", "7. Nadaraya-Watson kernel regression"),
     ("learned", "8. Learned attention: unrolled EM, the link conjecture, pooling in a forecaster"),
+    ("calibration", "9. Calibration over the prior: SBC ranks and interval coverage"),
 )
 
 

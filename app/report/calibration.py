@@ -1,0 +1,129 @@
+"""Section 9 of the report: calibration over the prior (``attnbayes.inference.calibration``).
+
+Samplers get SBC ranks on a small deconvolution model (K = 2 atoms, N = 50 points, Dirichlet
+weights); interval methods the coverage of their intervals for z_i on the same prior; the
+switching filters and Kim's smoother the coverage of their intervals for x_t on the maneuvering
+target; and a deliberately wrong sampler (NUTS assuming 1.3 sigma) shows that the test has
+power. Each method has a verdict by ``calibration_verdict``'s rule.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import pandas as pd
+
+from ...inference import calibration as cal
+from ..calibrate import calibration_blocks, figure_ecdf_pit, key_numbers
+from .html import _p
+
+
+class CalibrationSettings(NamedTuple):
+    """Sizes of section 9 (quick run, full run)."""
+
+    replicates: tuple[int, int] = (40, 100)
+    interval_replicates: tuple[int, int] = (40, 200)
+    sampler_draws: tuple[int, int] = (150, 300)
+    switching_steps: tuple[int, int] = (30, 50)
+    deconvolution: tuple[str, ...] = ("nuts", "gibbs", "attention-em", "npmle", "oracle")
+    switching: tuple[str, ...] = ("gpb2", "imm", "kim-imm")
+    wrong_method: str = "nuts"
+    wrong_sigma_factor: float = 1.3
+
+
+CALIBRATION = CalibrationSettings()
+
+
+class CalibrationRun(NamedTuple):
+    trees: dict
+    table: pd.DataFrame
+
+
+def run_calibration_section(
+    settings: CalibrationSettings, *, quick: bool, key, progress: Callable[[str], None]
+) -> CalibrationRun:
+    """Every study of section 9, in order; the wrong sampler is ``nuts (sigma x 1.3)``."""
+    size = 0 if quick else 1
+    draws = settings.sampler_draws[size]
+    sampler_sizes = {"num_warmup": draws, "num_samples": draws, "num_chains": 2}
+    study = cal.DeconvolutionStudy()
+    jobs = []
+    for method in settings.deconvolution:
+        sampler = method in ("nuts", "nuts-dp", "gibbs")
+        overrides = sampler_sizes if sampler else {}
+        replicates = settings.replicates[size] if sampler else settings.interval_replicates[size]
+        jobs.append((method, "deconvolution", method, study, overrides, replicates))
+    wrong = {**sampler_sizes, "sigma_factor": settings.wrong_sigma_factor}
+    jobs.append(
+        (
+            f"{settings.wrong_method} (sigma x {settings.wrong_sigma_factor:g})",
+            "deconvolution",
+            settings.wrong_method,
+            study,
+            wrong,
+            settings.replicates[size],
+        )
+    )
+    sw_study = cal.SwitchingStudy(num_steps=settings.switching_steps[size])
+    for method in settings.switching:
+        jobs.append((method, "switching", method, sw_study, {}, settings.interval_replicates[size]))
+    trees = {}
+    for i, (label, reading, method, st, overrides, replicates) in enumerate(jobs):
+        progress(f"calibration: {label}, {replicates} replicates")
+        trees[label] = cal.calibrate(
+            jax.random.fold_in(key, i),
+            reading,
+            method,
+            study=st,
+            num_replicates=replicates,
+            overrides=overrides,
+            chunk_size=replicates,
+        )
+    return CalibrationRun(trees, cal.calibration_table(trees))
+
+
+def calibration_key_numbers(run: CalibrationRun) -> pd.DataFrame:
+    """Section 9's rows of results.csv: the numbers that apply to each method's kind."""
+    rows = key_numbers(run.table)
+    rows.insert(0, "scenario", "prior")
+    rows.insert(0, "section", "calibration")
+    return rows
+
+
+def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames, fig_tag) -> None:
+    """Append section 9's HTML to ``blocks["calibration"]`` and its rows to ``frames``."""
+    frames.append(calibration_key_numbers(run))
+    png = figure_ecdf_pit(run.trees)
+    trees = run.trees
+    first = next(iter(trees.values()))
+    sampler = next((t for t in trees.values() if t.attrs["kind"] == "ranks"), first)
+    blocks["calibration"].append(
+        '<h3 id="calibration-table">Which methods are calibrated over the prior</h3>'
+        + _p(
+            "Simulation-based calibration (Talts et al. 2018): parameters and data are drawn "
+            "from a fixed prior (deconvolution: K = 2 atoms, N = 50 points, w ~ Dirichlet(1, 1), "
+            "mu_k ~ N(0, 3^2), sigma = 1; switching: the maneuvering target's parameters), and "
+            "every method runs on every replicate in one compiled program. Samplers are ranked "
+            "on permutation-invariant test quantities (nu's CDF at five points, its mean and "
+            "sd, the log-likelihood), their draws thinned to about their effective size "
+            f"(thin {sampler.attrs.get('thin', 1)} for {html.escape(sampler.attrs['method'])}) "
+            "and ties broken at random; chi-square and KS tests of uniform PIT values with "
+            "Holm's correction. Interval methods get the coverage of their 50% and 90% "
+            "intervals for z_i or x_t from the randomised PIT of the truth (exact for a "
+            "discrete posterior), with the larger of the binomial and between-replicate "
+            "standard errors. A row '... (sigma x 1.3)' is a deliberately wrong sampler: the "
+            "test must flag it. Verdicts follow calibration_verdict's rule (alpha = 0.01)."
+        )
+        + calibration_blocks(run.table, trees)
+        + '<h3 id="calibration-ecdf">ECDF-PIT</h3>'
+        + _p(
+            "ECDF minus the uniform CDF of one PIT value per replicate (arviz_plots' "
+            "plot_ecdf_pit): for samplers the test quantity with the smallest p-value, for "
+            "interval methods the first z_i or x_t of each replicate. Orange points leave the "
+            "simultaneous region; the p-value of the simultaneous test is printed."
+        )
+        + fig_tag(figures, "calibration_ecdf_pit", png, "ECDF-PIT of every method")
+    )
