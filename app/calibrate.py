@@ -99,19 +99,26 @@ def figure_ecdf_pit(trees: Mapping[str, object]) -> bytes:
     return buffer.getvalue()
 
 
-def key_numbers(table) -> pd.DataFrame:
-    """The numbers of a calibration table that apply to each method's kind, as tidy rows
-    (method, metric, value): a NaN among them is a failure, not a blank."""
+def key_numbers(trees) -> pd.DataFrame:
+    """The numbers of each study that apply to its kind, as tidy rows (method, metric, value):
+    a NaN among them is a failure, not a blank. Ranks: the smallest adjusted p-value;
+    coverage: the coverage and its standard error per target and level."""
     import pandas as pd
 
+    from ..inference.diagnostics import coverage_summary
+
     rows = []
-    for _, r in table.iterrows():
-        metrics = ["num_replicates", "num_failed", "num_divergent_replicates"]
-        if r["kind"] == "ranks":
-            metrics.append("min_p_adjusted")
+    for method, tree in trees.items():
+        a = tree.attrs
+        rows += [(method, m, float(a.get(m, 0))) for m in ("num_replicates", "num_failed")]
+        if a["kind"] == "ranks":
+            rows.append((method, "num_divergent_replicates", float(a["num_divergent_replicates"])))
+            p = tree["uniformity"]["p_min"].values
+            rows.append((method, "min_p_adjusted", float(np.min(p)) if p.size else np.nan))
         else:
-            metrics += [c for c in table.columns if c.startswith(("coverage_", "se_"))]
-        rows += [(r["method"], m, float(r[m])) for m in metrics]
+            for _, r in coverage_summary(tree).iterrows():
+                tag = f"{r['target']}_{round(100 * r['level'])}"
+                rows += [(method, f"coverage_{tag}", r["coverage"]), (method, f"se_{tag}", r["se"])]
     return pd.DataFrame(rows, columns=["method", "metric", "value"])
 
 
@@ -190,7 +197,7 @@ def run_calibration(
                 progress=lambda message, m=method: say(f"calibrate {m}: {message}"),
             )
         table = cal.calibration_table(trees)
-    check_finite_table("calibration.csv", key_numbers(table))
+    check_finite_table("calibration.csv", key_numbers(trees))
     png = figure_ecdf_pit(trees)
     elapsed = time.perf_counter() - started
     files = {"calibration.csv": table.to_csv(index=False)}

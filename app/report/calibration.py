@@ -87,7 +87,7 @@ def run_calibration_section(
 
 def calibration_key_numbers(run: CalibrationRun) -> pd.DataFrame:
     """Section 9's rows of results.csv: the numbers that apply to each method's kind."""
-    rows = key_numbers(run.table)
+    rows = key_numbers(run.trees)
     rows.insert(0, "scenario", "prior")
     rows.insert(0, "section", "calibration")
     return rows
