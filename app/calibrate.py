@@ -141,7 +141,7 @@ def run_calibration(
     num_replicates: int = 200,
     overrides: Mapping | None = None,
     seed: int = 0,
-    chunk_size: int = 50,
+    chunk_size: int = 24,
     out_dir="reports",
     name: str | None = None,
     checkpoint_dir=None,

@@ -560,7 +560,7 @@ def _add_calibrate(sub) -> None:
         help="power check: the methods see the first F of the data (deconvolution) [1]",
     )
     cal.add_argument(
-        "--chunk-size", type=_count(1), default=50, metavar="C", help="replicates per call [50]"
+        "--chunk-size", type=_count(1), default=24, metavar="C", help="replicates per call [24]"
     )
     cal.add_argument(
         "--checkpoint-dir",

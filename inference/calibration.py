@@ -354,7 +354,7 @@ def calibrate(
     num_replicates: int = 200,
     overrides: Mapping[str, Any] | None = None,
     levels: tuple[float, ...] = (0.5, 0.9),
-    chunk_size: int = 50,
+    chunk_size: int = 24,
     thin: int | str = "auto",
     num_devices: int | None = None,
     checkpoint=None,

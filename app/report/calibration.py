@@ -80,7 +80,7 @@ def run_calibration_section(
             study=st,
             num_replicates=replicates,
             overrides=overrides,
-            chunk_size=replicates,
+            chunk_size=24,
         )
     return CalibrationRun(trees, cal.calibration_table(trees))
 
