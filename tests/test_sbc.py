@@ -329,7 +329,6 @@ def test_powered_ranks_are_uniform(method):
         method,
         study=cal.DeconvolutionStudy(),
         num_replicates=500,
-        chunk_size=50,
         overrides=sizes,
     )
     assert tree.attrs["verdict"] == "calibrated", tree.attrs["verdict_reason"]
@@ -346,7 +345,6 @@ def test_powered_wrong_sampler_is_flagged(wrong):
         "nuts",
         study=cal.DeconvolutionStudy(),
         num_replicates=300,
-        chunk_size=50,
         overrides={"num_warmup": 300, "num_samples": 300, **wrong},
     )
     assert tree.attrs["verdict"] != "calibrated", tree.attrs["verdict_reason"]
