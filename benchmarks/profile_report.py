@@ -33,6 +33,13 @@ durations), the 15 largest single XLA compiles (function name, step, seconds) an
 with the most trace + lower + compile time in total.
 
     python -P benchmarks/profile_report.py --cache-dir DIR [--out DIR] [--quick] [--json FILE]
+                                           [--label TEXT] [--all-sections]
+
+Sections 1-8 only: an optional section after them (``write_report(calibration=...)``, when the
+report has it) is left out unless ``--all-sections``. If the report fails, the tables up to the
+failure are printed and the error is raised again. Each step also shows the process's CPU time
+(all threads) and the 1-minute load average, since wall times on a shared machine depend on
+the other jobs.
 
 Cold cache: an empty ``--cache-dir``; warm: run it again with the same folder (a new process).
 ``--analyze-profile FILE.prof`` instead reads a cProfile of a run,
@@ -304,6 +311,104 @@ def instrument(profile: Profile) -> None:
     pd.DataFrame.to_csv = profile.region("files", pd.DataFrame.to_csv)
 
 
+# (module, attribute path): functions timed inclusively with --hotspots (outermost calls only)
+HOTSPOTS = (
+    ("attnbayes.inference.mcmc", "run_nuts"),
+    ("attnbayes.inference.mcmc", "_model_sites"),
+    ("attnbayes.inference.mcmc", "_choose_dynamic"),
+    ("attnbayes.inference.mcmc", "_Entry.prepare"),
+    ("attnbayes.inference.mcmc", "_datatree"),
+    ("attnbayes.inference.deconvolution.gibbs", "run_gibbs"),
+    ("attnbayes.inference.switching.gibbs", "run_switching_gibbs"),
+    ("attnbayes.inference.deconvolution.invariants", "add_invariants"),
+    ("attnbayes.inference.deconvolution.comparison", "_sampler_fit"),
+    ("attnbayes.inference.diagnostics.convergence", "diagnostics"),
+    ("arviz_stats", "loo"),
+    ("arviz_stats", "compare"),
+    ("arviz_stats", "rhat"),
+    ("arviz_stats", "ess"),
+    ("attnbayes.inference.model_comparison", "loo_compare"),
+    ("attnbayes.inference.model_comparison", "switching_lfo"),
+    ("attnbayes.inference.model_comparison", "with_log_likelihood"),
+    ("xarray", "DataArray.quantile"),
+    ("xarray", "merge"),
+    ("jax", "block_until_ready"),
+    ("jax", "device_get"),
+    ("attnbayes.app.report.figures", "invariant_series"),
+    ("attnbayes.app.report.figures", "switching_predictive_draws"),
+    ("attnbayes.app.report.figures", "attention_demo"),
+    ("attnbayes.app.report.figures", "kernel_regression_demo"),
+    ("attnbayes.app.pages", "png_bytes"),
+    ("attnbayes.app.pages", "save_datatree"),
+    ("matplotlib.figure", "Figure.savefig"),
+)
+
+
+def instrument_hotspots(profile: Profile) -> dict:
+    """Inclusive timers (outermost calls only) around ``HOTSPOTS``, installed wherever the
+    function is referenced: its class, and every loaded module's globals that hold it."""
+    import importlib
+
+    timings: dict[str, list] = {}
+    for module_name, path in HOTSPOTS:
+        try:
+            owner = importlib.import_module(module_name)
+            *parents, attr = path.split(".")
+            for part in parents:
+                owner = getattr(owner, part)
+            original = getattr(owner, attr)
+        except (ImportError, AttributeError):
+            continue
+        original = getattr(original, "__wrapped_hotspot__", original)
+        label = f"{module_name}.{path}"
+        record = timings.setdefault(label, [0, 0.0, 0])  # calls, seconds, depth
+
+        def make(function, record=record):
+            def timed(*args, **kwargs):
+                record[2] += 1
+                start = time.perf_counter() if record[2] == 1 else None
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    record[2] -= 1
+                    if start is not None:
+                        record[0] += 1
+                        record[1] += time.perf_counter() - start
+
+            timed.__wrapped_hotspot__ = function
+            timed.__wrapped__ = function  # inspect.signature sees the function's own
+            timed.__module__ = getattr(function, "__module__", None)
+            timed.__name__ = getattr(function, "__name__", "timed")
+            timed.__qualname__ = getattr(function, "__qualname__", "timed")
+            timed.__doc__ = getattr(function, "__doc__", None)
+            return timed
+
+        wrapper = make(original)
+        if parents:  # a method: replace it on its class
+            setattr(owner, attr, wrapper)
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for key, value in list(namespace.items()):
+                if value is original:
+                    namespace[key] = wrapper
+                elif getattr(value, "__wrapped__", None) is original and not hasattr(
+                    value, "__wrapped_hotspot__"
+                ):  # a timer of ``instrument`` around it: keep it, time it too
+                    namespace[key] = make(value)
+    return timings
+
+
+def print_hotspots(timings: dict, total_wall: float) -> None:
+    print("\n== hot spots: inclusive wall s of selected functions (outermost calls; they nest)")
+    print(f"   {'wall s':>7} {'share':>6} {'calls':>6}  function")
+    for label, (calls, seconds, _) in sorted(timings.items(), key=lambda kv: -kv[1][1]):
+        if calls:
+            share = 100 * seconds / max(total_wall, 1e-9)
+            print(f"   {seconds:7.1f} {share:5.1f}% {calls:6d}  {label}")
+
+
 # ----------------------------------------------------------------------------- printing
 
 HEADER = (
@@ -522,6 +627,16 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="the quick report (small sizes)")
     parser.add_argument("--json", help="also write the tables as JSON to this file")
     parser.add_argument("--label", default=None, help="a label for the tables (cold/warm)")
+    parser.add_argument(
+        "--hotspots",
+        action="store_true",
+        help="also time selected functions (ArviZ, DataTree building, sampling...) inclusively",
+    )
+    parser.add_argument(
+        "--all-sections",
+        action="store_true",
+        help="also run optional sections after section 8 (left out by default)",
+    )
     parser.add_argument("--analyze-profile", metavar="FILE.prof", help="read a cProfile output")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
@@ -554,6 +669,8 @@ def main(argv=None) -> int:
     instrument(profile)
     from attnbayes.app.report import write_report
 
+    timings = instrument_hotspots(profile) if args.hotspots else None
+
     label = args.label or ("warm cache" if had_entries else "cold cache")
     label += f" ({'quick' if args.quick else 'full'} sizes, {os.cpu_count()} CPUs)"
     setup_s = time.perf_counter() - STARTED
@@ -564,15 +681,38 @@ def main(argv=None) -> int:
 
     profile.new_step("(start of write_report)")
     profile.steps.pop(0)  # the placeholder made before write_report
-    path = write_report(args.out, name=args.name, quick=args.quick, progress=progress)
+    # sections 1-8 (the report as profiled for issue 17); a later optional section (e.g.
+    # ``calibration``) is left out unless --all-sections
+    import inspect
+
+    optional = {}
+    if not args.all_sections:
+        for name in ("calibration",):
+            if name in inspect.signature(write_report).parameters:
+                optional[name] = None
+                label += f", without {name}"
+    failed = None
+    try:
+        path = write_report(
+            args.out, name=args.name, quick=args.quick, progress=progress, **optional
+        )
+        print(f"report: {path}; cache: {cache_dir}", file=sys.stderr)
+    except Exception as err:  # the tables up to the failure are still printed
+        failed = err
+        profile.new_step(f"FAILED: {type(err).__name__}: {err}"[:200])
+        label += ", FAILED"
     profile.close()
-    print(f"report: {path}; cache: {cache_dir}", file=sys.stderr)
     result = print_tables(profile, setup_s, label)
+    if timings is not None:
+        print_hotspots(timings, result["total"]["wall"])
+        result["hotspots"] = {k: v[:2] for k, v in timings.items()}
     entries = sum(1 for n in os.listdir(cache_dir) if not n.startswith("."))
     print(f"   cache folder {cache_dir}: {entries} entries after the run")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=1, default=str)
+    if failed is not None:
+        raise failed
     return 0
 
 
