@@ -44,10 +44,12 @@ from .switching.gibbs import run_switching_gibbs
 from .switching.kalman import check_inputs
 
 
-def loo_compare(datatrees: dict[str, xr.DataTree], **kwargs) -> pd.DataFrame:
+def loo_compare(datatrees: dict[str, xr.DataTree], *, loos: dict | None = None, **kwargs):
     """``az.compare`` (PSIS-LOO, stacking weights) of named fits, checked first.
 
-    Every DataTree needs a ``log_likelihood`` group over the same observations. Returns the
+    Every DataTree needs a ``log_likelihood`` group over the same observations. ``loos``:
+    pointwise ``azs.loo(tree, pointwise=True)`` results already computed for some of them, which
+    ``az.compare`` then uses instead of computing PSIS-LOO again (the same numbers). Returns the
     ArviZ comparison table (rank, elpd, p, elpd_diff, weight, se, dse, warning), best first,
     unrounded unless ``round_to`` is passed.
     """
@@ -62,7 +64,8 @@ def loo_compare(datatrees: dict[str, xr.DataTree], **kwargs) -> pd.DataFrame:
     if len({tuple(sorted(s.items())) for s in shapes.values()}) > 1:
         raise ValueError(f"datatrees: log_likelihood shapes differ across models: {shapes}")
     kwargs.setdefault("round_to", "none")
-    return azs.compare(datatrees, **kwargs)
+    given = loos or {}
+    return azs.compare({name: given.get(name, tree) for name, tree in datatrees.items()}, **kwargs)
 
 
 class AtomsComparison(NamedTuple):
@@ -115,7 +118,7 @@ def compare_num_atoms(
     sizes = sampler_sizes(run_gibbs if sampler == "gibbs" else run_nuts, kwargs)
     check_sampler_sizes(sizes["num_samples"], sizes["num_chains"], loo=True, what=sampler)
     say = progress or (lambda message: None)
-    trees, rows = {}, []
+    trees, rows, loos = {}, [], {}
     for k, key_k in zip(ks, jax.random.split(key, len(ks)), strict=True):
         say(f"K = {k}: {sampler}")
         start = time.perf_counter()
@@ -134,7 +137,7 @@ def compare_num_atoms(
         seconds = time.perf_counter() - start
         name = f"K = {k}"
         trees[name] = tree
-        loo = azs.loo(tree, pointwise=True)
+        loo = loos[name] = azs.loo(tree, pointwise=True)
         diag = _log_lik_diagnostics(tree)
         rows.append(
             {
@@ -149,7 +152,8 @@ def compare_num_atoms(
                 "wall_time_s": seconds,
             }
         )
-    return AtomsComparison(loo_compare(trees), trees, pd.DataFrame(rows).set_index("model"))
+    table = loo_compare(trees, loos=loos)
+    return AtomsComparison(table, trees, pd.DataFrame(rows).set_index("model"))
 
 
 def _log_lik_diagnostics(tree: xr.DataTree):
