@@ -528,3 +528,72 @@ def test_kernels_support_grad_vmap_and_jit(vector_problem, block_size):
     np.testing.assert_allclose(z[1], em.posterior_mean(x, atoms + 0.5, weights, sigma), atol=1e-12)
     ll = jax.jit(lambda data: em.log_likelihood(data, atoms, weights, sigma, **stream))(x)
     assert float(ll) == pytest.approx(ref_log_likelihood(x, atoms, weights, sigma), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- column sums
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_block_sums_match_float64_sums(dtype):
+    """The streamed pass's block sums (``_block_sums``: XLA reductions in float64, vector-matrix
+    products in float32) and the dense M-step's (``_weighted_differences``, whose form also
+    depends on the dtype) equal float64 sums of the same numbers, in float64 and float32."""
+    rng = np.random.default_rng(13)
+    a = rng.random((37, 23)).astype(dtype)
+    x = rng.normal(0.0, 2.0, (37, 2)).astype(dtype)
+    atoms = rng.normal(0.0, 2.0, (23, 2)).astype(dtype)
+    a64, x64, m64 = (np.asarray(v, np.float64) for v in (a, x, atoms))
+    expected = np.einsum("ik,ikc->kc", a64, x64[:, None, :] - m64[None, :, :])
+    mass, shift = em._block_sums(jnp.asarray(a), jnp.asarray(x), jnp.asarray(atoms))
+    dense = em._weighted_differences(jnp.asarray(a), jnp.asarray(x), jnp.asarray(atoms))
+    assert mass.dtype == shift.dtype == dense.dtype == dtype
+    rtol = 1e-13 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(mass, a64.sum(0), rtol=rtol)
+    for got in (shift, dense):
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_streamed_em_step_equals_dense_in_float64_and_float32(dtype):
+    """One streamed EM step equals the dense one to round-off in both dtypes, with blocks that
+    do not divide N = 600 or K = 300 and a block above ``_COLUMN_TILE`` (pass 2 then runs on
+    smaller tiles than pass 1)."""
+    _, x = simulate(jax.random.key(11), "ring", 0.5, 600)
+    x = np.asarray(x, dtype)
+    atoms = x[::2] + dtype(0.05)
+    k = atoms.shape[0]
+    w = np.linspace(1.0, 2.0, k)
+    w = (w / w.sum()).astype(dtype)
+    dense = em.em_step(x, atoms, w, 0.5, update_weights=True)
+    assert dense[0].dtype == dense[1].dtype == dtype
+    atol = 1e-12 if dtype == np.float64 else 2e-5
+    assert 512 > em._COLUMN_TILE
+    for block_size in (7, 64, 512):
+        streamed = em.em_step(
+            x, atoms, w, 0.5, update_weights=True, block_size=block_size, num_devices=1
+        )
+        assert streamed[0].dtype == streamed[1].dtype == dtype
+        np.testing.assert_allclose(streamed[0], dense[0], rtol=0, atol=atol)
+        np.testing.assert_allclose(streamed[1], dense[1], rtol=atol, atol=atol / k)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_em_step_far_from_the_origin_is_correctly_rounded(dtype):
+    """Ring data and atoms centred at 1e4: the step's atoms (dense and streamed) lie within one
+    unit in the last place of 1e4 of the float64 step on the same numbers, i.e. the M-step
+    adds to mu_k a shift sum_i A_ik (x_i - mu_k) / sum_i A_ik computed to far below that unit.
+    Summing A_ik x_i instead (sum_i A_ik x_i / sum_i A_ik) misses by about 9 units here."""
+    _, x = simulate(jax.random.key(12), "ring", 0.5, 600)
+    x = (np.asarray(x) + 1e4).astype(dtype)
+    atoms = x[::2] + dtype(0.05)
+    w = np.full(atoms.shape[0], 1.0 / atoms.shape[0], dtype)
+    x64, m64 = np.asarray(x, np.float64), np.asarray(atoms, np.float64)
+    a = ref_responsibilities(x64, m64, np.asarray(w, np.float64), 0.5)
+    shift = np.einsum("ik,ikc->kc", a, x64[:, None, :] - m64[None, :, :])
+    expected = m64 + shift / a.sum(0)[:, None]
+    ulp = float(np.spacing(dtype(1e4)))
+    for block_size in (None, 64):
+        devices = None if block_size is None else 1
+        got = em.em_step(x, atoms, w, 0.5, block_size=block_size, num_devices=devices)[0]
+        assert got.dtype == dtype
+        assert np.abs(np.asarray(got, np.float64) - expected).max() <= ulp

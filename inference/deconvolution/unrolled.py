@@ -245,7 +245,8 @@ def _streamed_layer(u, atoms, log_mass, mask, layer: LayerParams, block_size):
             qb, ub, lse_b = row
             s = _sq_dist(qb, kb, beta) + bias_b[None, :]
             a = jnp.exp(s - lse_b[:, None])
-            return (mass + a.sum(0), shift + em._weighted_differences(a, ub, mb)), None
+            block_mass, block_shift = em._block_sums(a, ub, mb)
+            return (mass + block_mass, shift + block_shift), None
 
         init = (jnp.zeros((b,), u.dtype), jnp.zeros((b, p), u.dtype))
         return jax.lax.scan(jax.checkpoint(body), init, rows)[0]
