@@ -153,6 +153,7 @@ def run_calibration(
     import jax
 
     from ..inference import calibration as cal
+    from ..inference.methods import get_method
 
     say = progress or (lambda message: None)
     if reading not in cal.CALIBRATION_METHODS:
@@ -181,8 +182,7 @@ def run_calibration(
         for i, method in enumerate(methods):
             say(f"calibrate {method}: {num_replicates} replicates")
             chosen = dict(overrides or {})
-            entry_draws = method in ("nuts", "nuts-dp", "gibbs")
-            if not entry_draws:
+            if get_method(reading, method).returns != "draws":  # sampler sizes are for samplers
                 chosen = {k: v for k, v in chosen.items() if k in ("sigma_factor", "data_fraction")}
             checkpoint = None if checkpoint_dir is None else checkpoint_dir / f"{method}.npz"
             trees[method] = cal.calibrate(

@@ -421,9 +421,6 @@ def calibrate(
                     truth, data = base(k)
                     return truth, {**data, "atoms": truth["atoms"], "weights": truth["weights"]}
 
-            for k in ("max_iters", "num_iters"):  # fixed-size loops: keep them
-                settings.setdefault(k, settings.get(k))
-            settings = {k: v for k, v in settings.items() if v is not None}
             tree = interval_coverage(
                 key,
                 simulate,

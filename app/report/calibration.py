@@ -17,6 +17,7 @@ import jax
 import pandas as pd
 
 from ...inference import calibration as cal
+from ...inference.methods import get_method
 from ..calibrate import calibration_blocks, figure_ecdf_pit, key_numbers
 from .html import _p
 
@@ -52,7 +53,7 @@ def run_calibration_section(
     study = cal.DeconvolutionStudy()
     jobs = []
     for method in settings.deconvolution:
-        sampler = method in ("nuts", "nuts-dp", "gibbs")
+        sampler = get_method("deconvolution", method).returns == "draws"
         overrides = sampler_sizes if sampler else {}
         replicates = settings.replicates[size] if sampler else settings.interval_replicates[size]
         jobs.append((method, "deconvolution", method, study, overrides, replicates))
