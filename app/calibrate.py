@@ -68,8 +68,9 @@ def _independent_pit(tree) -> tuple[np.ndarray, str]:
 def figure_ecdf_pit(trees: Mapping[str, object]) -> bytes:
     """ECDF-PIT difference plots (arviz_plots ``plot_ecdf_pit``), one panel per method.
 
-    Each panel has one PIT value per replicate (``_independent_pit``). arviz_plots' default test,
-    "pot_c" (a simultaneous test of the pointwise ECDF, Tesso and Vehtari 2025), marks the
+    Each panel has one PIT value per replicate (``_independent_pit``), for the first replicates
+    of its study, as many as the shortest study has (the table's tests use them all).
+    arviz_plots' default test, "pot_c" (a simultaneous test of the pointwise ECDF, Tesso and Vehtari 2025), marks the
     points where the ECDF leaves its simultaneous region and prints the p-value; its older
     "envelope" bands (Säilynoja et al. 2022) fail in arviz_plots 1.3 and are deprecated there.
     """
@@ -85,12 +86,11 @@ def figure_ecdf_pit(trees: Mapping[str, object]) -> bytes:
         key = name.replace("-", "_")
         data[key] = xr.DataArray(u, dims=["replicate"])
         labels[key] = f"{name}: {label}"
-    size = max(v.size for v in data.values())
-    padded = {  # one dataset needs one replicate axis: shorter studies padded with NaN
-        k: ("replicate", np.pad(v.values, (0, size - v.size), constant_values=np.nan))
-        for k, v in data.items()
-    }
-    tree = xr.DataTree.from_dict({"prior_sbc": xr.Dataset(padded)})
+    # one dataset has one replicate axis, and arviz_plots' test takes no NaN padding: every
+    # panel shows the first replicates of its study, as many as the shortest study has
+    size = min(v.size for v in data.values())
+    panels = {k: ("replicate", v.values[:size]) for k, v in data.items()}
+    tree = xr.DataTree.from_dict({"prior_sbc": xr.Dataset(panels)})
     pc = azp.plot_ecdf_pit(tree, group="prior_sbc", sample_dims=["replicate"], backend="matplotlib")
     fig = pc.viz["figure"].item()  # the matplotlib figure of the plot collection
     buffer = io.BytesIO()
