@@ -70,8 +70,9 @@ def figure_ecdf_pit(trees: Mapping[str, object]) -> bytes:
 
     Each panel has one PIT value per replicate (``_independent_pit``), for the first replicates
     of its study, as many as the shortest study has (the table's tests use them all).
-    arviz_plots' default test, "pot_c" (a simultaneous test of the pointwise ECDF, Tesso and Vehtari 2025), marks the
-    points where the ECDF leaves its simultaneous region and prints the p-value; its older
+    arviz_plots' default test, "pot_c" (a simultaneous test of the pointwise ECDF, Tesso and
+    Vehtari 2025), marks the points where the ECDF leaves its simultaneous region and prints
+    the p-value; its older
     "envelope" bands (Säilynoja et al. 2022) fail in arviz_plots 1.3 and are deprecated there.
     """
     import io
