@@ -1,6 +1,6 @@
 """The ``attnbayes`` command.
 
-    attnbayes report [--quick] [--out DIR] [--name NAME] [--seed N]
+    attnbayes report [--quick] [--out DIR] [--name NAME] [--seed N] [--workers N]
     attnbayes deconvolve FILE.csv --sigma S [--method em|npmle|nuts|gibbs] [options]
     attnbayes filter FILE.csv (--scenario NAME | --params FILE.json)
                      [--method imm|gpb2|gpb1|rbpf|gibbs] [--fit mle|em|nuts]
@@ -367,6 +367,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"report folder name inside DIR [{REPORT_NAME}]",
     )
     report.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed [0]")
+    report.add_argument(
+        "--workers",
+        type=_count(1),
+        metavar="N",
+        help="processes running the report's parts side by side [one per core, at most 4]; "
+        "the report is the same for any N",
+    )
     _add_debug(report)
 
     dec = sub.add_parser(
@@ -577,7 +584,14 @@ def _report(args, progress, argv):
     from .report import write_report
 
     named = {} if args.name is None else {"name": args.name}
-    return write_report(args.out, quick=args.quick, seed=args.seed, progress=progress, **named)
+    return write_report(
+        args.out,
+        quick=args.quick,
+        seed=args.seed,
+        workers=args.workers,
+        progress=progress,
+        **named,
+    )
 
 
 def _deconvolve(args, progress, argv):

@@ -1,6 +1,8 @@
 """Where the wall time of ``attnbayes report`` goes (issue 17, part 3).
 
-Runs ``attnbayes.app.report.write_report`` in this process (full sizes unless ``--quick``),
+Runs ``attnbayes.app.report.write_report`` in this process, with one worker (``workers=1``: every
+part in order, where the timers see it; ``make run`` runs the parts on one worker process per
+core), full sizes unless ``--quick``,
 configured as the CLI configures it (float64, two host devices, JAX's persistent compilation
 cache in ``--cache-dir`` via ``attnbayes.app.cache.enable_compilation_cache``, matplotlib's Agg
 backend), and splits the wall time of every report step (a step runs from one ``progress``
@@ -693,8 +695,9 @@ def main(argv=None) -> int:
                 label += f", without {name}"
     failed = None
     try:
+        # one worker: the parts run here, in order, where the timers see them
         path = write_report(
-            args.out, name=args.name, quick=args.quick, progress=progress, **optional
+            args.out, name=args.name, quick=args.quick, progress=progress, workers=1, **optional
         )
         print(f"report: {path}; cache: {cache_dir}", file=sys.stderr)
     except Exception as err:  # the tables up to the failure are still printed

@@ -12,6 +12,9 @@ os.environ.setdefault(
     "--xla_force_host_platform_device_count=2 --xla_llvm_disable_expensive_passes=true",
 )
 os.environ.setdefault("MPLBACKEND", "Agg")  # the CLI sets Agg itself; direct calls use this
+# The report runs in this process unless a test asks for workers (tests/test_report.py does):
+# monkeypatched runners then reach it, and the two pytest workers already fill the cores.
+os.environ["ATTNBAYES_WORKERS"] = "1"
 # A fresh, empty compilation cache per test process (the CLI and notebooks enable the cache),
 # so test timings never depend on what an earlier run compiled.
 os.environ["ATTNBAYES_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnbayes-test-cache-")

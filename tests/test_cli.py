@@ -910,3 +910,17 @@ def test_calibrate_refuses_bad_options_before_any_work(case, tmp_path, capsys, m
     assert stdout == ""
     assert message in err, err
     assert not out.exists()
+
+
+def test_report_refuses_bad_workers_before_any_work(tmp_path, capsys, monkeypatch, no_jax_work):
+    out = tmp_path / "out"
+    for bad in ("0", "-2", "two", "1.5"):
+        code, _, err = run(["report", "--quick", "--workers", bad, "--out", out], capsys)
+        assert code == 2 and "argument --workers:" in err
+    monkeypatch.setenv("ATTNBAYES_WORKERS", "many")
+    code, _, err = run(["report", "--quick", "--out", out], capsys)
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        "attnbayes: error: ATTNBAYES_WORKERS: expected an integer >= 1, got 'many'"
+    )
+    assert not out.exists()

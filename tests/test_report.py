@@ -59,7 +59,8 @@ def quick_report(tmp_path_factory):
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(report, "write_report", small)
-        status = main(["report", "--quick", "--out", str(out), "--seed", "1"])
+        # the parts on two worker processes, as `make run` runs them
+        status = main(["report", "--quick", "--out", str(out), "--seed", "1", "--workers", "2"])
     assert status == 0
     folder = next(p for p in out.iterdir() if not p.name.startswith("."))
     return out, folder

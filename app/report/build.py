@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
+import numpy as np
 import pandas as pd
 
 from ... import validation
@@ -15,6 +16,7 @@ from ...inference.deconvolution.comparison import (
     METHODS,
 )
 from ...inference.model_comparison import compare_num_atoms
+from ...models.deconvolution import get_measure
 from ..outputs import (
     MANIFEST,
     assembling,
@@ -24,6 +26,7 @@ from ..outputs import (
     prepare_target,
     versions,
 )
+from ..parallel import default_workers, merge_parts, new_part, run_parts
 from . import runners
 from .calibration import (
     CALIBRATION,
@@ -93,6 +96,7 @@ def write_report(
     atom_counts: tuple[tuple[int, ...], tuple[int, ...]] = ATOM_COUNTS,
     learned: LearnedSettings | None = LEARNED,
     calibration: CalibrationSettings | None = CALIBRATION,
+    workers: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Run the built-in comparisons and write ``out_dir/name/index.html``; return its path.
@@ -112,6 +116,11 @@ def write_report(
         atom_counts: the K compared by PSIS-LOO (quick run, full run).
         learned: sizes of section 8 (learned attention); None leaves it out.
         calibration: sizes of section 9 (calibration over the prior); None leaves it out.
+        workers: processes that run the report's independent parts side by side (the
+            scenarios, the switching model, its learning, the numbers of atoms, the attention
+            maps, the learned attention, the calibration); default ``default_workers()``, one
+            per core up to four. 1 runs everything in this process. The report is the same
+            for any number (each part has its own keys); only the wall times differ.
         progress: called with a message at every step (the CLI prints them).
 
     Raises:
@@ -120,6 +129,11 @@ def write_report(
             written is not finite); nothing is written.
     """
     methods, seed = _check_args(name, methods, seed, scenarios)
+    workers = (
+        default_workers()
+        if workers is None
+        else validation.check_positive_int("workers", workers, minimum=1)
+    )
     target = prepare_target(out_dir, name)
     chosen = tuple(s for s in scenarios if s.quick or not quick) or scenarios[:1]
     say = progress or (lambda message: None)
@@ -127,64 +141,30 @@ def write_report(
     size = 0 if quick else 1
     with assembling(target) as tmp, computing():
         key_dec, key_sw, key_k, key_att, key_nw = jax.random.split(jax.random.PRNGKey(seed), 5)
-        blocks = {sid: [] for sid, _ in SECTIONS}
-        figures: dict[str, bytes] = {}
-        frames: list[pd.DataFrame] = []
-        diag_rows = []
-        first_data = None
-        for scenario, key_s in zip(chosen, jax.random.split(key_dec, len(chosen)), strict=True):
-            comparison, x, z, measure = runners.run_scenario(
-                scenario, quick=quick, key=key_s, progress=say, methods=methods
-            )
-            check_finite_table(f"{scenario.name}: compare_deconvolution", comparison.table)
-            if first_data is None:
-                first_data = (scenario, x)
-            say(f"{scenario.name}: figures")
-            _deconvolution_blocks(
-                blocks, figures, scenario, x, z, measure, comparison, diag_rows, frames, tmp
-            )
+        keys_dec = list(jax.random.split(key_dec, len(chosen)))
+        tasks = [
+            (_scenario_parts, ([(i, chosen[i], keys_dec[i]) for i in group], quick, methods, tmp))
+            for group in _same_shapes(chosen, quick)
+        ]
+        later = []
         if switching is not None:
-            run = runners.run_switching(switching, quick=quick, key=key_sw, progress=say)
-            check_finite_table("maneuvering-target: compare_switching", run.comparison.table)
-            say("maneuvering-target: figures")
-            _switching_blocks(blocks, figures, run, diag_rows, frames, tmp, key_sw)
-            learning = runners.run_switching_learning(
-                switching, quick=quick, key=jax.random.fold_in(key_sw, 1), progress=say
-            )
-            check_finite_table("learning: compare_switching_learning", learning.comparison.table)
-            _learning_blocks(blocks, learning, frames)
-        scenario, x = first_data
-        counts = atom_counts[size]
-        say(f"numbers of atoms: Gibbs fits for K in {list(counts)} on {scenario.name}")
-        draws = 300 if quick else 1000
-        atoms = compare_num_atoms(
-            key_k,
-            x,
-            scenario.sigma,
-            counts,
-            sampler_kwargs={"num_warmup": draws, "num_samples": draws},
-            progress=lambda msg: say(f"numbers of atoms: {msg}"),
-        )
-        _atoms_block(blocks, figures, scenario, atoms, frames)
-        say("attention maps and Nadaraya-Watson")
-        att_figs, att_table = attention_demo(key_att)
-        _attention_block(blocks, figures, att_figs, att_table, frames)
-        nw_figs, nw_table = kernel_regression_demo(key_nw, 300 if quick else 1000)
-        _kernel_block(blocks, figures, nw_figs, nw_table, frames)
+            later.append((_switching_part, (switching, quick, key_sw, tmp)))
+            later.append((_learning_part, (switching, quick, jax.random.fold_in(key_sw, 1))))
+        later.append((_atoms_part, (chosen[0], keys_dec[0], atom_counts[size], quick, key_k)))
+        later.append((_attention_part, (key_att, key_nw, quick)))
         if learned is not None:
-            run_l = run_learned_attention(
-                learned, quick=quick, key=jax.random.fold_in(key_nw, 1), progress=say
-            )
-            for label, table in learned_key_numbers(run_l):
-                check_finite_table(label, table)
-            learned_blocks(blocks, figures, run_l, frames, _fig)
+            later.append((_learned_part, (learned, quick, jax.random.fold_in(key_nw, 1))))
         if calibration is not None:
-            run_c = run_calibration_section(
-                calibration, quick=quick, key=jax.random.fold_in(key_nw, 2), progress=say
-            )
-            check_finite_table("calibration", calibration_key_numbers(run_c))
-            calibration_blocks_html(blocks, figures, run_c, frames, _fig)
-        _diagnostics_summary(blocks, diag_rows, frames)
+            later.append((_calibration_part, (calibration, quick, jax.random.fold_in(key_nw, 2))))
+        # the later parts come after the scenarios, in the order above
+        tasks += [(fn, (len(chosen) + j, *args)) for j, (fn, args) in enumerate(later)]
+        done = run_parts(
+            tasks, workers=workers, progress=say, start_order=_longest_first(tasks, quick)
+        )
+        in_page_order = sorted((pair for parts in done for pair in parts), key=lambda t: t[0])
+        part = merge_parts([p for _, p in in_page_order], _SECTION_IDS)
+        blocks, figures, frames = part.blocks, part.figures, part.frames
+        _diagnostics_summary(blocks, part.diagnostics, frames)
         results = pd.concat(frames, ignore_index=True)[
             ["section", "scenario", "method", "metric", "value"]
         ]
@@ -213,3 +193,121 @@ def write_report(
         )
     say(f"report written to {target / 'index.html'} in {elapsed:.0f} s")
     return target / "index.html"
+
+
+# ----------------------------------------------------------------------------- the parts
+# Each part runs on its own (``run_parts``: on a worker process, or here with one worker) and
+# returns ``[(slot, Part), ...]``; the slots put the parts back in the page's order.
+
+_SECTION_IDS = tuple(sid for sid, _ in SECTIONS)
+
+# Cold wall time of each part on the full run (seconds, measured on 2 cores): the longest start
+# first, so that the workers finish together.
+_COST = {
+    "_scenario_parts": 100.0,  # per scenario
+    "_switching_part": 60.0,
+    "_learning_part": 60.0,
+    "_atoms_part": 40.0,
+    "_attention_part": 15.0,
+    "_learned_part": 90.0,
+    "_calibration_part": 90.0,
+}
+
+
+def _longest_first(tasks, quick: bool) -> list[int]:
+    def cost(i):
+        fn, args = tasks[i]
+        per = _COST[fn.__name__]
+        return per * len(args[0]) if fn is _scenario_parts else per
+
+    return sorted(range(len(tasks)), key=lambda i: -cost(i))
+
+
+def _same_shapes(scenarios, quick: bool) -> list[list[int]]:
+    """Scenarios grouped by the shape of their data (points, dimension): one group shares its
+    compiled programs, so it runs on one worker."""
+    size = 0 if quick else 1
+    groups: dict[tuple, list[int]] = {}
+    for i, s in enumerate(scenarios):
+        atoms = np.asarray(get_measure(s.measure, **s.measure_kwargs).atoms)
+        dim = 1 if atoms.ndim == 1 else atoms.shape[1]
+        groups.setdefault((s.num_points[size], dim), []).append(i)
+    return list(groups.values())
+
+
+def _scenario_parts(jobs, quick, methods, tmp, *, progress):
+    out = []
+    for slot, scenario, key in jobs:
+        comparison, x, z, measure = runners.run_scenario(
+            scenario, quick=quick, key=key, progress=progress, methods=methods
+        )
+        check_finite_table(f"{scenario.name}: compare_deconvolution", comparison.table)
+        progress(f"{scenario.name}: figures")
+        p = new_part(_SECTION_IDS)
+        _deconvolution_blocks(
+            p.blocks, p.figures, scenario, x, z, measure, comparison, p.diagnostics, p.frames, tmp
+        )
+        out.append((slot, p))
+    return out
+
+
+def _switching_part(slot, settings, quick, key, tmp, *, progress):
+    run = runners.run_switching(settings, quick=quick, key=key, progress=progress)
+    check_finite_table("maneuvering-target: compare_switching", run.comparison.table)
+    progress("maneuvering-target: figures")
+    p = new_part(_SECTION_IDS)
+    _switching_blocks(p.blocks, p.figures, run, p.diagnostics, p.frames, tmp, key)
+    return [(slot, p)]
+
+
+def _learning_part(slot, settings, quick, key, *, progress):
+    learning = runners.run_switching_learning(settings, quick=quick, key=key, progress=progress)
+    check_finite_table("learning: compare_switching_learning", learning.comparison.table)
+    p = new_part(_SECTION_IDS)
+    _learning_blocks(p.blocks, learning, p.frames)
+    return [(slot, p)]
+
+
+def _atoms_part(slot, scenario, scenario_key, counts, quick, key, *, progress):
+    """PSIS-LOO across K on the first scenario's data (simulated again from its key)."""
+    _, _, x, _ = runners.scenario_data(scenario, quick=quick, key=scenario_key)
+    progress(f"numbers of atoms: Gibbs fits for K in {list(counts)} on {scenario.name}")
+    draws = 300 if quick else 1000
+    atoms = compare_num_atoms(
+        key,
+        np.asarray(x),
+        scenario.sigma,
+        counts,
+        sampler_kwargs={"num_warmup": draws, "num_samples": draws},
+        progress=lambda msg: progress(f"numbers of atoms: {msg}"),
+    )
+    p = new_part(_SECTION_IDS, leads=("model-comparison",))
+    _atoms_block(p.blocks, p.figures, scenario, atoms, p.frames)
+    return [(slot, p)]
+
+
+def _attention_part(slot, key_att, key_nw, quick, *, progress):
+    progress("attention maps and Nadaraya-Watson")
+    p = new_part(_SECTION_IDS, leads=("attention",))
+    att_figs, att_table = attention_demo(key_att)
+    _attention_block(p.blocks, p.figures, att_figs, att_table, p.frames)
+    nw_figs, nw_table = kernel_regression_demo(key_nw, 300 if quick else 1000)
+    _kernel_block(p.blocks, p.figures, nw_figs, nw_table, p.frames)
+    return [(slot, p)]
+
+
+def _learned_part(slot, settings, quick, key, *, progress):
+    run = run_learned_attention(settings, quick=quick, key=key, progress=progress)
+    for label, table in learned_key_numbers(run):
+        check_finite_table(label, table)
+    p = new_part(_SECTION_IDS)
+    learned_blocks(p.blocks, p.figures, run, p.frames, _fig)
+    return [(slot, p)]
+
+
+def _calibration_part(slot, settings, quick, key, *, progress):
+    run = run_calibration_section(settings, quick=quick, key=key, progress=progress)
+    check_finite_table("calibration", calibration_key_numbers(run))
+    p = new_part(_SECTION_IDS)
+    calibration_blocks_html(p.blocks, p.figures, run, p.frames, _fig)
+    return [(slot, p)]

@@ -29,6 +29,19 @@ from .scenarios import NUM_ATOMS_DP, Scenario, SwitchingSettings
 # ----------------------------------------------------------------------------- running
 
 
+def scenario_data(
+    scenario: Scenario, *, quick: bool, key: jax.Array
+) -> tuple[DiscreteMeasure, jax.Array, jax.Array, jax.Array]:
+    """The scenario's measure, its latent z and data x, and as many held-out points: what
+    ``run_scenario`` fits with the same ``key``."""
+    measure = get_measure(scenario.measure, **scenario.measure_kwargs)
+    key_data, _, key_held = jax.random.split(key, 3)
+    num_points = scenario.num_points[0 if quick else 1]
+    z, x = simulate(key_data, measure, scenario.sigma, num_points)
+    _, x_heldout = simulate(key_held, measure, scenario.sigma, num_points)
+    return measure, z, x, x_heldout
+
+
 def run_scenario(
     scenario: Scenario,
     *,
@@ -39,11 +52,8 @@ def run_scenario(
 ) -> tuple[DeconvolutionComparison, np.ndarray, np.ndarray, DiscreteMeasure]:
     """Simulate one scenario (and as many held-out points) and run every method on it."""
     size = 0 if quick else 1
-    measure = get_measure(scenario.measure, **scenario.measure_kwargs)
-    key_data, key_fit, key_held = jax.random.split(key, 3)
-    num_points = scenario.num_points[size]
-    z, x = simulate(key_data, measure, scenario.sigma, num_points)
-    _, x_heldout = simulate(key_held, measure, scenario.sigma, num_points)
+    measure, z, x, x_heldout = scenario_data(scenario, quick=quick, key=key)
+    key_fit = jax.random.split(key, 3)[1]
     draws = scenario.nuts_draws[size]
     gibbs = {"num_warmup": 300, "num_samples": 600} if quick else {}
     # the DP mixture is the slowest geometry for NUTS: half the draws of the finite one

@@ -75,8 +75,12 @@ def _z_scale(x: np.ndarray) -> np.ndarray:
     from scipy import stats
 
     flat = x.reshape(x.shape[0], -1)
-    ranks = stats.rankdata(flat, method="average", axis=1)
-    return stats.norm.ppf((ranks - 0.375) / (flat.shape[1] + 0.25)).reshape(x.shape)
+    n = flat.shape[1]
+    # Average ranks are multiples of 1/2 in [1, n]: Phi^-1 is evaluated once per possible
+    # value (2n - 1 of them) and looked up, the same numbers as evaluating it per draw.
+    doubled = (2.0 * stats.rankdata(flat, method="average", axis=1)).astype(np.intp)
+    table = stats.norm.ppf((0.5 * np.arange(2, 2 * n + 1) - 0.375) / (n + 0.25))
+    return table[doubled - 2].reshape(x.shape)
 
 
 def _basic_rhat(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,186 @@
+"""The report's independent parts, run on worker processes (one per core).
+
+Compiling (single-threaded in XLA) and the Python around the fits use one core, so a report run
+part after part leaves the second core idle for most of its time. ``run_parts`` runs the parts
+on a pool of spawned processes: each has JAX configured as this process is (float64, the
+compilation cache, ``XLA_FLAGS`` from the environment), sends its progress messages here, and
+returns its ``Part``; the parts are merged in the order they were given, so the page and
+``results.csv`` do not depend on the number of workers. With one worker everything runs in this
+process, in order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import pandas as pd
+
+__all__ = ["WORKERS_ENV", "Part", "default_workers", "merge_parts", "new_part", "run_parts"]
+
+MAX_DEFAULT_WORKERS = 4
+WORKERS_ENV = "ATTNBAYES_WORKERS"
+
+
+class Part(NamedTuple):
+    """What one part of the report adds: HTML blocks per section, PNG figures by name, rows of
+    ``results.csv``, rows of the diagnostics summary. In the sections named in ``leads`` its
+    blocks go before those of the other parts."""
+
+    blocks: dict[str, list[str]]
+    figures: dict[str, bytes]
+    frames: list[pd.DataFrame]
+    diagnostics: list[dict]
+    leads: tuple[str, ...] = ()
+
+
+def new_part(section_ids: Sequence[str], leads: tuple[str, ...] = ()) -> Part:
+    return Part({sid: [] for sid in section_ids}, {}, [], [], leads)
+
+
+def merge_parts(parts: Sequence[Part], section_ids: Sequence[str]) -> Part:
+    """One ``Part`` from several, in their order (``leads`` first in their sections)."""
+    merged = new_part(section_ids)
+    for sid in section_ids:
+        merged.blocks[sid].extend(b for p in parts if sid in p.leads for b in p.blocks[sid])
+        merged.blocks[sid].extend(b for p in parts if sid not in p.leads for b in p.blocks[sid])
+    for part in parts:
+        clash = merged.figures.keys() & part.figures.keys()
+        if clash:
+            raise RuntimeError(f"two parts of the report wrote the figure {sorted(clash)[0]!r}")
+        merged.figures.update(part.figures)
+        merged.frames.extend(part.frames)
+        merged.diagnostics.extend(part.diagnostics)
+    return merged
+
+
+def default_workers() -> int:
+    """``$ATTNBAYES_WORKERS`` if set, else the cores this process may use, at most
+    ``MAX_DEFAULT_WORKERS`` (each worker holds its own JAX runtime and compiled programs, about
+    1-2 GB)."""
+    chosen = os.environ.get(WORKERS_ENV, "").strip()
+    if chosen:
+        if not chosen.isdigit() or int(chosen) < 1:
+            raise ValueError(f"{WORKERS_ENV}: expected an integer >= 1, got {chosen!r}")
+        return int(chosen)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
+
+
+# ----------------------------------------------------------------------------- the workers
+
+_MESSAGES = None  # the worker's queue of progress messages to the parent
+
+
+def _jax_settings() -> dict[str, Any]:
+    """This process's JAX settings that a worker must share (read, not changed)."""
+    import jax
+
+    names = (
+        "jax_enable_x64",
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    )
+    return {name: getattr(jax.config, name) for name in names}
+
+
+def _start_worker(messages, settings: dict[str, Any]) -> None:
+    global _MESSAGES
+    # Ctrl-C reaches the whole process group: the parent decides, and stops the workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _MESSAGES = messages
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import jax
+
+    for name, value in settings.items():
+        if value is not None:
+            jax.config.update(name, value)
+
+
+def _send(message: str) -> None:
+    _MESSAGES.put(message)
+
+
+def _call(task: Callable, args: tuple) -> Any:
+    """Run ``task(*args, progress=...)`` on a worker; an exception that cannot be pickled
+    comes back as a ``RuntimeError`` with its type and message."""
+    try:
+        return task(*args, progress=_send)
+    except Exception as err:
+        try:
+            pickle.dumps(err)
+        except Exception:
+            raise RuntimeError(f"{type(err).__name__}: {err}") from None
+        raise
+
+
+def run_parts(
+    tasks: Sequence[tuple[Callable, tuple]],
+    *,
+    workers: int,
+    progress: Callable[[str], None],
+    start_order: Sequence[int] | None = None,
+    poll_seconds: float = 0.2,
+) -> list:
+    """``[task(*args, progress=progress) for task, args in tasks]``, on ``workers`` processes.
+
+    Args:
+        tasks: ``(function, args)`` pairs; the functions must be importable (module level) and
+            their arguments and results picklable.
+        workers: 1 runs every task here, in order; more starts that many spawned processes.
+        progress: called here with every message, as the workers send them.
+        start_order: the order in which tasks are started (longest first balances the
+            workers); the results keep the order of ``tasks``.
+
+    The first task to fail stops the others (the workers are terminated) and its exception is
+    raised here; so is an exception raised by ``progress`` (a pending signal).
+    """
+    order = list(range(len(tasks))) if start_order is None else list(start_order)
+    if sorted(order) != list(range(len(tasks))):
+        raise ValueError("start_order: must be a permutation of the tasks' indices")
+    if workers <= 1 or len(tasks) <= 1:
+        return [task(*args, progress=progress) for task, args in tasks]
+    context = multiprocessing.get_context("spawn")
+    messages = context.Queue()
+    pool = context.Pool(
+        processes=min(workers, len(tasks)),
+        initializer=_start_worker,
+        initargs=(messages, _jax_settings()),
+    )
+    try:
+        running = {i: pool.apply_async(_call, tasks[i]) for i in order}
+        results: dict[int, Any] = {}
+        while len(results) < len(tasks):
+            try:
+                progress(messages.get(timeout=poll_seconds))
+                continue
+            except queue.Empty:
+                pass
+            for i, result in running.items():
+                if i not in results and result.ready():
+                    results[i] = result.get()  # raises the task's exception
+        pool.close()
+        pool.join()  # the workers exit after flushing what they sent
+        while True:
+            try:
+                progress(messages.get_nowait())
+            except queue.Empty:
+                break
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        raise
+    finally:
+        messages.close()
+    return [results[i] for i in range(len(tasks))]
