@@ -37,7 +37,7 @@ from .. import validation
 from ..models.deconvolution import deconvolution_model
 from ..models.switching import SwitchingParams, SwitchingPriors, check_params, check_priors
 from .deconvolution.gibbs import run_gibbs
-from .diagnostics import diagnostics
+from .diagnostics import diagnostics, psis_loo
 from .mcmc import check_sampler_sizes, sampler_sizes
 from .switching.filters import one_step_log_predictive_unchecked
 from .switching.gibbs import run_switching_gibbs
@@ -47,9 +47,9 @@ from .switching.kalman import check_inputs
 def loo_compare(datatrees: dict[str, xr.DataTree], *, loos: dict | None = None, **kwargs):
     """``az.compare`` (PSIS-LOO, stacking weights) of named fits, checked first.
 
-    Every DataTree needs a ``log_likelihood`` group over the same observations. ``loos``:
-    pointwise ``azs.loo(tree, pointwise=True)`` results already computed for some of them, which
-    ``az.compare`` then uses instead of computing PSIS-LOO again (the same numbers). Returns the
+    Every DataTree needs a ``log_likelihood`` group over the same observations. PSIS-LOO is
+    ``psis_loo`` (arviz_stats' numbers, all observations at once); ``loos``: its results (or
+    ``azs.loo(tree, pointwise=True)``'s) already computed for some of the fits. Returns the
     ArviZ comparison table (rank, elpd, p, elpd_diff, weight, se, dse, warning), best first,
     unrounded unless ``round_to`` is passed.
     """
@@ -65,7 +65,10 @@ def loo_compare(datatrees: dict[str, xr.DataTree], *, loos: dict | None = None, 
         raise ValueError(f"datatrees: log_likelihood shapes differ across models: {shapes}")
     kwargs.setdefault("round_to", "none")
     given = loos or {}
-    return azs.compare({name: given.get(name, tree) for name, tree in datatrees.items()}, **kwargs)
+    loos = {
+        name: given[name] if name in given else psis_loo(tree) for name, tree in datatrees.items()
+    }
+    return azs.compare(loos, **kwargs)
 
 
 class AtomsComparison(NamedTuple):
@@ -137,7 +140,7 @@ def compare_num_atoms(
         seconds = time.perf_counter() - start
         name = f"K = {k}"
         trees[name] = tree
-        loo = loos[name] = azs.loo(tree, pointwise=True)
+        loo = loos[name] = psis_loo(tree)
         diag = _log_lik_diagnostics(tree)
         rows.append(
             {

@@ -100,6 +100,17 @@ def test_two_observation_dims_equal_arviz():
     assert got.log_weights.dims == ("obs", "coord", "chain", "draw")
 
 
+def test_repeated_draws_ties_equal_arviz():
+    """Every draw three times (Metropolis rejections): tied ratios in the tail get the same
+    smoothed weights as in arviz_stats' sort."""
+    tree = normal_tree(num_chains=2, num_draws=600, seed=8, outlier=4.0)
+    repeat = {"draw": np.repeat(np.arange(0, 600, 3), 3)}
+    for group in ("posterior", "log_likelihood"):
+        ds = tree[group].to_dataset().isel(repeat).assign_coords(draw=np.arange(600))
+        tree[group] = xr.DataTree(ds)
+    assert_same_as_arviz(tree)
+
+
 def test_given_reff_equals_arviz_and_is_used():
     tree = normal_tree(num_chains=2, num_draws=600, seed=4, outlier=4.0)
     got, _ = assert_same_as_arviz(tree, reff=0.2)

@@ -158,9 +158,7 @@ def write_report(
             later.append((_calibration_part, (calibration, quick, jax.random.fold_in(key_nw, 2))))
         # the later parts come after the scenarios, in the order above
         tasks += [(fn, (len(chosen) + j, *args)) for j, (fn, args) in enumerate(later)]
-        done = run_parts(
-            tasks, workers=workers, progress=say, start_order=_longest_first(tasks, quick)
-        )
+        done = run_parts(tasks, workers=workers, progress=say, start_order=_longest_first(tasks))
         in_page_order = sorted((pair for parts in done for pair in parts), key=lambda t: t[0])
         part = merge_parts([p for _, p in in_page_order], _SECTION_IDS)
         blocks, figures, frames = part.blocks, part.figures, part.frames
@@ -201,20 +199,21 @@ def write_report(
 
 _SECTION_IDS = tuple(sid for sid, _ in SECTIONS)
 
-# Cold wall time of each part on the full run (seconds, measured on 2 cores): the longest start
-# first, so that the workers finish together.
+# Cold wall time of each part of the full report with two workers (seconds; one run on 2 cores,
+# `attnbayes report` with an empty compilation cache): the longest start first (a scenario
+# group counts each of its scenarios), so that the workers finish together.
 _COST = {
-    "_scenario_parts": 100.0,  # per scenario
-    "_switching_part": 60.0,
-    "_learning_part": 60.0,
-    "_atoms_part": 40.0,
-    "_attention_part": 15.0,
-    "_learned_part": 90.0,
-    "_calibration_part": 90.0,
+    "_scenario_parts": 125.0,  # per scenario
+    "_switching_part": 150.0,
+    "_learning_part": 130.0,
+    "_atoms_part": 45.0,
+    "_attention_part": 10.0,
+    "_learned_part": 170.0,
+    "_calibration_part": 240.0,
 }
 
 
-def _longest_first(tasks, quick: bool) -> list[int]:
+def _longest_first(tasks) -> list[int]:
     def cost(i):
         fn, args = tasks[i]
         per = _COST[fn.__name__]

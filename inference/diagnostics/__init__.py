@@ -2,6 +2,7 @@
 
 - ``convergence``: rank-normalised split R-hat, bulk and tail ESS and divergences of one MCMC
   run (``diagnostics``);
+- ``loo``: PSIS-LOO (``psis_loo``), arviz_stats' numbers for all observations at once;
 - ``sbc``: calibration over the prior: simulation-based calibration of samplers
   (``sbc``: rank statistics and their uniformity tests) and the coverage of interval methods
   (``interval_coverage``), one compilation for all replicates.
@@ -11,6 +12,7 @@ package.
 """
 
 from .convergence import Diagnostics, diagnostics
+from .loo import psis_loo
 from .sbc import (
     PosteriorDraws,
     coverage_summary,
@@ -26,6 +28,7 @@ __all__ = [
     "coverage_summary",
     "diagnostics",
     "interval_coverage",
+    "psis_loo",
     "rank_statistics",
     "sbc",
     "uniformity_tests",
