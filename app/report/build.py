@@ -202,8 +202,8 @@ _SECTION_IDS = tuple(sid for sid, _ in SECTIONS)
 # Cold wall time of each part of the full report with two workers (seconds; one run on 2 cores,
 # `attnbayes report` with an empty compilation cache): the longest start first (a scenario
 # group counts each of its scenarios), so that the workers finish together.
+_SCENARIO_COST = {1: 125.0, 2: 190.0}  # per scenario, by the dimension of its data
 _COST = {
-    "_scenario_parts": 125.0,  # per scenario
     "_switching_part": 150.0,
     "_learning_part": 130.0,
     "_atoms_part": 45.0,
@@ -216,8 +216,10 @@ _COST = {
 def _longest_first(tasks) -> list[int]:
     def cost(i):
         fn, args = tasks[i]
-        per = _COST[fn.__name__]
-        return per * len(args[0]) if fn is _scenario_parts else per
+        if fn is _scenario_parts:
+            dims = (min(_data_dim(scenario), 2) for _, scenario, _ in args[0])
+            return sum(_SCENARIO_COST[d] for d in dims)
+        return _COST[fn.__name__]
 
     return sorted(range(len(tasks)), key=lambda i: -cost(i))
 
@@ -228,10 +230,13 @@ def _same_shapes(scenarios, quick: bool) -> list[list[int]]:
     size = 0 if quick else 1
     groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(scenarios):
-        atoms = np.asarray(get_measure(s.measure, **s.measure_kwargs).atoms)
-        dim = 1 if atoms.ndim == 1 else atoms.shape[1]
-        groups.setdefault((s.num_points[size], dim), []).append(i)
+        groups.setdefault((s.num_points[size], _data_dim(s)), []).append(i)
     return list(groups.values())
+
+
+def _data_dim(scenario) -> int:
+    atoms = np.asarray(get_measure(scenario.measure, **scenario.measure_kwargs).atoms)
+    return 1 if atoms.ndim == 1 else atoms.shape[1]
 
 
 def _scenario_parts(jobs, quick, methods, tmp, *, progress):
