@@ -42,3 +42,8 @@ def jax_settings(*, progress):
         jnp.ones(()).dtype.itemsize,
         jax.config.jax_compilation_cache_dir,
     )
+
+
+def die(*, progress):
+    progress("dying")
+    os._exit(3)

@@ -8,7 +8,7 @@ import time
 
 import pandas as pd
 import pytest
-from parallel_tasks import fail, fail_unpicklable, jax_settings, sleep_long, square
+from parallel_tasks import die, fail, fail_unpicklable, jax_settings, sleep_long, square
 
 from attnbayes.app import parallel
 from attnbayes.app.parallel import Part, merge_parts, new_part, run_parts
@@ -52,6 +52,14 @@ def test_the_first_failure_is_raised_here_and_stops_the_other_workers():
             [(sleep_long, ()), (fail, ("simulation failed",))], workers=2, progress=lambda m: None
         )
     assert time.perf_counter() - started < 30  # the sleeping worker was terminated
+    assert multiprocessing.active_children() == []
+
+
+def test_a_worker_that_dies_stops_the_run_instead_of_hanging_it():
+    started = time.perf_counter()
+    with pytest.raises(RuntimeError, match="a worker process of the report died"):
+        run_parts([(sleep_long, ()), (die, ())], workers=2, progress=lambda m: None)
+    assert time.perf_counter() - started < 30
     assert multiprocessing.active_children() == []
 
 
