@@ -99,9 +99,8 @@ def _start_worker(messages, settings: dict[str, Any]) -> None:
     # Ctrl-C reaches the whole process group: the parent decides, and stops the workers
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _MESSAGES = messages
-    import matplotlib
-
-    matplotlib.use("Agg")
+    # matplotlib's backend is not set here (only the CLI sets one): $MPLBACKEND comes with the
+    # environment, else matplotlib's default, Agg without a display; the parts only save PNGs
     import jax
 
     for name, value in settings.items():
