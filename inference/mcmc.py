@@ -744,15 +744,22 @@ def sample_nuts(
     target_accept_prob: float = 0.8,
     max_tree_depth: int = 10,
     dense_mass: bool = False,
+    chain_method: str = "sequential",
     **model_kwargs,
 ) -> tuple[dict, dict]:
     """The traceable core of ``run_nuts``: NumPyro's NUTS on ``model(*args, **model_kwargs)``.
 
-    The same chains as ``run_nuts(..., chain_method="vectorized")`` (init uniform in (-2, 2)
+    The same chains as ``run_nuts(..., chain_method=chain_method)`` (init uniform in (-2, 2)
     unconstrained, dual-averaging step size and windowed diagonal or dense mass adaptation
     during warmup), without checks, caching or a DataTree: a pure function of ``key`` and the
     model's arrays, to be ``jax.jit``-ted and ``jax.vmap``-ped over data sets (``sbc`` runs it
     for a chunk of replicates in one program). The sizes and settings are static.
+
+    ``chain_method``: "sequential" (``lax.map`` over chains; the default) or "vectorized"
+    (``vmap``). Under an outer ``vmap`` over data sets, sequential chains batch NUTS's nested
+    while loops once rather than twice: for ``sbc``'s chunk of 24 replicates of a K = 2,
+    N = 50 mixture this traced in 3.2 s instead of 10.4 s and compiled in 8.9 s instead of
+    11.7 s, and ran as fast (each batched loop runs until its slowest lane).
 
     Returns:
         (samples, stats): ``samples`` maps every latent and deterministic site to an array
@@ -764,6 +771,10 @@ def sample_nuts(
     num_samples = validation.check_positive_int("num_samples", num_samples)
     num_chains = validation.check_positive_int("num_chains", num_chains)
     max_tree_depth = validation.check_positive_int("max_tree_depth", max_tree_depth)
+    if chain_method not in ("sequential", "vectorized"):
+        raise ValueError(
+            f"chain_method: expected 'sequential' or 'vectorized', got {chain_method!r}"
+        )
     settings = _Settings(
         num_warmup,
         num_samples,
@@ -771,11 +782,12 @@ def sample_nuts(
         float(target_accept_prob),
         max_tree_depth,
         bool(dense_mass),
-        "vectorized",
+        chain_method,
         False,
     )
     keys = jax.random.split(key, num_chains)
-    samples, stats, _ = jax.vmap(
-        lambda k: _nuts_chain(model, settings, k, args, model_kwargs, None, False)
-    )(keys)
-    return samples, stats
+
+    def chain(k):
+        return _nuts_chain(model, settings, k, args, model_kwargs, None, False)[:2]
+
+    return jax.vmap(chain)(keys) if chain_method == "vectorized" else jax.lax.map(chain, keys)

@@ -368,3 +368,34 @@ def test_lean_import():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert mcmc.__name__ == "attnbayes.inference.mcmc"
+
+
+@pytest.mark.parametrize("chain_method", ["sequential", "vectorized"])
+def test_sample_nuts_draws_the_chains_of_run_nuts(chain_method):
+    """``sample_nuts`` (the traceable core ``sbc`` vmaps) runs the chains ``run_nuts`` runs with
+    the same chain method, from ``run_nuts``'s sampling key."""
+    y = data(12)
+    key = jax.random.PRNGKey(13)
+    sizes = {"num_warmup": 100, "num_samples": 100, "num_chains": 2}
+    tree = run_nuts(
+        key,
+        normal_mean_model,
+        y,
+        chain_method=chain_method,
+        posterior_predictive=False,
+        **sizes,
+    )
+    key_mcmc = jax.random.split(key)[0]
+    samples, stats = jax.jit(
+        lambda k, obs: mcmc.sample_nuts(
+            k, normal_mean_model, obs, chain_method=chain_method, **sizes
+        )
+    )(key_mcmc, y)
+    np.testing.assert_allclose(
+        np.asarray(samples["mu"]), np.asarray(tree["posterior"]["mu"]), rtol=1e-12
+    )
+    np.testing.assert_array_equal(
+        np.asarray(stats["num_steps"]), np.asarray(tree["sample_stats"]["n_steps"])
+    )
+    with pytest.raises(ValueError, match="^chain_method"):
+        mcmc.sample_nuts(key, normal_mean_model, y, chain_method="parallel", **sizes)
