@@ -56,3 +56,21 @@ def test_a_non_finite_draw_gives_nan_not_a_number():
     dt = xr.DataTree.from_dict({"posterior": posterior.assign(d=(("chain", "draw"), values))})
     row = diagnostics(dt).table.loc["d"]
     assert np.isnan(row["r_hat"]) and np.isnan(row["ess_bulk"]) and np.isnan(row["ess_tail"])
+
+
+def test_average_ranks_equal_scipy_with_many_ties():
+    from scipy import stats
+
+    from attnbayes.inference.diagnostics.convergence import _doubled_average_ranks
+
+    rng = np.random.default_rng(3)
+    rows = np.stack(
+        [
+            rng.integers(0, 4, 500).astype(float),  # four long tie groups
+            rng.normal(size=500),  # no ties
+            np.ones(500),  # one group
+            np.round(rng.normal(size=500), 1),  # short groups
+        ]
+    )
+    want = 2.0 * stats.rankdata(rows, method="average", axis=1)
+    np.testing.assert_array_equal(_doubled_average_ranks(rows), want.astype(np.intp))

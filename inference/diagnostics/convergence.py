@@ -69,6 +69,29 @@ def _split(x: np.ndarray) -> np.ndarray:
     return np.concatenate([x[..., :half], x[..., -half:]], axis=1)
 
 
+def _doubled_average_ranks(flat: np.ndarray) -> np.ndarray:
+    """Twice the average rank (1-based, ties share the mean of their ranks) of every row of
+    (E, n): ``scipy.stats.rankdata(flat, method="average", axis=1) * 2`` as integers.
+
+    One unstable argsort per row (ties are averaged afterwards, so their order in the sort does
+    not matter); a tie group spanning sorted positions first..last (0-based) gets
+    first + last + 2.
+    """
+    e, n = flat.shape
+    order = np.argsort(flat, axis=1)
+    ordered = np.take_along_axis(flat, order, axis=1)
+    positions = np.broadcast_to(np.arange(n), (e, n))
+    starts = np.ones((e, n), dtype=bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    ends = np.ones((e, n), dtype=bool)
+    ends[:, :-1] = starts[:, 1:]
+    first = np.maximum.accumulate(np.where(starts, positions, 0), axis=1)
+    last = np.minimum.accumulate(np.where(ends, positions, n - 1)[:, ::-1], axis=1)[:, ::-1]
+    doubled = np.empty((e, n), dtype=np.intp)
+    np.put_along_axis(doubled, order, first + last + 2, axis=1)
+    return doubled
+
+
 def _z_scale(x: np.ndarray) -> np.ndarray:
     """Rank normalisation per element: Phi^-1((r - 3/8) / (n + 1/4)), average ranks for ties
     over all chains and draws (Vehtari et al. 2021, eq. 14; Blom's offsets)."""
@@ -78,9 +101,8 @@ def _z_scale(x: np.ndarray) -> np.ndarray:
     n = flat.shape[1]
     # Average ranks are multiples of 1/2 in [1, n]: Phi^-1 is evaluated once per possible
     # value (2n - 1 of them) and looked up, the same numbers as evaluating it per draw.
-    doubled = (2.0 * stats.rankdata(flat, method="average", axis=1)).astype(np.intp)
     table = stats.norm.ppf((0.5 * np.arange(2, 2 * n + 1) - 0.375) / (n + 0.25))
-    return table[doubled - 2].reshape(x.shape)
+    return table[_doubled_average_ranks(flat) - 2].reshape(x.shape)
 
 
 def _basic_rhat(x: np.ndarray) -> np.ndarray:
@@ -92,12 +114,12 @@ def _basic_rhat(x: np.ndarray) -> np.ndarray:
     return np.sqrt((between / within + n - 1) / n)
 
 
-def _rank_rhat(x: np.ndarray) -> np.ndarray:
+def _rank_rhat(split: np.ndarray, z_split: np.ndarray) -> np.ndarray:
     """Rank-normalised split R-hat, the larger of the bulk and folded (tail) versions
-    (Vehtari et al. 2021, section 4.2)."""
-    s = _split(x)
-    median = np.median(s.reshape(s.shape[0], -1), axis=1)[:, None, None]
-    return np.maximum(_basic_rhat(_z_scale(s)), _basic_rhat(_z_scale(np.abs(s - median))))
+    (Vehtari et al. 2021, section 4.2), from the split chains and their rank normalisation."""
+    median = np.median(split.reshape(split.shape[0], -1), axis=1)[:, None, None]
+    folded = _z_scale(np.abs(split - median))
+    return np.maximum(_basic_rhat(z_split), _basic_rhat(folded))
 
 
 def _autocovariance(x: np.ndarray) -> np.ndarray:
@@ -166,20 +188,13 @@ def _basic_ess(x: np.ndarray) -> np.ndarray:
     return np.where(constant, float(total), ess)
 
 
-def _bulk_ess(x: np.ndarray) -> np.ndarray:
-    """Bulk ESS: the ESS of the rank-normalised split chains."""
-    return _basic_ess(_z_scale(_split(x)))
-
-
 def _tail_ess(x: np.ndarray, prob: float) -> np.ndarray:
     """Tail ESS: the smaller ESS of the indicators x <= q_lo and x <= q_hi (split chains), the
     quantiles (1 - prob, prob) sorted, as arviz_stats reads its ``prob``."""
     flat = x.reshape(x.shape[0], -1)
-    out = []
-    for p in sorted((prob, 1 - prob)):
-        q = np.quantile(flat, p, axis=1)[:, None, None]
-        out.append(_basic_ess(_split((x <= q).astype(float))))
-    return np.minimum(*out)
+    quantiles = np.quantile(flat, sorted((prob, 1 - prob)), axis=1)  # (2, E), one pass
+    low, high = (_basic_ess(_split((x <= q[:, None, None]).astype(float))) for q in quantiles)
+    return np.minimum(low, high)
 
 
 def _element_diagnostics(values: np.ndarray, tail_prob: float):
@@ -192,8 +207,10 @@ def _element_diagnostics(values: np.ndarray, tail_prob: float):
         return nan, nan.copy(), nan.copy()
     x = np.where(bad[:, None, None], 0.0, values.astype(np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
-        r_hat = _rank_rhat(x) if c >= 2 else np.full(e, np.nan)
-        bulk, tail = _bulk_ess(x), _tail_ess(x, tail_prob)
+        split = _split(x)
+        z_split = _z_scale(split)  # shared by the bulk R-hat and the bulk ESS
+        r_hat = _rank_rhat(split, z_split) if c >= 2 else np.full(e, np.nan)
+        bulk, tail = _basic_ess(z_split), _tail_ess(x, tail_prob)
     return tuple(np.where(bad, np.nan, v) for v in (r_hat, bulk, tail))
 
 
