@@ -65,6 +65,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -612,7 +613,8 @@ def analyze_profile(path: str, top: int) -> None:
 
 def _where(fn) -> str:
     file, line, name = fn
-    for mark in ("site-packages/", "/work/main/"):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    for mark in ("site-packages/", repo):
         if mark in file:
             file = file.split(mark, 1)[1]
     return f"{name} ({file}:{line})"
@@ -624,7 +626,9 @@ def _where(fn) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache-dir", help="JAX persistent compilation cache folder")
-    parser.add_argument("--out", default="/work/scratch_profile/out", help="report parent folder")
+    parser.add_argument(
+        "--out", default=None, help="report parent folder (default: a new temporary folder)"
+    )
     parser.add_argument("--name", default="attnbayes", help="report folder name inside --out")
     parser.add_argument("--quick", action="store_true", help="the quick report (small sizes)")
     parser.add_argument("--json", help="also write the tables as JSON to this file")
@@ -696,8 +700,9 @@ def main(argv=None) -> int:
     failed = None
     try:
         # one worker: the parts run here, in order, where the timers see them
+        out = args.out or tempfile.mkdtemp(prefix="attnbayes-profile-")
         path = write_report(
-            args.out, name=args.name, quick=args.quick, progress=progress, workers=1, **optional
+            out, name=args.name, quick=args.quick, progress=progress, workers=1, **optional
         )
         print(f"report: {path}; cache: {cache_dir}", file=sys.stderr)
     except Exception as err:  # the tables up to the failure are still printed
