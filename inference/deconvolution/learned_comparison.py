@@ -136,6 +136,7 @@ def _nuts_estimates(key, x, prior: TaskPrior, nuts_kwargs):
         atom_scale=prior.base_scale,
         dp_shape=prior.dp_shape,
         dp_rate=prior.dp_rate,
+        posterior_predictive=False,  # only z_hat and intervals are read: no predictive program
     )
     settings.update(nuts_kwargs or {})
     out = []
