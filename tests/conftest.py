@@ -15,14 +15,23 @@ os.environ.setdefault("MPLBACKEND", "Agg")  # the CLI sets Agg itself; direct ca
 # The report runs in this process unless a test asks for workers (tests/test_report.py does):
 # monkeypatched runners then reach it, and the two pytest workers already fill the cores.
 os.environ["ATTNBAYES_WORKERS"] = "1"
-# A fresh, empty compilation cache per test process (the CLI and notebooks enable the cache),
-# so test timings never depend on what an earlier run compiled.
-os.environ["ATTNBAYES_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnbayes-test-cache-")
-atexit.register(shutil.rmtree, os.environ["ATTNBAYES_CACHE_DIR"], ignore_errors=True)
+# One fresh, empty compilation cache per test session, so test timings never depend on what an
+# earlier run compiled. The session's first process (pytest, or xdist's controller) makes it;
+# the pytest workers and the processes tests start (the CLI, the report's workers) inherit it
+# from the environment and share it, so a program one of them compiled is not compiled again.
+_SESSION_CACHE = "ATTNBAYES_TEST_SESSION_CACHE"
+if _SESSION_CACHE not in os.environ:
+    os.environ[_SESSION_CACHE] = tempfile.mkdtemp(prefix="attnbayes-test-cache-")
+    atexit.register(shutil.rmtree, os.environ[_SESSION_CACHE], ignore_errors=True)
+os.environ["ATTNBAYES_CACHE_DIR"] = os.environ[_SESSION_CACHE]
 
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+from attnbayes.app.cache import enable_compilation_cache  # noqa: E402
+
+enable_compilation_cache()  # tests that call the library in-process share it too
 
 import pytest  # noqa: E402
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from numpyro.infer import Predictive
-from numpyro.infer.util import initialize_model, log_density
+from numpyro.infer.util import initialize_model, log_density, potential_energy
 
 from attnbayes.inference.mcmc import run_nuts
 from attnbayes.inference.switching.marginal import switching_marginal_model
@@ -91,24 +91,26 @@ def test_approximate_likelihoods_equal_the_exact_one_where_the_collapse_is_exact
     differences in test_switching_traceable.py)."""
     spec = _static_state_model()
     rng = np.random.default_rng(1)
+    kwargs = {"spec": spec, "likelihood": "exact", "inputs": spec.inputs}
+    # the unconstrained parameters are the same for every likelihood: initialise once
+    info = initialize_model(
+        jax.random.key(0),
+        switching_marginal_model,
+        model_args=(spec.observations,),
+        model_kwargs=kwargs,
+    )
+    flat, unravel = jax.flatten_util.ravel_pytree(info.param_info.z)
+    centres = flat + 0.3 * jnp.asarray(rng.normal(size=(3, flat.shape[0])))
+    steps = 1e-4 * jnp.asarray(rng.normal(size=(4, flat.shape[0])))
+    points = (centres[:, None] + jnp.concatenate([0 * steps[:1], steps])).reshape(-1, flat.shape[0])
     values = {}
     for lik in ("exact", "gpb2", "imm", "gpb1"):
-        info = initialize_model(
-            jax.random.key(0),
-            switching_marginal_model,
-            model_args=(spec.observations,),
-            model_kwargs={"spec": spec, "likelihood": lik, "inputs": spec.inputs},
-        )
-        flat, unravel = jax.flatten_util.ravel_pytree(info.param_info.z)
-        if lik == "exact":
-            centres = flat + 0.3 * jnp.asarray(rng.normal(size=(3, flat.shape[0])))
-            steps = 1e-4 * jnp.asarray(rng.normal(size=(4, flat.shape[0])))
-            points = (centres[:, None] + jnp.concatenate([0 * steps[:1], steps])).reshape(
-                -1, flat.shape[0]
-            )
 
-        def potential(f, fn=info.potential_fn, unravel=unravel):
-            return fn(unravel(f))
+        def potential(f, lik=lik):
+            model_kwargs = {**kwargs, "likelihood": lik}
+            return potential_energy(
+                switching_marginal_model, (spec.observations,), model_kwargs, unravel(f)
+            )
 
         values[lik] = np.asarray(jax.jit(jax.vmap(potential))(points))
     assert np.all(np.isfinite(values["exact"]))
