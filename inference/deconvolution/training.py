@@ -367,6 +367,9 @@ def train_unrolled_em(
     if params is None:
         params = init_unrolled_em(num_layers, dim)
     params = check_params("params", params)
+    # strong types: a weak-typed start (jnp.full(2, 0.3)) would compile the chunk twice, since
+    # the first chunk returns the same leaves strongly typed
+    params = jax.tree.map(lambda v: jax.lax.convert_element_type(v, jnp.result_type(v)), params)
     dim = params.dim
     num_steps = validation.check_positive_int("num_steps", num_steps)
     batch_size = validation.check_positive_int("batch_size", batch_size)
