@@ -362,3 +362,12 @@ def test_comparison_arguments_are_checked():
         lc.compare_learned_attention(key, init_unrolled_em(1, 2))
     with pytest.raises(ValueError, match="methods: 'em' and 'nuts-dp'"):
         lc.length_generalisation(key, init_unrolled_em(1), methods=("em",))
+
+
+def test_heldout_tasks_are_strongly_typed_in_every_family():
+    """No family gives weak-typed arrays (weights built from Python numbers), so a program
+    compiled on one family's tasks serves every family of the same size."""
+    for family in training.HELDOUT_FAMILIES:
+        tasks = training.heldout_tasks(jax.random.key(3), family, 3, 20)
+        weak = [name for name, v in tasks._asdict().items() if jax.typeof(v).weak_type]
+        assert not weak, (family, weak)

@@ -279,7 +279,14 @@ def heldout_tasks(key, family: str, num_tasks: int, num_points: int, prior=None)
     x, z, mask = jax.vmap(lambda k, a, w: _draw_task(k, a, w, num_points, num_points))(
         keys, atoms, weights
     )
-    return Tasks(x, z, mask, atoms, weights, jnp.full((num_tasks,), index))
+    # strong types: families whose weights are built from Python numbers would otherwise give
+    # weak-typed arrays, and a program compiled for one family would compile again for another
+    return _strong(Tasks(x, z, mask, atoms, weights, jnp.full((num_tasks,), index)))
+
+
+def _strong(tree):
+    """The same arrays with strong types (a weak type is a compile-cache key of its own)."""
+    return jax.tree.map(lambda v: jax.lax.convert_element_type(v, jnp.result_type(v)), tree)
 
 
 # ----------------------------------------------------------------------------- losses
@@ -367,9 +374,9 @@ def train_unrolled_em(
     if params is None:
         params = init_unrolled_em(num_layers, dim)
     params = check_params("params", params)
-    # strong types: a weak-typed start (jnp.full(2, 0.3)) would compile the chunk twice, since
-    # the first chunk returns the same leaves strongly typed
-    params = jax.tree.map(lambda v: jax.lax.convert_element_type(v, jnp.result_type(v)), params)
+    # a weak-typed start (jnp.full(2, 0.3)) would compile the chunk twice: the first chunk
+    # returns the same leaves strongly typed
+    params = _strong(params)
     dim = params.dim
     num_steps = validation.check_positive_int("num_steps", num_steps)
     batch_size = validation.check_positive_int("batch_size", batch_size)
