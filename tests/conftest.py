@@ -4,6 +4,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 # XLA's expensive LLVM passes off: compiling dominates the suite (hundreds of small programs),
 # and these passes only speed up the generated code (about 20% less compile time measured).
@@ -76,7 +77,8 @@ def three_atom_comparison(three_atom_data):
 # 140 s of work on two cores, the comparison of `-m slow` about 50-130), so that no long group
 # starts last while the other worker idles; the other groups follow in collection order.
 # `make test` passes --no-loadscope-reorder so that xdist keeps it.
-LONGEST_FIRST = ("test_report.py", "three_atom_comparison")
+LONGEST_FIRST = ("app/test_report.py", "three_atom_comparison")
+TESTS = Path(__file__).resolve().parent
 
 
 def _group(item) -> str:
@@ -87,7 +89,16 @@ def _group(item) -> str:
     if "three_atom_comparison" in fixtures:
         return "three_atom_comparison"
     module = getattr(item, "module", None)
-    return getattr(module, "XDIST_GROUP", None) or item.path.name
+    return getattr(module, "XDIST_GROUP", None) or item.path.relative_to(TESTS).as_posix()
+
+
+@pytest.fixture
+def full_tracebacks():
+    """JAX hides its own frames from tracebacks by default; show them so they can be seen."""
+    old = jax.config.jax_traceback_filtering
+    jax.config.update("jax_traceback_filtering", "off")
+    yield
+    jax.config.update("jax_traceback_filtering", old)
 
 
 def pytest_configure(config):

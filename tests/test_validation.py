@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from raising import jax_frames
 from scipy.stats import wasserstein_distance
 
 from attnbayes.inference.deconvolution import em
@@ -167,19 +168,6 @@ def _cases():
 CASES = _cases()
 
 
-@pytest.fixture
-def full_tracebacks():
-    """JAX hides its own frames from tracebacks by default; show them so they can be seen."""
-    old = jax.config.jax_traceback_filtering
-    jax.config.update("jax_traceback_filtering", "off")
-    yield
-    jax.config.update("jax_traceback_filtering", old)
-
-
-def _jax_frames(excinfo):
-    return [str(entry.path) for entry in excinfo.traceback if "jax/_src" in str(entry.path)]
-
-
 @pytest.mark.usefixtures("full_tracebacks")
 @pytest.mark.parametrize(("call", "pattern"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_raises_before_jax(call, pattern):
@@ -187,7 +175,7 @@ def test_bad_input_raises_before_jax(call, pattern):
         call()
     # A plain ValueError, not a subclass coming out of JAX tracing.
     assert type(excinfo.value) is ValueError
-    assert not _jax_frames(excinfo)
+    assert not jax_frames(excinfo)
 
 
 @pytest.mark.usefixtures("full_tracebacks")
@@ -195,10 +183,10 @@ def test_jax_frame_check_detects_jax_errors():
     """The check above can fail: an error raised inside JAX (jitted or not) shows jax/_src."""
     with pytest.raises(ValueError) as excinfo:
         jnp.einsum("ij,jk->ik", jnp.ones((2, 3)), jnp.ones((4, 2)))
-    assert _jax_frames(excinfo)
+    assert jax_frames(excinfo)
     with pytest.raises(TypeError) as excinfo:
         jax.jit(lambda a: a.reshape(7))(jnp.ones(3))
-    assert _jax_frames(excinfo)
+    assert jax_frames(excinfo)
 
 
 def test_ids_are_unique():

@@ -20,7 +20,7 @@ finite, which is why there is no refusing input check on the spectral radius.
 import jax
 import numpy as np
 import pytest
-from test_validation import _jax_frames, full_tracebacks  # noqa: F401 (a fixture)
+from raising import jax_frames
 
 from attnbayes.inference.switching.comparison import compare_switching
 from attnbayes.inference.switching.filters import (
@@ -485,7 +485,7 @@ def test_bad_input_raises_before_jax(call, error, pattern):
     # a plain ValueError / TypeError raised by the argument checks, not by JAX while tracing
     assert type(excinfo.value) is error
     assert "\n" not in str(excinfo.value)
-    assert not _jax_frames(excinfo)
+    assert not jax_frames(excinfo)
 
 
 def test_ids_are_unique():

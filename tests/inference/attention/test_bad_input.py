@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_validation import _jax_frames, full_tracebacks  # noqa: F401 (a fixture)
+from raising import jax_frames
 
 from attnbayes.inference.attention import (
     additive_scores,
@@ -627,7 +627,7 @@ def test_bad_input_is_refused_before_jax(call, pattern):
             call()
     # A plain ValueError (not one of JAX's subclasses), raised before JAX ran.
     assert type(excinfo.value) is ValueError
-    assert not _jax_frames(excinfo)
+    assert not jax_frames(excinfo)
 
 
 def test_case_ids_are_unique():

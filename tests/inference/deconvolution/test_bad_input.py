@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import pytest
-from test_validation import _jax_frames, full_tracebacks  # noqa: F401 (a fixture)
+from raising import jax_frames
 
 from attnbayes import validation
 from attnbayes.inference.deconvolution import em
@@ -599,7 +599,7 @@ def test_bad_input_is_refused_before_jax(call, pattern):
         call()
     # a plain ValueError / TypeError, raised before any tracing (no JAX frames on the way)
     assert type(excinfo.value) in (ValueError, TypeError)
-    assert not _jax_frames(excinfo)
+    assert not jax_frames(excinfo)
 
 
 def test_case_ids_are_unique():

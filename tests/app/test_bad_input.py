@@ -47,7 +47,7 @@ from attnbayes.inference.mcmc import (
 )
 from attnbayes.models.switching import get_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------- helpers
