@@ -122,44 +122,92 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def test_no_private_name_crosses_a_sub_package():
-    """``from X import _y`` and ``X._y`` only within X's own sub-package."""
+def _private_uses(module: str, is_package: bool, tree: ast.AST, allowed) -> list[str]:
+    """``from X import _y`` and ``X._y`` in ``tree`` for an attnbayes module X not ``allowed``."""
+    offences = []
+    imported_modules = {}  # local name -> dotted module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = _resolve(module, is_package, node)
+            for alias in node.names:
+                full = f"{source}.{alias.name}"
+                if full in MODULES:
+                    imported_modules[alias.asname or alias.name] = full
+                elif (
+                    _private(alias.name) and source.startswith("attnbayes") and not allowed(source)
+                ):
+                    offences.append(f"{node.lineno}: imports {full}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("attnbayes"):
+                    imported_modules[alias.asname or alias.name] = alias.name
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+            continue
+        dotted = ast.unparse(node.value)
+        target = imported_modules.get(dotted) or (dotted if dotted in MODULES else None)
+        if target is not None and not allowed(target):
+            offences.append(f"{node.lineno}: uses {dotted}.{node.attr}")
+    return offences
+
+
+def test_no_private_name_crosses_a_module():
+    """A helper used by two modules has a plain name: ``from X import _y`` and ``X._y`` only
+    inside X itself."""
     offences = []
     for module, (is_package, path) in MODULES.items():
         tree = ast.parse(path.read_text(), str(path))
-        imported_modules = {}  # local name -> dotted module
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                source = _resolve(module, is_package, node)
-                for alias in node.names:
-                    full = f"{source}.{alias.name}"
-                    if full in MODULES:
-                        imported_modules[alias.asname or alias.name] = full
-                    elif _private(alias.name) and _owner(source) != _owner(module):
-                        offences.append(f"{path.name}:{node.lineno} imports {full}")
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.startswith("attnbayes") and alias.asname:
-                        imported_modules[alias.asname] = alias.name
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Attribute)
-                and _private(node.attr)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in imported_modules
-                and _owner(imported_modules[node.value.id]) != _owner(module)
-            ):
-                offences.append(f"{path.name}:{node.lineno} uses {node.value.id}.{node.attr}")
+        offences += [
+            f"{module} {o}"
+            for o in _private_uses(module, is_package, tree, lambda source, m=module: source == m)
+        ]
     assert not offences, offences
 
 
-def test_the_private_name_check_can_fail():
+TESTS = ROOT / "tests"
+
+
+def _mirrored_package(test_path: Path) -> str:
+    """The sub-package a test file mirrors: tests/inference/switching/x.py ->
+    attnbayes.inference.switching (tests/ itself mirrors ``attnbayes``)."""
+    parts = test_path.relative_to(TESTS).parent.parts
+    return ".".join(("attnbayes", *parts))
+
+
+def test_no_test_calls_a_private_function_of_another_sub_package():
+    """A test may reach private names of the sub-package it mirrors, and of no other."""
+    offences = []
+    for path in sorted(TESTS.rglob("*.py")):
+        package = _mirrored_package(path)
+        tree = ast.parse(path.read_text(), str(path))
+
+        def allowed(source, package=package):
+            return _owner(source) == package
+
+        offences += [
+            f"{path.relative_to(TESTS)}:{o}"
+            for o in _private_uses("tests", False, tree, allowed)
+            if not package == "attnbayes.support"
+        ]
+    assert not offences, offences
+
+
+def test_the_private_name_checks_can_fail():
     tree_module = "attnbayes.inference.switching.filters"
     node = ast.parse("from ..deconvolution.em import _em_step").body[0]
     source = _resolve(tree_module, False, node)
     assert source == "attnbayes.inference.deconvolution.em"
     assert _owner(source) != _owner(tree_module)
     assert _owner("attnbayes.inference.switching") == "attnbayes.inference.switching"
+    sibling = ast.parse("from .kalman import _chol\nfrom . import kalman\nkalman._mm(1, 2)")
+    uses = _private_uses(tree_module, False, sibling, lambda s: s == tree_module)
+    assert len(uses) == 2, uses
+    in_test = ast.parse("from attnbayes.inference.switching import kalman as k\nk._chol(1)")
+    assert _private_uses("tests", False, in_test, lambda s: s.startswith("attnbayes.models"))
+    assert not _private_uses("tests", False, in_test, lambda s: s.startswith("attnbayes.inference"))
+    assert _mirrored_package(TESTS / "inference" / "switching" / "test_x.py") == (
+        "attnbayes.inference.switching"
+    )
 
 
 def test_packages_import_each_other_relatively():
