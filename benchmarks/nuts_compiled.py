@@ -80,13 +80,10 @@ def _run_nuts(seed, x, prior, sizes, **kwargs):
     return run_nuts(
         jax.random.PRNGKey(seed),
         deconvolution_model,
-        x,
-        sigma=SIGMA,
-        num_atoms=3,
-        ordered=True,
+        (x,),
+        {"sigma": SIGMA, "num_atoms": 3, "ordered": True, **prior},
         dims=model_dims(True),
         **sizes,
-        **prior,
         **kwargs,
     )
 

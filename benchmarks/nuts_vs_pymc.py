@@ -250,17 +250,19 @@ def run_numpyro(x, settings: dict, clock: _CompileClock, seed: int, label: str):
     datatree = run_nuts(
         jax.random.key(seed),
         deconvolution_model,
-        x,
-        sigma=SIGMA,
-        num_atoms=NUM_ATOMS,
+        (x,),
+        {
+            "sigma": SIGMA,
+            "num_atoms": NUM_ATOMS,
+            "ordered": True,
+            # 0-d arrays: arguments of the compiled program, not constants in it
+            "atom_loc": np.asarray(settings["atom_loc"]),
+            "atom_scale": np.asarray(settings["atom_scale"]),
+        },
         num_warmup=settings["num_warmup"],
         num_samples=settings["num_samples"],
         num_chains=settings["chains"],
         dims=model_dims(True),
-        ordered=True,
-        # 0-d arrays: arguments of the compiled program, not constants in it
-        atom_loc=np.asarray(settings["atom_loc"]),
-        atom_scale=np.asarray(settings["atom_scale"]),
         posterior_predictive=False,  # pm.sample and nutpie draw none either
     )
     wall = time.perf_counter() - start

@@ -15,7 +15,7 @@ A sub-package per reading of attention:
 - ``calibration``: simulation-based calibration of the registry's methods over a fixed prior
   (SBC ranks for samplers, interval coverage for the others) with a verdict;
 
-and shared modules: ``mcmc`` (NUTS to an ArviZ DataTree, and ``sample_nuts``, its traceable
+and shared modules: ``mcmc`` (NUTS to an ArviZ DataTree, and ``run_nuts_unchecked``, its traceable
 core), ``diagnostics`` (R-hat, ESS; ``sbc`` and ``interval_coverage``),
 ``model_comparison`` (PSIS-LOO, leave-future-out), ``methods`` (the method registry),
 ``sampling`` (random variates the samplers share) and ``optimize`` (L-BFGS compiled with one

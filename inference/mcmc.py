@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 import jax
@@ -46,7 +47,7 @@ __all__ = [
     "clear_compiled_cache",
     "compiled_cache_info",
     "run_nuts",
-    "sample_nuts",
+    "run_nuts_unchecked",
     "sampler_sizes",
 ]
 
@@ -579,10 +580,31 @@ def _datatree(samples, stats, loglik, predictive, observed, dims, coords, max_tr
 # ----------------------------------------------------------------------------- run_nuts
 
 
+def check_model_arguments(model_args, model_kwargs) -> tuple[tuple, dict]:
+    """``model_args`` as a tuple and ``model_kwargs`` as a dict (``None``: empty), or a
+    ValueError naming the one that is neither (a bare array passed as ``model_args`` is the
+    usual slip: wrap it, ``(x,)``)."""
+    if not isinstance(model_args, tuple | list):
+        raise ValueError(
+            "model_args: expected a tuple of the model's positional arguments, e.g. (x,); "
+            f"got {type(model_args).__name__}"
+        )
+    if model_kwargs is None:
+        model_kwargs = {}
+    if not isinstance(model_kwargs, Mapping) or not all(isinstance(k, str) for k in model_kwargs):
+        raise ValueError(
+            "model_kwargs: expected a dict of the model's keyword arguments, "
+            f"got {type(model_kwargs).__name__}"
+        )
+    return tuple(model_args), dict(model_kwargs)
+
+
 def run_nuts(
     key: jax.Array,
     model,
-    *args,
+    model_args: tuple = (),
+    model_kwargs: dict | None = None,
+    *,
     num_warmup: int = 1000,
     num_samples: int = 1000,
     num_chains: int = 2,
@@ -595,9 +617,13 @@ def run_nuts(
     coords: dict | None = None,
     progress_bar: bool = False,
     posterior_predictive: bool = True,
-    **model_kwargs,
 ) -> xr.DataTree:
-    """Run NUTS on ``model(*args, **model_kwargs)`` and return an ArviZ DataTree.
+    """Run NUTS on ``model(*model_args, **model_kwargs)`` and return an ArviZ DataTree.
+
+    The model's arguments and the sampler's settings are apart (as NumPyro's
+    ``MCMC(NUTS(model), num_warmup=...).run(key, *args, **kwargs)``): the model's go in
+    ``model_args`` and ``model_kwargs``, the settings are keyword-only, so a model argument
+    may have any name, ``num_samples`` included.
 
     NumPyro's NUTS kernel (``numpyro.infer.NUTS``: dual-averaging step size and windowed
     mass-matrix adaptation during warmup) runs every chain in one jitted program, which also
@@ -623,7 +649,8 @@ def run_nuts(
         key: a ``jax.random`` key (split for sampling and the posterior predictive); first
             and positional, as in ``MCMC.run(rng_key, ...)``.
         model: a NumPyro program with continuous latent sites.
-        *args, **model_kwargs: passed to the model.
+        model_args: the model's positional arguments (a tuple).
+        model_kwargs: the model's keyword arguments (a dict; default none).
         num_warmup, num_samples, num_chains: sampler sizes (per chain).
         target_accept_prob, max_tree_depth: NUTS settings.
         dense_mass: adapt a dense mass matrix (``True``) instead of a diagonal one.
@@ -648,6 +675,7 @@ def run_nuts(
     """
     if not callable(model):
         raise ValueError(f"model: expected a NumPyro program (a callable), got {model!r}")
+    args, model_kwargs = check_model_arguments(model_args, model_kwargs)
     num_warmup = validation.check_positive_int("num_warmup", num_warmup, minimum=0)
     num_samples = validation.check_positive_int("num_samples", num_samples)
     num_chains = validation.check_positive_int("num_chains", num_chains)
@@ -734,10 +762,12 @@ def run_nuts(
     return datatree
 
 
-def sample_nuts(
+def run_nuts_unchecked(
     key: jax.Array,
     model,
-    *args,
+    model_args: tuple = (),
+    model_kwargs: dict | None = None,
+    *,
     num_warmup: int = 1000,
     num_samples: int = 1000,
     num_chains: int = 2,
@@ -745,9 +775,9 @@ def sample_nuts(
     max_tree_depth: int = 10,
     dense_mass: bool = False,
     chain_method: str = "sequential",
-    **model_kwargs,
 ) -> tuple[dict, dict]:
-    """The traceable core of ``run_nuts``: NumPyro's NUTS on ``model(*args, **model_kwargs)``.
+    """The traceable kernel of ``run_nuts``: NumPyro's NUTS on
+    ``model(*model_args, **model_kwargs)``, returning arrays rather than a DataTree.
 
     The same chains as ``run_nuts(..., chain_method=chain_method)`` (init uniform in (-2, 2)
     unconstrained, dual-averaging step size and windowed diagonal or dense mass adaptation
@@ -767,6 +797,7 @@ def sample_nuts(
         ``accept_prob``, ``potential_energy``, ``energy`` and ``adapt_state.step_size``, each
         (num_chains, num_samples).
     """
+    args, model_kwargs = check_model_arguments(model_args, model_kwargs)
     num_warmup = validation.check_positive_int("num_warmup", num_warmup, minimum=0)
     num_samples = validation.check_positive_int("num_samples", num_samples)
     num_chains = validation.check_positive_int("num_chains", num_chains)

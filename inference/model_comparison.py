@@ -131,10 +131,8 @@ def compare_num_atoms(
             tree = run_nuts(
                 key_k,
                 deconvolution_model,
-                x,
-                sigma=sigma,
-                num_atoms=k,
-                ordered=x.ndim == 1,
+                (x,),
+                {"sigma": sigma, "num_atoms": k, "ordered": x.ndim == 1},
                 **kwargs,
             )
         seconds = time.perf_counter() - start

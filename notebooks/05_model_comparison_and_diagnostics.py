@@ -221,20 +221,16 @@ nuts_kwargs = {"num_warmup": NUTS_DRAWS, "num_samples": NUTS_DRAWS, "posterior_p
 finite = run_nuts(
     jax.random.PRNGKey(3),
     deconvolution.deconvolution_model,
-    x,
-    sigma=SIGMA,
-    num_atoms=3,
-    ordered=True,
+    (x,),
+    {"sigma": SIGMA, "num_atoms": 3, "ordered": True},
     dims=deconvolution.model_dims(True),
     **nuts_kwargs,
 )
 dp = run_nuts(
     jax.random.PRNGKey(4),
     deconvolution.deconvolution_model,
-    x,
-    sigma=SIGMA,
-    num_atoms=12,
-    prior="dp",
+    (x,),
+    {"sigma": SIGMA, "num_atoms": 12, "prior": "dp"},
     dims=deconvolution.model_dims(True, "dp"),
     target_accept_prob=0.9,  # smaller steps for the funnel between alpha and the sticks
     **nuts_kwargs,
@@ -379,7 +375,7 @@ unordered = run_gibbs(
     init=np.stack([start, start[::-1]]),
     **gibbs_kwargs,
 )
-unordered = add_invariants(unordered, x, SIGMA, jax.random.PRNGKey(6))
+unordered = add_invariants(jax.random.PRNGKey(6), unordered, x, SIGMA)
 raw = diagnostics(unordered, var_names=["atoms", "weights"])
 invariant = diagnostics(unordered, var_names=list(INVARIANT_NAMES))
 relabelled = unordered.copy()

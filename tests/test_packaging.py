@@ -86,7 +86,7 @@ params = maneuvering_target()
 modes, states, ys = simulate_switching(jax.random.PRNGKey(1), params, 40)
 filtered = imm_filter(params, ys)
 assert bool(jnp.isfinite(filtered.log_likelihood))
-tree = run_nuts(jax.random.PRNGKey(2), deconvolution_model, x, sigma=1.0, num_atoms=3,
+tree = run_nuts(jax.random.PRNGKey(2), deconvolution_model, (x,), dict(sigma=1.0, num_atoms=3),
                 num_warmup=50, num_samples=50, num_chains=2, progress_bar=False)
 assert "posterior" in tree.children
 print("wheel works")

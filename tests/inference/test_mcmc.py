@@ -26,7 +26,7 @@ def normal_mean_model(y=None, *, prior_scale=2.0, noise=1.5, num_points=None):
 def conjugate_run():
     y = 1.0 + 1.5 * jax.random.normal(jax.random.PRNGKey(3), (40,))
     # no dims given: they are inferred from the model's plates
-    dt = run_nuts(jax.random.PRNGKey(4), normal_mean_model, y, num_warmup=400, num_samples=1000)
+    dt = run_nuts(jax.random.PRNGKey(4), normal_mean_model, (y,), num_warmup=400, num_samples=1000)
     return y, dt
 
 
@@ -67,7 +67,7 @@ def test_run_nuts_without_posterior_predictive(conjugate_run):
     lean = run_nuts(
         jax.random.PRNGKey(4),
         normal_mean_model,
-        y,
+        (y,),
         num_warmup=400,
         num_samples=1000,
         posterior_predictive=False,
@@ -79,17 +79,58 @@ def test_run_nuts_without_posterior_predictive(conjugate_run):
 
 def test_run_nuts_rejects_bad_settings():
     with pytest.raises(ValueError, match="^num_samples"):
-        run_nuts(jax.random.PRNGKey(0), normal_mean_model, num_samples=0, num_points=3)
+        run_nuts(jax.random.PRNGKey(0), normal_mean_model, (), {"num_points": 3}, num_samples=0)
     with pytest.raises(ValueError, match="^chain_method"):
-        run_nuts(jax.random.PRNGKey(0), normal_mean_model, chain_method="bogus", num_points=3)
+        run_nuts(
+            jax.random.PRNGKey(0), normal_mean_model, (), {"num_points": 3}, chain_method="bogus"
+        )
     with pytest.raises(ValueError, match="^target_accept_prob"):
-        run_nuts(jax.random.PRNGKey(0), normal_mean_model, target_accept_prob=1.0, num_points=3)
+        run_nuts(
+            jax.random.PRNGKey(0), normal_mean_model, (), {"num_points": 3}, target_accept_prob=1.0
+        )
     with pytest.raises(ValueError, match="^target_accept_prob"):
-        run_nuts(jax.random.PRNGKey(0), normal_mean_model, target_accept_prob="x", num_points=3)
+        run_nuts(
+            jax.random.PRNGKey(0), normal_mean_model, (), {"num_points": 3}, target_accept_prob="x"
+        )
     with pytest.raises(ValueError, match="^key"):
-        run_nuts(None, normal_mean_model, num_points=3)
+        run_nuts(None, normal_mean_model, (), {"num_points": 3})
     with pytest.raises(ValueError, match="^key"):
-        run_nuts(0, normal_mean_model, num_points=3)
+        run_nuts(0, normal_mean_model, (), {"num_points": 3})
+
+
+def model_with_a_setting_name(y, num_samples):
+    """A model whose keyword argument shares its name with a sampler setting."""
+    mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+    numpyro.sample("y", dist.Normal(mu, 1.0).expand([num_samples]), obs=y)
+
+
+def test_model_arguments_are_apart_from_the_sampler_settings():
+    """A model argument named like a setting reaches the model; the setting the sampler."""
+    y = np.linspace(-1.0, 1.0, 7)
+    tree = run_nuts(
+        jax.random.PRNGKey(1),
+        model_with_a_setting_name,
+        (y,),
+        {"num_samples": 7},
+        num_warmup=50,
+        num_samples=20,
+        num_chains=1,
+    )
+    assert tree["posterior"]["mu"].shape == (1, 20)
+    assert tree["observed_data"]["y"].shape == (7,)
+
+
+@pytest.mark.parametrize(
+    ("model_args", "model_kwargs", "pattern"),
+    [
+        (np.ones(3), None, "^model_args: expected a tuple"),
+        ((np.ones(3),), [("num_samples", 3)], "^model_kwargs: expected a dict"),
+        ((np.ones(3),), {1: 3}, "^model_kwargs: expected a dict"),
+    ],
+)
+def test_model_arguments_are_checked(model_args, model_kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        run_nuts(jax.random.PRNGKey(0), model_with_a_setting_name, model_args, model_kwargs)
 
 
 def test_diagnostics_against_arviz_and_constants():

@@ -83,10 +83,10 @@ SMALL = {"num_warmup": 100, "num_samples": 100, "num_chains": 2, "posterior_pred
 def test_second_call_on_new_data_does_not_compile():
     y1, y2, y3 = data(1), data(2), data(3, n=41)
     with count_compilations() as first:
-        dt1 = run_nuts(jax.random.PRNGKey(0), counted_model, y1, **SMALL)
+        dt1 = run_nuts(jax.random.PRNGKey(0), counted_model, (y1,), **SMALL)
     assert first["misses"] == 1 and first["xla"] >= 1
     with count_compilations() as second:
-        dt2 = run_nuts(jax.random.PRNGKey(0), counted_model, y2, **SMALL)
+        dt2 = run_nuts(jax.random.PRNGKey(0), counted_model, (y2,), **SMALL)
     assert second == {"misses": 0, "xla": 0}
     # the new data were used: observed data, and a posterior centred near their own mean
     np.testing.assert_array_equal(dt2["observed_data"]["y"], y2)
@@ -95,14 +95,14 @@ def test_second_call_on_new_data_does_not_compile():
     # a jax array of the same shape and dtype is the same signature as a NumPy one
     y1_jax = jnp.asarray(y1)
     with count_compilations() as again:
-        run_nuts(jax.random.PRNGKey(1), counted_model, y1_jax, **SMALL)
+        run_nuts(jax.random.PRNGKey(1), counted_model, (y1_jax,), **SMALL)
     assert again == {"misses": 0, "xla": 0}
     # a new shape compiles, and so does a new static setting
     with count_compilations() as shape:
-        run_nuts(jax.random.PRNGKey(0), counted_model, y3, **SMALL)
+        run_nuts(jax.random.PRNGKey(0), counted_model, (y3,), **SMALL)
     assert shape["misses"] == 1 and shape["xla"] >= 1
     with count_compilations() as setting:
-        run_nuts(jax.random.PRNGKey(0), counted_model, y1, target_accept_prob=0.9, **SMALL)
+        run_nuts(jax.random.PRNGKey(0), counted_model, (y1,), target_accept_prob=0.9, **SMALL)
     assert setting["misses"] == 1 and setting["xla"] >= 1
 
 
@@ -110,10 +110,10 @@ def test_posterior_predictive_is_compiled_separately():
     """Switching the predictive on or off does not recompile the sampler."""
     y1, y2 = data(4), data(5)
     sizes = {**SMALL, "num_samples": 60}  # settings no other test uses
-    run_nuts(jax.random.PRNGKey(0), counted_model, y1, **sizes)
+    run_nuts(jax.random.PRNGKey(0), counted_model, (y1,), **sizes)
     with count_compilations() as counts:
         dt = run_nuts(
-            jax.random.PRNGKey(0), counted_model, y2, **{**sizes, "posterior_predictive": True}
+            jax.random.PRNGKey(0), counted_model, (y2,), **{**sizes, "posterior_predictive": True}
         )
     assert counts["misses"] == 0 and counts["xla"] == 1  # the predictive only
     assert dt["posterior_predictive"]["y"].shape == (2, 60, 40)
@@ -137,31 +137,39 @@ def test_arrays_the_model_needs_concrete_are_compiled_in():
     params = Params(np.asarray(PRIOR_SCALE))
     y1, y2 = data(6), data(7)
     with count_compilations() as first:
-        run_nuts(jax.random.PRNGKey(0), numpy_checked_model, y1, params=params, **SMALL)
+        run_nuts(jax.random.PRNGKey(0), numpy_checked_model, (y1,), {"params": params}, **SMALL)
     assert first["misses"] == 1
     with count_compilations() as second:  # y stays an argument
-        dt = run_nuts(jax.random.PRNGKey(0), numpy_checked_model, y2, params=params, **SMALL)
+        dt = run_nuts(
+            jax.random.PRNGKey(0), numpy_checked_model, (y2,), {"params": params}, **SMALL
+        )
     assert second == {"misses": 0, "xla": 0}
     assert abs(float(dt["posterior"]["mu"].mean()) - closed_form(y2)[0]) < 0.2
     with count_compilations() as third:  # new values of params: a new program
         run_nuts(
-            jax.random.PRNGKey(0), numpy_checked_model, y2, params=Params(np.asarray(3.0)), **SMALL
+            jax.random.PRNGKey(0),
+            numpy_checked_model,
+            (y2,),
+            {"params": Params(np.asarray(3.0))},
+            **SMALL,
         )
     assert third["misses"] == 1
     with pytest.raises(ValueError, match="^params.scale"):
-        run_nuts(jax.random.PRNGKey(0), numpy_checked_model, y2, params=Params(np.asarray(-1.0)))
+        run_nuts(
+            jax.random.PRNGKey(0), numpy_checked_model, (y2,), {"params": Params(np.asarray(-1.0))}
+        )
 
 
 def test_model_checks_run_before_compiling():
     x = np.linspace(-2.0, 2.0, 30)
     x[3] = np.nan
     with count_compilations() as counts, pytest.raises(ValueError, match="^x: "):
-        run_nuts(jax.random.PRNGKey(0), deconvolution_model, x, sigma=1.0, num_atoms=3)
+        run_nuts(jax.random.PRNGKey(0), deconvolution_model, (x,), {"sigma": 1.0, "num_atoms": 3})
     assert counts == {"misses": 0, "xla": 0}
     with pytest.raises(ValueError, match="^init_values"):
-        run_nuts(jax.random.PRNGKey(0), counted_model, data(1), init_values=[1.0])
+        run_nuts(jax.random.PRNGKey(0), counted_model, (data(1),), init_values=[1.0])
     with pytest.raises(ValueError, match="^dense_mass"):
-        run_nuts(jax.random.PRNGKey(0), counted_model, data(1), dense_mass=1)
+        run_nuts(jax.random.PRNGKey(0), counted_model, (data(1),), dense_mass=1)
 
 
 @pytest.mark.parametrize("chain_method", ["sequential", "vectorized", "parallel"])
@@ -172,7 +180,7 @@ def test_every_chain_method_matches_the_closed_form(chain_method):
     dt = run_nuts(
         jax.random.PRNGKey(9),
         normal_mean_model,
-        y,
+        (y,),
         num_warmup=300,
         num_samples=1000,
         chain_method=chain_method,
@@ -198,7 +206,7 @@ def test_init_values_and_dense_mass():
     dt = run_nuts(
         jax.random.PRNGKey(11),
         normal_mean_model,
-        y,
+        (y,),
         num_warmup=0,
         num_samples=3,
         num_chains=2,
@@ -210,7 +218,7 @@ def test_init_values_and_dense_mass():
         other = run_nuts(
             jax.random.PRNGKey(11),
             normal_mean_model,
-            y,
+            (y,),
             num_warmup=0,
             num_samples=3,
             num_chains=2,
@@ -245,10 +253,10 @@ def three_atoms_runs():
     tree = run_nuts(
         jax.random.PRNGKey(13),
         deconvolution_model,
-        x,
+        (x,),
+        kwargs,
         dims=model_dims(True),
         **THREE_ATOMS,
-        **kwargs,
     )
     plain = MCMC(
         NUTS(deconvolution_model),
@@ -336,10 +344,10 @@ def test_three_atoms_datatree_is_that_of_from_numpyro(three_atoms_runs, monkeypa
     again = run_nuts(
         jax.random.PRNGKey(16),
         deconvolution_model,
-        x,
+        (x,),
+        kwargs,
         dims=model_dims(True),
         **THREE_ATOMS,
-        **kwargs,
     )
     assert _layout(again) == _layout(tree)
 
@@ -347,7 +355,7 @@ def test_three_atoms_datatree_is_that_of_from_numpyro(three_atoms_runs, monkeypa
 def test_inferred_dims_are_the_plates():
     y = data(17)
     sizes = {**SMALL, "num_samples": 60, "posterior_predictive": True}  # as compiled above
-    tree = run_nuts(jax.random.PRNGKey(18), counted_model, y, **sizes)
+    tree = run_nuts(jax.random.PRNGKey(18), counted_model, (y,), **sizes)
     assert tree["log_likelihood"]["y"].dims == ("chain", "draw", "obs")
     assert tree["posterior_predictive"]["y"].dims == ("chain", "draw", "obs")
     assert tree["observed_data"]["y"].dims == ("obs",)
@@ -371,24 +379,24 @@ def test_lean_import():
 
 
 @pytest.mark.parametrize("chain_method", ["sequential", "vectorized"])
-def test_sample_nuts_draws_the_chains_of_run_nuts(chain_method):
-    """``sample_nuts`` (the traceable core ``sbc`` vmaps) runs the chains ``run_nuts`` runs with
-    the same chain method, from ``run_nuts``'s sampling key."""
+def test_run_nuts_unchecked_draws_the_chains_of_run_nuts(chain_method):
+    """``run_nuts_unchecked`` (the traceable kernel ``sbc`` vmaps) runs the chains ``run_nuts``
+    runs with the same chain method, from ``run_nuts``'s sampling key."""
     y = data(12)
     key = jax.random.PRNGKey(13)
     sizes = {"num_warmup": 100, "num_samples": 100, "num_chains": 2}
     tree = run_nuts(
         key,
         normal_mean_model,
-        y,
+        (y,),
         chain_method=chain_method,
         posterior_predictive=False,
         **sizes,
     )
     key_mcmc = jax.random.split(key)[0]
     samples, stats = jax.jit(
-        lambda k, obs: mcmc.sample_nuts(
-            k, normal_mean_model, obs, chain_method=chain_method, **sizes
+        lambda k, obs: mcmc.run_nuts_unchecked(
+            k, normal_mean_model, (obs,), chain_method=chain_method, **sizes
         )
     )(key_mcmc, y)
     np.testing.assert_allclose(
@@ -398,4 +406,4 @@ def test_sample_nuts_draws_the_chains_of_run_nuts(chain_method):
         np.asarray(stats["num_steps"]), np.asarray(tree["sample_stats"]["n_steps"])
     )
     with pytest.raises(ValueError, match="^chain_method"):
-        mcmc.sample_nuts(key, normal_mean_model, y, chain_method="parallel", **sizes)
+        mcmc.run_nuts_unchecked(key, normal_mean_model, (y,), chain_method="parallel", **sizes)
