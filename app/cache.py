@@ -7,6 +7,15 @@ user (mode 0700): ``$ATTNBAYES_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/attnba
 that cannot be created or written never fails a run: the run goes on uncached, with a
 one-line warning. The library itself (``attnbayes.models``, ``attnbayes.inference``) never
 touches the cache; this is the application's choice.
+
+Several processes may share the folder (the report's workers, two commands run at once, the
+test workers). JAX's cache writes an entry in place (``Path.write_bytes``) and, with no size
+limit (its default), takes no lock: a second process that looks the entry up while the first is
+still writing it reads a truncated file and warns "Error reading persistent compilation cache
+entry ... truncated stream" (then compiles again). With a size limit JAX holds a file lock
+(``filelock``, on ``.lockfile`` in the folder) around every read and write, so a reader waits
+for the writer: the cache is given one, ``MAX_BYTES`` unless ``ATTNBAYES_CACHE_MAX_MB`` says
+otherwise, the least recently read entries going first when it is full.
 """
 
 from __future__ import annotations
@@ -16,10 +25,13 @@ import tempfile
 import warnings
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "cache_folder", "enable_compilation_cache"]
+__all__ = ["CACHE_ENV", "MAX_BYTES", "MAX_MB_ENV", "cache_folder", "enable_compilation_cache"]
 
 CACHE_ENV = "ATTNBAYES_CACHE_DIR"
+MAX_MB_ENV = "ATTNBAYES_CACHE_MAX_MB"
 OFF = {"off", "0", "no", "false", "none"}
+# room for a full report and the test suite (about 1.3 GB each, measured) several times over
+MAX_BYTES = 8 * 1024**3
 
 
 def cache_folder() -> Path | None:
@@ -44,16 +56,41 @@ def _usable(folder: Path) -> str | None:
     return None
 
 
+def max_bytes() -> int:
+    """The cache's size limit in bytes: ``ATTNBAYES_CACHE_MAX_MB`` megabytes if set, else
+    ``MAX_BYTES`` (also, with a ``RuntimeWarning`` naming the variable, when it is set to
+    anything but a positive whole number)."""
+    text = os.environ.get(MAX_MB_ENV)
+    if text is None or not text.strip():
+        return MAX_BYTES
+    try:
+        megabytes = int(text)
+    except ValueError:
+        megabytes = 0
+    if megabytes < 1:
+        warnings.warn(
+            f"{MAX_MB_ENV}: expected a positive whole number of megabytes, got {text!r}; "
+            f"using {MAX_BYTES // 1024**2}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return MAX_BYTES
+    return megabytes * 1024**2
+
+
 def enable_compilation_cache(folder: str | os.PathLike | None = None) -> Path | None:
     """Point JAX's persistent compilation cache at ``folder`` (default: ``cache_folder()``).
 
     Every compiled program is cached, however short its compile (JAX's default keeps only
-    those over one second, which would skip most of ours). Returns the folder in use, or
-    ``None`` when the cache is off or unusable (then with a ``RuntimeWarning``).
+    those over one second, which would skip most of ours), in a folder of at most
+    ``max_bytes()``, read and written under JAX's file lock so that processes sharing it never
+    read an entry half-written. Returns the folder in use, or ``None`` when the cache is off or
+    unusable (then with a ``RuntimeWarning``).
     """
     target = Path(folder) if folder is not None else cache_folder()
     if target is None:
         return None
+    limit = max_bytes()
     problem = _usable(target)
     if problem is not None:
         warnings.warn(
@@ -68,4 +105,6 @@ def enable_compilation_cache(folder: str | os.PathLike | None = None) -> Path | 
     jax.config.update("jax_compilation_cache_dir", str(target))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # a limit turns on JAX's lock around reads and writes (see the module docstring)
+    jax.config.update("jax_compilation_cache_max_size", limit)
     return target

@@ -1,9 +1,6 @@
 """Test configuration: float64 and two host devices (parallel chains), set before JAX starts."""
 
-import atexit
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 # XLA's expensive LLVM passes off: compiling dominates the suite (hundreds of small programs),
@@ -16,15 +13,14 @@ os.environ.setdefault("MPLBACKEND", "Agg")  # the CLI sets Agg itself; direct ca
 # The report runs in this process unless a test asks for workers (tests/test_report.py does):
 # monkeypatched runners then reach it, and the two pytest workers already fill the cores.
 os.environ["ATTNBAYES_WORKERS"] = "1"
-# One fresh, empty compilation cache per test session, so test timings never depend on what an
-# earlier run compiled. The session's first process (pytest, or xdist's controller) makes it;
-# the pytest workers and the processes tests start (the CLI, the report's workers) inherit it
-# from the environment and share it, so a program one of them compiled is not compiled again.
-_SESSION_CACHE = "ATTNBAYES_TEST_SESSION_CACHE"
-if _SESSION_CACHE not in os.environ:
-    os.environ[_SESSION_CACHE] = tempfile.mkdtemp(prefix="attnbayes-test-cache-")
-    atexit.register(shutil.rmtree, os.environ[_SESSION_CACHE], ignore_errors=True)
-os.environ["ATTNBAYES_CACHE_DIR"] = os.environ[_SESSION_CACHE]
+# A persistent compilation cache inside the checkout (.cache/jax, ignored by git): a second
+# `make test` reads the programs the first compiled, while a fresh clone (and CI) starts empty.
+# The pytest workers and the processes tests start (the CLI, the report's workers) inherit it
+# from the environment and share it (attnbayes.app.cache locks it, so no process reads an entry
+# another is still writing). ATTNBAYES_TEST_CACHE_DIR moves it (`off`: no cache).
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("ATTNBAYES_TEST_CACHE_DIR", str(ROOT / ".cache" / "jax"))
+os.environ["ATTNBAYES_CACHE_DIR"] = os.environ["ATTNBAYES_TEST_CACHE_DIR"]
 
 import jax  # noqa: E402
 
@@ -78,7 +74,7 @@ def three_atom_comparison(three_atom_data):
 # starts last while the other worker idles; the other groups follow in collection order.
 # `make test` passes --no-loadscope-reorder so that xdist keeps it.
 LONGEST_FIRST = ("app/test_report.py", "three_atom_comparison")
-TESTS = Path(__file__).resolve().parent
+TESTS = ROOT / "tests"
 
 
 def _group(item) -> str:

@@ -4,9 +4,11 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
+import filelock
 import jax
 import pytest
 
@@ -34,6 +36,7 @@ def restore_jax_cache_config():
         "jax_compilation_cache_dir",
         "jax_persistent_cache_min_compile_time_secs",
         "jax_persistent_cache_min_entry_size_bytes",
+        "jax_compilation_cache_max_size",
     ]
     before = {n: getattr(jax.config, n) for n in names}
     yield
@@ -123,3 +126,79 @@ def test_the_command_reports_an_unusable_cache_in_one_line_and_goes_on(tmp_path,
     assert err.count("\n") == 1
     assert err.startswith(f"attnbayes: warning: {CACHE_ENV}: cannot use ")
     assert Path(cache.__file__).name == "cache.py"
+
+
+def test_the_size_limit_follows_the_environment(monkeypatch):
+    monkeypatch.delenv(cache.MAX_MB_ENV, raising=False)
+    assert cache.max_bytes() == cache.MAX_BYTES
+    monkeypatch.setenv(cache.MAX_MB_ENV, "512")
+    assert cache.max_bytes() == 512 * 1024**2
+    for bad in ["-3", "0", "lots", "1.5"]:
+        monkeypatch.setenv(cache.MAX_MB_ENV, bad)
+        with pytest.warns(RuntimeWarning, match=f"^{cache.MAX_MB_ENV}: expected a positive"):
+            assert cache.max_bytes() == cache.MAX_BYTES
+
+
+def test_the_cache_is_limited_so_that_jax_locks_it(tmp_path, restore_jax_cache_config):
+    enable_compilation_cache(tmp_path / "c")
+    assert jax.config.jax_compilation_cache_max_size == cache.MAX_BYTES
+
+
+WAIT_FOR_THE_LOCK = """
+import sys, time
+import jax, jax.numpy as jnp
+from attnbayes.app.cache import enable_compilation_cache
+assert enable_compilation_cache() is not None
+print("ready", flush=True)
+jax.jit(lambda x: jnp.sum(jnp.tanh(x) ** 3))(jnp.arange(5.0)).block_until_ready()
+print("done", time.time(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("locked", [True, False])
+def test_a_process_waits_while_another_holds_the_folder(tmp_path, locked):
+    """The cause of "Error reading persistent compilation cache entry ... truncated stream":
+    JAX writes an entry in place, so a process sharing the folder could read it half-written.
+    Our cache has a size limit, under which JAX reads and writes only while holding the folder's
+    file lock: while another process holds it (as a writer does), a process needing the cache
+    waits. Without the limit (``locked=False``: what JAX does by default) it does not wait,
+    which is how the check can fail."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    env = {**os.environ, CACHE_ENV: str(folder)}
+    if not locked:  # JAX's default: no limit, no lock
+        env["JAX_COMPILATION_CACHE_MAX_SIZE"] = "-1"
+        script = WAIT_FOR_THE_LOCK.replace(
+            'print("ready"',
+            'jax.config.update("jax_compilation_cache_max_size", -1)\nprint("ready"',
+        )
+    else:
+        script = WAIT_FOR_THE_LOCK
+    lock = filelock.FileLock(folder / ".lockfile")
+    lock.acquire()
+    child = subprocess.Popen(
+        [sys.executable, "-P", "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        try:  # the tiny program compiles in well under a second; locked, it waits
+            out, _ = child.communicate(timeout=5.0 if locked else 120.0)
+            finished_while_locked = True
+        except subprocess.TimeoutExpired:
+            finished_while_locked = False
+    finally:
+        released = time.time()
+        lock.release()
+    if finished_while_locked:
+        assert not locked, "the cache was used while another process held its lock"
+        assert out.startswith("done")
+        return
+    assert locked, "the unlocked cache should not wait"
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert float(out.split()[-1]) >= released
+    assert any(p.name.endswith("-cache") for p in folder.iterdir())
