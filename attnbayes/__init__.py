@@ -9,7 +9,8 @@ Three packages, layered (each imports only those below it; import-linter holds t
   ``diagnostics``, ``model_comparison``, ``methods``, ``sampling``);
 - ``attnbayes.models``: NumPyro programs and their simulators;
 
-and ``attnbayes.validation``, the checks of concrete inputs that every layer shares.
+and two modules every layer shares: ``validation``, the checks of concrete inputs, and
+``constants``, the names the command line and the library share (free of JAX).
 """
 
 __version__ = "0.2.0"

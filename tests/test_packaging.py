@@ -58,6 +58,37 @@ def test_every_imported_distribution_is_declared():
     assert {"scipy", "jax", "numpyro", "arviz", "matplotlib"} <= declared
 
 
+def _setuptools() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def _package_folders() -> dict[str, Path]:
+    """Every folder of the package holding an ``__init__.py``, by its dotted name."""
+    found = {}
+    for dotted, folder in _setuptools()["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found[".".join((dotted, *rel))] = init.parent
+    return found
+
+
+def test_the_package_lists_follow_the_tree():
+    """pyproject's ``packages`` names every package folder (a moved module's new folder
+    included), and its ``package-data`` every file of the package that is not Python."""
+    folders = _package_folders()
+    assert sorted(_setuptools()["packages"]) == sorted(folders)
+    data = _setuptools()["package-data"]
+    unlisted = []
+    for path in {p for folder in folders.values() for p in folder.rglob("*") if p.is_file()}:
+        if path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
+            continue
+        owner = max((d for d in folders if path.is_relative_to(folders[d])), key=len)
+        rel = path.relative_to(folders[owner]).as_posix()
+        if not any(Path(rel).match(glob) for glob in data.get(owner, [])):
+            unlisted.append(rel)
+    assert not unlisted, f"not in [tool.setuptools.package-data]: {unlisted}"
+
+
 def test_version_is_single_sourced():
     assert attnbayes.__version__ == "0.2.0"
     assert importlib.metadata.version("attnbayes") == attnbayes.__version__
