@@ -1,10 +1,16 @@
 """The application: the ``attnbayes`` command, the HTML report, user data and runs.
 
-- ``cli``: ``attnbayes report | deconvolve | filter | calibrate``;
+- ``cli``: ``attnbayes report | deconvolve | filter | calibrate``: configures JAX, runs one
+  command, maps failures to exit statuses;
+- ``parser``: the command's options, defaults and help texts (free of JAX; the methods come
+  from the registry ``attnbayes.inference.methods``);
+- ``deconvolve``, ``filter`` and ``filter_fit``: ``attnbayes deconvolve`` and ``attnbayes
+  filter`` on a user's data (``filter --fit`` learns the parameters first);
 - ``calibrate``: calibration studies over a fixed prior (tables, DataTrees, the ECDF-PIT figure);
+- ``runs``: what deconvolve and filter share: option checks, the output folder's name, its
+  manifest and atomic publishing;
 - ``report``: the comparison report (scenarios, runners, figures, HTML);
-- ``user_data`` and ``user_runs``: reading users' CSV and JSON files, and running a method on
-  them;
+- ``user_data``: reading users' CSV and JSON files;
 - ``outputs`` and ``pages``: atomic, guarded writing of output folders, and the HTML pieces;
 - ``parallel``: the report's independent parts on worker processes, one per core;
 - ``cache``: JAX's persistent compilation cache for the command, the report and the notebooks.

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..constants import CALIBRATION_CHUNK_SIZE, CALIBRATION_REPLICATES
+from ..inference import methods as registry
 from .outputs import (
     MANIFEST,
     assembling,
@@ -139,35 +141,34 @@ def run_calibration(
     methods: Sequence[str],
     *,
     study=None,
-    num_replicates: int = 200,
+    num_replicates: int = CALIBRATION_REPLICATES,
     overrides: Mapping | None = None,
     seed: int = 0,
-    chunk_size: int = 24,
+    chunk_size: int = CALIBRATION_CHUNK_SIZE,
     out_dir="reports",
     name: str | None = None,
     checkpoint_dir=None,
     progress: Callable[[str], None] | None = None,
     argv: list[str] | None = None,
 ) -> Path:
-    """Calibrate ``methods`` of ``reading`` and write OUT/NAME (module docstring); returns the
-    path of index.html. Bad arguments raise ``InputError`` before any computation."""
+    """Calibrate ``methods`` of ``reading`` (names or aliases of the registry's methods that
+    ``attnbayes calibrate`` offers) and write OUT/NAME (module docstring), each method under its
+    registry name; returns the path of index.html. Bad arguments raise ``InputError`` before any
+    computation."""
     import jax
 
     from ..inference import calibration as cal
-    from ..inference.methods import get_method
 
     say = progress or (lambda message: None)
-    if reading not in cal.CALIBRATION_METHODS:
-        raise InputError(
-            f"--reading: unknown {reading!r}; choose from {list(cal.CALIBRATION_METHODS)}"
-        )
+    readings = registry.COMMANDS["calibrate"]
+    if reading not in readings:
+        raise InputError(f"--reading: unknown {reading!r}; choose from {list(readings)}")
+    offered = registry.command_choices("calibrate", reading)
     methods = list(methods)
-    unknown = [m for m in methods if m not in cal.CALIBRATION_METHODS[reading]]
+    unknown = [m for m in methods if m not in offered]
     if not methods or unknown:
-        raise InputError(
-            f"--method: unknown {unknown} for {reading}; choose from "
-            f"{list(cal.CALIBRATION_METHODS[reading])}"
-        )
+        raise InputError(f"--method: unknown {unknown} for {reading}; choose from {list(offered)}")
+    methods = [registry.get_method(reading, m).name for m in methods]
     if len(set(methods)) != len(methods):
         raise InputError(f"--method: listed twice: {methods}")
     if checkpoint_dir is not None:
@@ -183,7 +184,7 @@ def run_calibration(
         for i, method in enumerate(methods):
             say(f"calibrate {method}: {num_replicates} replicates")
             chosen = dict(overrides or {})
-            if get_method(reading, method).returns != "draws":  # sampler sizes are for samplers
+            if registry.get_method(reading, method).returns != "draws":  # sizes: samplers only
                 chosen = {k: v for k, v in chosen.items() if k in ("sigma_factor", "data_fraction")}
             checkpoint = None if checkpoint_dir is None else checkpoint_dir / f"{method}.npz"
             trees[method] = cal.calibrate(

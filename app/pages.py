@@ -2,7 +2,9 @@
 
 Figures are PNG bytes inlined as base64, so a page is one self-contained file. Outputs are
 written under a temporary name and renamed into place (``attnbayes.app.outputs``), so a failed
-run never leaves a half-written file or folder behind.
+run never leaves a half-written file or folder behind. Beside the page, table and figure pieces
+are the ones the runs on a user's data share: the table of settings, the sampler diagnostics per
+quantity and the verdict on them (``sampler_verdict``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import os
 
 import matplotlib.pyplot as plt
@@ -87,11 +90,78 @@ def save_datatree(datatree: xr.DataTree, path: str | os.PathLike) -> None:
     tree.to_netcdf(path, engine="h5netcdf", encoding=encoding)
 
 
+# ----------------------------------------------------------------------------- sampler runs
+
+RHAT_OK = 1.01
+
+
+def _format(value) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def settings_table(rows: dict) -> str:
+    """A two-column ``<table>``: setting, value (numbers to 4 significant digits)."""
+    frame = pd.DataFrame({"value": [_format(v) for v in rows.values()]}, index=list(rows))
+    frame.index.name = "setting"
+    return table_html(frame)
+
+
+def diagnostics_by_quantity(diag_table: pd.DataFrame) -> pd.DataFrame:
+    """Per quantity (the element names' prefix, ``z_mean[3]`` -> ``z_mean``): the number of
+    elements, the worst R-hat and the smallest bulk/tail ESS."""
+    quantity = diag_table.index.str.replace(r"\[.*$", "", regex=True)
+    grouped = diag_table.groupby(quantity, sort=False)
+    frame = pd.DataFrame(
+        {
+            "elements": grouped.size().astype(float),
+            "max R-hat": grouped["r_hat"].max(),
+            "min ESS bulk": grouped["ess_bulk"].min(),
+            "min ESS tail": grouped["ess_tail"].min(),
+        }
+    )
+    frame.index.name = "quantity"
+    return frame
+
+
+def sampler_verdict(diag, total_draws: int, divergences: bool) -> str:
+    """A paragraph on ``diag`` (``attnbayes.inference.diagnostics.diagnostics``): no warning
+    signs, or what is wrong (R-hat above ``RHAT_OK``, ESS below min(400, draws / 2), divergent
+    transitions when ``divergences``) and what to run instead."""
+    problems = []
+    if not diag.max_r_hat <= RHAT_OK:
+        problems.append(f"the worst R-hat is {diag.max_r_hat:.3f} (> {RHAT_OK})")
+    ess_floor = min(400, total_draws / 2)
+    if not min(diag.min_ess_bulk, diag.min_ess_tail) >= ess_floor:
+        problems.append(
+            f"the smallest ESS is {min(diag.min_ess_bulk, diag.min_ess_tail):.0f} "
+            f"(< {ess_floor:.0f})"
+        )
+    if divergences and diag.num_divergences:
+        problems.append(f"{diag.num_divergences} divergent transitions")
+    if not problems:
+        return (
+            f"<p>No warning signs: R-hat &le; {RHAT_OK} and ESS &ge; {ess_floor:.0f} "
+            "everywhere" + (", no divergences" if divergences else "") + ".</p>"
+        )
+    return (
+        "<p><strong>Warning:</strong> "
+        + "; ".join(problems)
+        + ". Run more draws (--draws, --warmup) or chains (--chains) before trusting the "
+        "intervals.</p>"
+    )
+
+
 __all__ = [
+    "RHAT_OK",
     "STYLE",
+    "diagnostics_by_quantity",
     "img_tag",
     "page",
     "png_bytes",
+    "sampler_verdict",
     "save_datatree",
+    "settings_table",
     "table_html",
 ]

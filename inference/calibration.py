@@ -33,13 +33,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import validation
+from ..constants import (
+    CALIBRATION_ATOMS,
+    CALIBRATION_CHUNK_SIZE,
+    CALIBRATION_POINTS,
+    CALIBRATION_REPLICATES,
+    CALIBRATION_STEPS,
+)
 from ..models import deconvolution as dmodel
 from ..models import switching as smodel
 from . import methods as registry
 from .deconvolution import em, gibbs
 from .deconvolution.kiefer_wolfowitz import npmle
 from .diagnostics import PosteriorDraws, coverage_summary, interval_coverage, sbc
-from .mcmc import sample_nuts
+from .mcmc import run_nuts_unchecked
 from .switching import filters as sfilters
 from .switching import smoothers as ssmoothers
 
@@ -62,19 +69,11 @@ __all__ = [
 
 VERDICTS = ("calibrated", "over-confident", "under-confident", "biased")
 
-# the methods calibrate() runs, per reading (all from the registry)
+# the methods calibrate() runs, per reading: the registry's methods offered by
+# ``attnbayes calibrate``, in the registry's order
 CALIBRATION_METHODS = {
-    "deconvolution": (
-        "nuts",
-        "nuts-dp",
-        "gibbs",
-        "attention-em",
-        "npmle",
-        "approx-gibbs",
-        "james-stein",
-        "oracle",
-    ),
-    "switching": ("gpb1", "gpb2", "imm", "exact", "kim-gpb2", "kim-imm", "exact-smoother"),
+    reading: tuple(m.name for m in registry.command_methods("calibrate", reading))
+    for reading in registry.READINGS
 }
 
 
@@ -86,8 +85,8 @@ class DeconvolutionStudy(NamedTuple):
     where nu's CDF is a test quantity, in units of atom_scale around atom_loc.
     """
 
-    num_atoms: int = 2
-    num_points: int = 50
+    num_atoms: int = CALIBRATION_ATOMS
+    num_points: int = CALIBRATION_POINTS
     sigma: float = 1.0
     prior: str = "dirichlet"
     concentration: float = 1.0
@@ -100,7 +99,7 @@ class SwitchingStudy(NamedTuple):
     """Fixed parameters (a scenario of ``attnbayes.models.switching``) and the series length."""
 
     scenario: str = "maneuvering-target"
-    num_steps: int = 50
+    num_steps: int = CALIBRATION_STEPS
 
 
 # ----------------------------------------------------------------------------- deconvolution
@@ -199,7 +198,9 @@ def _deconvolution_posterior(study: DeconvolutionStudy, name: str, settings: dic
         if name in ("nuts", "nuts-dp"):
             kwargs = {**_model_kwargs(study, prior), "sigma": sigma}
             opts.pop("prior", None)
-            samples, stats = sample_nuts(key, dmodel.deconvolution_model, x, **kwargs, **opts)
+            samples, stats = run_nuts_unchecked(
+                key, dmodel.deconvolution_model, (x,), kwargs, **opts
+            )
             names = ("weights", "atoms", "dp_concentration", "sticks")
             draws = {n: samples[n] for n in names if n in samples}
             return PosteriorDraws(draws, jnp.sum(stats["diverging"]))
@@ -322,14 +323,8 @@ def _switching_cdf(arrays, name: str, settings: dict) -> Callable:
 
     def posterior_cdf(key, data, target):
         y = data["y"]
-        if method.target == "filter":
-            fn = {
-                "gpb1": sfilters.gpb1_filter,
-                "gpb2": sfilters.gpb2_filter,
-                "imm": sfilters.imm_filter,
-                "exact": sfilters.exact_filter,
-            }[name]
-            res = fn(arrays, y, **settings)
+        if method.target == "filter":  # the registry's filter
+            res = method.fit(arrays, y, **settings)
         else:
             if name == "exact-smoother":
                 res = ssmoothers.exact_smoother(arrays, y, **settings)
@@ -351,17 +346,18 @@ def calibrate(
     method: str,
     *,
     study: DeconvolutionStudy | SwitchingStudy | None = None,
-    num_replicates: int = 200,
+    num_replicates: int = CALIBRATION_REPLICATES,
     overrides: Mapping[str, Any] | None = None,
     levels: tuple[float, ...] = (0.5, 0.9),
-    chunk_size: int = 24,
+    chunk_size: int = CALIBRATION_CHUNK_SIZE,
     thin: int | str = "auto",
     num_devices: int | None = None,
     checkpoint=None,
     alpha: float = 0.01,
     progress: Callable[[str], None] | None = None,
 ) -> xr.DataTree:
-    """Calibrate the registry's ``method`` of ``reading`` over ``study``'s fixed prior.
+    """Calibrate the registry's ``method`` (a name or an alias) of ``reading`` over ``study``'s
+    fixed prior.
 
     Samplers (the registry's ``returns == "draws"``) get ``sbc`` ranks of the test quantities;
     interval methods get ``interval_coverage`` of their ``levels`` intervals. ``overrides``
@@ -372,6 +368,7 @@ def calibrate(
     """
     validation.check_key("key", key)
     entry = registry.get_method(reading, method)
+    method = entry.name
     if method not in CALIBRATION_METHODS[reading]:
         raise ValueError(
             f"method: {method!r} cannot be calibrated here; choose from "

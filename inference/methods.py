@@ -10,7 +10,16 @@ tables and figures, and what it returns:
   of a filter or smoother); coverage applies.
 
 Methods are looked up by reading and name, ``get_method("deconvolution", "nuts")``: the two
-readings share the names "nuts" and "gibbs" for different samplers.
+readings share the names "nuts" and "gibbs" for different samplers. A method may have
+aliases, other names it answers to (``get_method("deconvolution", "em")`` is attention-EM).
+
+The registry is also the command line's list of methods: ``commands`` says which ``attnbayes``
+commands offer a method (``deconvolve`` or ``filter`` on a user's data, ``calibrate`` for a
+calibration study over a fixed prior), ``command_choices`` lists the names and aliases a
+command's ``--method`` takes, ``description`` is what its help and its run's page say, and
+``CALIBRATE_DEFAULT`` the methods ``attnbayes calibrate`` runs unless told. Adding a method
+touches its algorithm, this registry and their tests. This module imports no JAX, so
+``attnbayes --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -22,6 +31,10 @@ from typing import Any, NamedTuple
 
 READINGS = ("deconvolution", "switching")
 RETURNS = ("draws", "intervals")
+# the ``attnbayes`` commands that run a registry method, and the readings each one serves
+COMMANDS = types.MappingProxyType(
+    {"deconvolve": ("deconvolution",), "filter": ("switching",), "calibrate": READINGS}
+)
 
 
 class Method(NamedTuple):
@@ -40,6 +53,10 @@ class Method(NamedTuple):
         needs_key: whether it needs a ``jax.random`` key.
         target: what it estimates: "prior-posterior" (deconvolution: z_i | x under a fitted or
             sampled nu), "filter" (p(x_t, s_t | y_{1:t})) or "smoother" (p(x_t, s_t | y_{1:T})).
+        aliases: other names ``get_method`` and the CLI's ``--method`` take for it.
+        commands: the ``attnbayes`` commands whose ``--method`` offers it (``COMMANDS``).
+        description: a sentence or two on what it does and what its intervals mean, for the
+            help of the commands offering it and the pages their runs write.
     """
 
     name: str
@@ -50,6 +67,9 @@ class Method(NamedTuple):
     returns: str
     needs_key: bool
     target: str
+    aliases: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
+    description: str = ""
 
     @property
     def fit(self) -> Callable | None:
@@ -60,10 +80,37 @@ class Method(NamedTuple):
         return getattr(importlib.import_module(f"attnbayes.inference.{module}"), name)
 
 
-def _method(name, reading, label, function, defaults, returns, needs_key, target) -> Method:
+def _method(
+    name,
+    reading,
+    label,
+    function,
+    defaults,
+    returns,
+    needs_key,
+    target,
+    *,
+    aliases=(),
+    commands=(),
+    description="",
+) -> Method:
     assert reading in READINGS and returns in RETURNS
+    assert all(reading in COMMANDS[c] for c in commands), (name, commands)
+    assert description or not set(commands) - {"calibrate"}, f"{name}: a command needs a text"
     defaults = types.MappingProxyType(dict(defaults))
-    return Method(name, reading, label, function, defaults, returns, needs_key, target)
+    return Method(
+        name,
+        reading,
+        label,
+        function,
+        defaults,
+        returns,
+        needs_key,
+        target,
+        tuple(aliases),
+        tuple(commands),
+        " ".join(description.split()),
+    )
 
 
 # Sampler sizes of the methods (a direct call of run_nuts, run_gibbs or run_switching_gibbs
@@ -83,6 +130,13 @@ _DECONVOLUTION = (
         "intervals",
         False,
         "prior-posterior",
+        aliases=("em",),
+        commands=("deconvolve", "calibrate"),
+        description="""attention-EM: K = N atoms started at the data with weights 1/N, moved by
+        EM steps whose E-step is softmax attention (at most 500); z_hat is one more attention
+        step, the empirical-Bayes posterior mean under the fitted nu. The intervals come from
+        the discrete posterior over the fitted atoms: a plug-in that ignores the uncertainty in
+        nu, so they are too narrow where it matters.""",
     ),
     _method(
         "npmle",
@@ -93,6 +147,11 @@ _DECONVOLUTION = (
         "intervals",
         False,
         "prior-posterior",
+        commands=("deconvolve", "calibrate"),
+        description="""NPMLE: the Kiefer-Wolfowitz maximum-likelihood nu on a fixed grid of 300
+        points (mix-SQP), then its empirical-Bayes posterior (GMLEB): z_hat is the posterior
+        mean and the intervals come from the discrete posterior over the grid (plug-in, like
+        EM's).""",
     ),
     _method(
         "nuts",
@@ -103,6 +162,11 @@ _DECONVOLUTION = (
         "draws",
         True,
         "prior-posterior",
+        commands=("deconvolve", "calibrate"),
+        description="""NUTS on a finite Dirichlet mixture of K atoms (weights ~ Dirichlet(1),
+        atoms ~ N(mean x, (2 sd x + sigma)^2), sorted in 1-D): z_hat is the posterior mean of
+        E[z_i | x_i, nu], the intervals are posterior quantiles of z_i with nu integrated
+        out.""",
     ),
     _method(
         "nuts-dp",
@@ -113,6 +177,7 @@ _DECONVOLUTION = (
         "draws",
         True,
         "prior-posterior",
+        commands=("calibrate",),
     ),
     _method(
         "gibbs",
@@ -123,6 +188,10 @@ _DECONVOLUTION = (
         "draws",
         True,
         "prior-posterior",
+        commands=("deconvolve", "calibrate"),
+        description="""blocked conjugate Gibbs on the same finite Dirichlet mixture as NUTS
+        (labels, weights, atoms in turn): z_hat is the posterior mean of E[z_i | x_i, nu], the
+        intervals are posterior quantiles of z_i with nu integrated out.""",
     ),
     _method(
         "approx-gibbs",
@@ -133,6 +202,7 @@ _DECONVOLUTION = (
         "intervals",
         False,
         "prior-posterior",
+        commands=("calibrate",),
     ),
     _method(
         "james-stein",
@@ -143,6 +213,7 @@ _DECONVOLUTION = (
         "intervals",
         False,
         "prior-posterior",
+        commands=("calibrate",),
     ),
     _method(
         "oracle",
@@ -153,6 +224,7 @@ _DECONVOLUTION = (
         "intervals",
         False,
         "prior-posterior",
+        commands=("calibrate",),
     ),
 )
 
@@ -166,6 +238,8 @@ _SWITCHING = (
         "intervals",
         False,
         "filter",
+        commands=("filter", "calibrate"),
+        description="GPB1 filter (collapse to one Gaussian, then one Kalman step per mode)",
     ),
     _method(
         "gpb2",
@@ -176,9 +250,21 @@ _SWITCHING = (
         "intervals",
         False,
         "filter",
+        commands=("filter", "calibrate"),
+        description="GPB2 filter (M^2 Kalman steps, collapsed per new mode)",
     ),
     _method(
-        "imm", "switching", "IMM", "switching.filters:imm_filter", {}, "intervals", False, "filter"
+        "imm",
+        "switching",
+        "IMM",
+        "switching.filters:imm_filter",
+        {},
+        "intervals",
+        False,
+        "filter",
+        commands=("filter", "calibrate"),
+        description="""IMM filter (mix, then one Kalman step per mode; Blom and Bar-Shalom
+        1988)""",
     ),
     _method(
         "rbpf",
@@ -189,6 +275,9 @@ _SWITCHING = (
         "intervals",
         True,
         "filter",
+        commands=("filter",),
+        description="""Rao-Blackwellised particle filter (particles over the modes, a Kalman
+        filter each)""",
     ),
     _method(
         "exact",
@@ -199,6 +288,7 @@ _SWITCHING = (
         "intervals",
         False,
         "filter",
+        commands=("calibrate",),
     ),
     _method(
         "kim-gpb2",
@@ -209,6 +299,7 @@ _SWITCHING = (
         "intervals",
         False,
         "smoother",
+        commands=("calibrate",),
     ),
     _method(
         "kim-imm",
@@ -219,6 +310,7 @@ _SWITCHING = (
         "intervals",
         False,
         "smoother",
+        commands=("calibrate",),
     ),
     _method(
         "exact-smoother",
@@ -229,6 +321,7 @@ _SWITCHING = (
         "intervals",
         False,
         "smoother",
+        commands=("calibrate",),
     ),
     _method(
         "known-modes",
@@ -249,6 +342,10 @@ _SWITCHING = (
         "draws",
         True,
         "smoother",
+        commands=("filter",),
+        description="""Gibbs sampler of the smoothing posterior (modes by Gerlach-Carter-Kohn
+        with the states integrated out, states by Kalman forward filtering, backward
+        sampling)""",
     ),
     _method(
         "nuts",
@@ -270,14 +367,26 @@ REGISTRY: Mapping[str, Mapping[str, Method]] = types.MappingProxyType(
 )
 
 
+# the methods ``attnbayes calibrate`` runs unless --method names others, in this order (the
+# order seeds each study: its key is folded in with the method's position)
+CALIBRATE_DEFAULT: Mapping[str, tuple[str, ...]] = types.MappingProxyType(
+    {
+        "deconvolution": ("nuts", "gibbs", "attention-em", "npmle", "oracle"),
+        "switching": ("gpb2", "imm", "kim-imm"),
+    }
+)
+
+
 def method_names(reading: str) -> tuple[str, ...]:
     """The names of a reading's methods, in the registry's order."""
     return tuple(_reading(reading))
 
 
 def get_method(reading: str, name: str) -> Method:
-    """The method ``name`` of ``reading``; a ValueError naming ``method`` if there is none."""
+    """The method ``name`` (or an alias of it) of ``reading``; a ValueError naming ``method``
+    if there is none."""
     methods = _reading(reading)
+    name = _ALIASES[reading].get(name, name) if isinstance(name, str) else name
     if not isinstance(name, str) or name not in methods:
         raise ValueError(f"method: unknown {name!r}; choose from {list(methods)}")
     return methods[name]
@@ -288,17 +397,48 @@ def settings(reading: str, name: str, overrides: Mapping[str, Any] | None = None
     return {**get_method(reading, name).defaults, **(overrides or {})}
 
 
+def command_methods(command: str, reading: str) -> tuple[Method, ...]:
+    """The methods of ``reading`` that ``attnbayes <command> --method`` offers, in the
+    registry's order."""
+    if command not in COMMANDS:
+        raise ValueError(f"command: unknown {command!r}; choose from {list(COMMANDS)}")
+    return tuple(m for m in _reading(reading).values() if command in m.commands)
+
+
+def command_choices(command: str, reading: str) -> tuple[str, ...]:
+    """What ``attnbayes <command> --method`` takes for ``reading``: each offered method's name
+    followed by its aliases."""
+    return tuple(n for m in command_methods(command, reading) for n in (m.name, *m.aliases))
+
+
 def _reading(reading: str) -> Mapping[str, Method]:
     if not isinstance(reading, str) or reading not in REGISTRY:
         raise ValueError(f"reading: unknown {reading!r}; choose from {list(REGISTRY)}")
     return REGISTRY[reading]
 
 
+def _aliases(methods: Mapping[str, Method]) -> Mapping[str, str]:
+    """{alias: name} of a reading; an alias never shadows a name or another alias."""
+    table = {}
+    for method in methods.values():
+        for alias in method.aliases:
+            assert alias not in methods and alias not in table, alias
+            table[alias] = method.name
+    return types.MappingProxyType(table)
+
+
+_ALIASES = {reading: _aliases(methods) for reading, methods in REGISTRY.items()}
+
+
 __all__ = [
+    "CALIBRATE_DEFAULT",
+    "COMMANDS",
     "READINGS",
     "REGISTRY",
     "RETURNS",
     "Method",
+    "command_choices",
+    "command_methods",
     "get_method",
     "method_names",
     "settings",

@@ -2,7 +2,7 @@
 
 ``write_report(out_dir)`` writes ``out_dir/<name>/`` with ``index.html`` (self-contained:
 tables and PNG figures inlined), the figures as PNG files, ``results.csv`` (section, scenario,
-method, metric, value) and the samplers' DataTrees as netCDF. Sections:
+method, metric, value) and the samplers' DataTrees as netCDF. Sections (``SECTIONS``):
 
 1. Data: the deconvolution scenarios and the maneuvering target.
 2. Methods side by side: ``compare_deconvolution`` and ``compare_switching`` tables
@@ -12,13 +12,27 @@ method, metric, value) and the samplers' DataTrees as netCDF. Sections:
 4. Model comparison: PSIS-LOO (``az.compare``) across numbers of atoms and between the
    finite and Dirichlet-process mixtures; leave-future-out one-step-ahead log predictive
    density across numbers of switching modes.
-5. Attention maps: softmax, sparsemax and entmax on the simplex; EM responsibilities.
-6. Nadaraya-Watson: kernel regression as attention pooling, bandwidths by LOO-CV.
+5. Learning the switching model's parameters: MLE, EM, NUTS and Gibbs
+   (``compare_switching_learning``), and how far GPB2, IMM and GPB1 move the posterior of the
+   parameters.
+6. Attention maps: softmax, sparsemax and entmax on the simplex; EM responsibilities.
+7. Nadaraya-Watson: kernel regression as attention pooling, bandwidths by LOO-CV.
+8. Learned attention: the unrolled-EM stack against EM, the NPMLE, James-Stein and NUTS, the
+   link-function conjecture, attention pooling inside a forecaster.
+9. Calibration over the prior: SBC ranks of the samplers, interval coverage of the others,
+   with a verdict per method.
 
 The folder is assembled under a temporary name and renamed into place, so a failed run never
-leaves a half-written report. Modules: ``scenarios`` (data sets and sizes), ``runners``
-(simulate and fit), ``figures`` (matplotlib), ``html`` (tables and section blocks) and
-``build`` (``write_report``).
+leaves a half-written report. Modules:
+
+- ``scenarios``: the data sets, sizes (quick and full runs), sections and colours;
+- ``runners``: simulate and fit (sections 1-5);
+- ``figures``: the matplotlib figures of sections 1-7;
+- ``pieces``: the HTML pieces every section uses (notes, figure tags, tidy rows of
+  results.csv);
+- ``html``: the blocks of sections 1-7, and the page;
+- ``learned`` and ``calibration``: sections 8 and 9, each with its runner, figures and blocks;
+- ``build``: ``write_report``, the parts on worker processes and the page assembled.
 """
 
 from .build import write_report

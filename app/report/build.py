@@ -27,6 +27,7 @@ from ..outputs import (
     versions,
 )
 from ..parallel import default_workers, merge_parts, new_part, run_parts
+from ..parser import REPORT_NAME
 from . import runners
 from .calibration import (
     CALIBRATION,
@@ -37,15 +38,14 @@ from .calibration import (
 )
 from .figures import attention_demo, kernel_regression_demo
 from .html import (
-    _atoms_block,
-    _attention_block,
-    _deconvolution_blocks,
-    _diagnostics_summary,
-    _fig,
-    _kernel_block,
-    _learning_blocks,
-    _page_html,
-    _switching_blocks,
+    atoms_block,
+    attention_block,
+    deconvolution_blocks,
+    diagnostics_summary,
+    kernel_block,
+    learning_blocks,
+    page_html,
+    switching_blocks,
 )
 from .learned import (
     LEARNED,
@@ -87,7 +87,7 @@ def _check_args(name, methods, seed, scenarios):
 def write_report(
     out_dir: str | os.PathLike = "reports",
     *,
-    name: str = "attnbayes",
+    name: str = REPORT_NAME,
     quick: bool = False,
     seed: int = 0,
     scenarios: tuple[Scenario, ...] = SCENARIOS,
@@ -162,7 +162,7 @@ def write_report(
         in_page_order = sorted((pair for parts in done for pair in parts), key=lambda t: t[0])
         part = merge_parts([p for _, p in in_page_order], _SECTION_IDS)
         blocks, figures, frames = part.blocks, part.figures, part.frames
-        _diagnostics_summary(blocks, part.diagnostics, frames)
+        diagnostics_summary(blocks, part.diagnostics, frames)
         results = pd.concat(frames, ignore_index=True)[
             ["section", "scenario", "method", "metric", "value"]
         ]
@@ -172,7 +172,7 @@ def write_report(
             (tmp / file_name).write_bytes(png)
         elapsed = time.perf_counter() - started
         (tmp / "index.html").write_text(
-            _page_html(blocks, chosen, switching, quick=quick, seed=seed, elapsed=elapsed),
+            page_html(blocks, chosen, switching, quick=quick, seed=seed, elapsed=elapsed),
             encoding="utf-8",
         )
         (tmp / MANIFEST).write_text(
@@ -248,7 +248,7 @@ def _scenario_parts(jobs, quick, methods, tmp, *, progress):
         check_finite_table(f"{scenario.name}: compare_deconvolution", comparison.table)
         progress(f"{scenario.name}: figures")
         p = new_part(_SECTION_IDS)
-        _deconvolution_blocks(
+        deconvolution_blocks(
             p.blocks, p.figures, scenario, x, z, measure, comparison, p.diagnostics, p.frames, tmp
         )
         out.append((slot, p))
@@ -260,7 +260,7 @@ def _switching_part(slot, settings, quick, key, tmp, *, progress):
     check_finite_table("maneuvering-target: compare_switching", run.comparison.table)
     progress("maneuvering-target: figures")
     p = new_part(_SECTION_IDS)
-    _switching_blocks(p.blocks, p.figures, run, p.diagnostics, p.frames, tmp, key)
+    switching_blocks(p.blocks, p.figures, run, p.diagnostics, p.frames, tmp, key)
     return [(slot, p)]
 
 
@@ -268,7 +268,7 @@ def _learning_part(slot, settings, quick, key, *, progress):
     learning = runners.run_switching_learning(settings, quick=quick, key=key, progress=progress)
     check_finite_table("learning: compare_switching_learning", learning.comparison.table)
     p = new_part(_SECTION_IDS)
-    _learning_blocks(p.blocks, learning, p.frames)
+    learning_blocks(p.blocks, learning, p.frames)
     return [(slot, p)]
 
 
@@ -286,7 +286,7 @@ def _atoms_part(slot, scenario, scenario_key, counts, quick, key, *, progress):
         progress=lambda msg: progress(f"numbers of atoms: {msg}"),
     )
     p = new_part(_SECTION_IDS, leads=("model-comparison",))
-    _atoms_block(p.blocks, p.figures, scenario, atoms, p.frames)
+    atoms_block(p.blocks, p.figures, scenario, atoms, p.frames)
     return [(slot, p)]
 
 
@@ -294,9 +294,9 @@ def _attention_part(slot, key_att, key_nw, quick, *, progress):
     progress("attention maps and Nadaraya-Watson")
     p = new_part(_SECTION_IDS, leads=("attention",))
     att_figs, att_table = attention_demo(key_att)
-    _attention_block(p.blocks, p.figures, att_figs, att_table, p.frames)
+    attention_block(p.blocks, p.figures, att_figs, att_table, p.frames)
     nw_figs, nw_table = kernel_regression_demo(key_nw, 300 if quick else 1000)
-    _kernel_block(p.blocks, p.figures, nw_figs, nw_table, p.frames)
+    kernel_block(p.blocks, p.figures, nw_figs, nw_table, p.frames)
     return [(slot, p)]
 
 
@@ -305,7 +305,7 @@ def _learned_part(slot, settings, quick, key, *, progress):
     for label, table in learned_key_numbers(run):
         check_finite_table(label, table)
     p = new_part(_SECTION_IDS)
-    learned_blocks(p.blocks, p.figures, run, p.frames, _fig)
+    learned_blocks(p.blocks, p.figures, run, p.frames)
     return [(slot, p)]
 
 
@@ -313,5 +313,5 @@ def _calibration_part(slot, settings, quick, key, *, progress):
     run = run_calibration_section(settings, quick=quick, key=key, progress=progress)
     check_finite_table("calibration", calibration_key_numbers(run))
     p = new_part(_SECTION_IDS)
-    calibration_blocks_html(p.blocks, p.figures, run, p.frames, _fig)
+    calibration_blocks_html(p.blocks, p.figures, run, p.frames)
     return [(slot, p)]

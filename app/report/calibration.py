@@ -16,10 +16,11 @@ from typing import NamedTuple
 import jax
 import pandas as pd
 
+from ...constants import CALIBRATION_CHUNK_SIZE
 from ...inference import calibration as cal
-from ...inference.methods import get_method
+from ...inference.methods import CALIBRATE_DEFAULT, get_method
 from ..calibrate import calibration_blocks, figure_ecdf_pit, key_numbers
-from .html import _p
+from .pieces import figure_tag, note
 
 
 class CalibrationSettings(NamedTuple):
@@ -29,8 +30,8 @@ class CalibrationSettings(NamedTuple):
     interval_replicates: tuple[int, int] = (40, 200)
     sampler_draws: tuple[int, int] = (150, 300)
     switching_steps: tuple[int, int] = (30, 50)
-    deconvolution: tuple[str, ...] = ("nuts", "gibbs", "attention-em", "npmle", "oracle")
-    switching: tuple[str, ...] = ("gpb2", "imm", "kim-imm")
+    deconvolution: tuple[str, ...] = CALIBRATE_DEFAULT["deconvolution"]
+    switching: tuple[str, ...] = CALIBRATE_DEFAULT["switching"]
     wrong_method: str = "nuts"
     wrong_sigma_factor: float = 1.3
 
@@ -81,7 +82,7 @@ def run_calibration_section(
             study=st,
             num_replicates=replicates,
             overrides=overrides,
-            chunk_size=24,
+            chunk_size=CALIBRATION_CHUNK_SIZE,
         )
     return CalibrationRun(trees, cal.calibration_table(trees))
 
@@ -94,7 +95,7 @@ def calibration_key_numbers(run: CalibrationRun) -> pd.DataFrame:
     return rows
 
 
-def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames, fig_tag) -> None:
+def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames) -> None:
     """Append section 9's HTML to ``blocks["calibration"]`` and its rows to ``frames``."""
     frames.append(calibration_key_numbers(run))
     png = figure_ecdf_pit(run.trees)
@@ -103,7 +104,7 @@ def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames, fig_ta
     sampler = next((t for t in trees.values() if t.attrs["kind"] == "ranks"), first)
     blocks["calibration"].append(
         '<h3 id="calibration-table">Which methods are calibrated over the prior</h3>'
-        + _p(
+        + note(
             "Simulation-based calibration (Talts et al. 2018): parameters and data are drawn "
             "from a fixed prior (deconvolution: K = 2 atoms, N = 50 points, w ~ Dirichlet(1, 1), "
             "mu_k ~ N(0, 3^2), sigma = 1; switching: the maneuvering target's parameters), and "
@@ -120,11 +121,11 @@ def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames, fig_ta
         )
         + calibration_blocks(run.table, trees)
         + '<h3 id="calibration-ecdf">ECDF-PIT</h3>'
-        + _p(
+        + note(
             "ECDF minus the uniform CDF of one PIT value per replicate (arviz_plots' "
             "plot_ecdf_pit): for samplers the test quantity with the smallest p-value, for "
             "interval methods the first z_i or x_t of each replicate. Orange points leave the "
             "simultaneous region; the p-value of the simultaneous test is printed."
         )
-        + fig_tag(figures, "calibration_ecdf_pit", png, "ECDF-PIT of every method")
+        + figure_tag(figures, "calibration_ecdf_pit", png, "ECDF-PIT of every method")
     )

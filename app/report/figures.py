@@ -21,11 +21,6 @@ from ...models.switching import SwitchingParams
 from ..pages import png_bytes
 from .scenarios import METHOD_COLORS
 
-
-def _png(fig) -> bytes:
-    return png_bytes(fig)
-
-
 # ----------------------------------------------------------------------- deconvolution figures
 
 
@@ -109,7 +104,7 @@ def figure_data_and_measures(x, sigma, true_measure, comparison) -> bytes:
         ax1.set_ylabel("F(t)")
         ax1.set_title("CDF of the mixing measure nu")
         ax1.legend(fontsize=8)
-        return _png(fig)
+        return png_bytes(fig)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharex=True, sharey=True)
     for ax, method in zip(axes, ["attention-em", "nuts"], strict=True):
         ax.scatter(x[:, 0], x[:, 1], s=4, color="0.75", label="data x")
@@ -132,7 +127,7 @@ def figure_data_and_measures(x, sigma, true_measure, comparison) -> bytes:
         ax.set_aspect("equal")
         ax.set_title(method)
         ax.legend(fontsize=8, loc="upper right")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure_z_hat(z_true, comparison) -> bytes:
@@ -170,7 +165,7 @@ def figure_z_hat(z_true, comparison) -> bytes:
         ax.set_xlabel("true z (jittered)")
     for ax in first_col:
         ax.set_ylabel("z_hat = E[z | x]")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure_em_attention(x, sigma, fit, max_points: int = 150) -> bytes:
@@ -196,7 +191,7 @@ def figure_em_attention(x, sigma, fit, max_points: int = 150) -> bytes:
     ax1.set_xlabel("EM iteration (= attention layer with tied weights)")
     ax1.set_ylabel("log p(x)")
     ax1.set_title("log-likelihood never decreases")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _average_ranks(values: np.ndarray) -> np.ndarray:
@@ -243,7 +238,7 @@ def figure_trace_rank(series: dict[str, np.ndarray], title: str = "") -> bytes:
     axes[0, 0].legend(fontsize=7)
     if title:
         fig.suptitle(title)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure_deconvolution_data(x, sigma, measure: DiscreteMeasure) -> bytes:
@@ -268,7 +263,7 @@ def figure_deconvolution_data(x, sigma, measure: DiscreteMeasure) -> bytes:
         ax.scatter(atoms[:, 0], atoms[:, 1], marker="x", s=70, color="tab:green", label="atoms")
         ax.set_aspect("equal")
         ax.legend(fontsize=8)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure_deconvolution_ppc(datatree, num_replicates: int = 60) -> bytes:
@@ -294,7 +289,7 @@ def figure_deconvolution_ppc(datatree, num_replicates: int = 60) -> bytes:
     ax.set_xlabel(label)
     ax.set_ylabel("density")
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure_switching_data(states, y, modes) -> bytes:
@@ -318,7 +313,7 @@ def figure_switching_data(states, y, modes) -> bytes:
     ax1.set_yticks(range(modes.max() + 1))
     ax1.set_ylabel("mode s_t (0: constant velocity, 1: turn)")
     ax1.set_title("true modes")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 SWITCHING_COLORS = {
@@ -350,7 +345,7 @@ def figure_switching_methods(comparison: SwitchingComparison, states, modes) -> 
     ax0.legend(fontsize=7, ncol=4)
     ax1.set_ylabel("P(s_t != constant velocity)")
     ax1.set_xlabel("t (solid: filters, dashed: smoothers and samplers)")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def switching_predictive_draws(params: SwitchingParams, datatree, key) -> np.ndarray:
@@ -387,7 +382,7 @@ def figure_switching_ppc(y, y_rep) -> tuple[bytes, float]:
         ax.set_ylabel(f"y_{k + 1} minus predictive median")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{100 * inside:.1f}% of observed coordinates inside the 90% band")
-    return _png(fig), inside
+    return png_bytes(fig), inside
 
 
 def figure_elpd(frame: pd.DataFrame, x_label: str, elpd: str, title: str) -> bytes:
@@ -399,7 +394,7 @@ def figure_elpd(frame: pd.DataFrame, x_label: str, elpd: str, title: str) -> byt
     ax.set_xlabel(x_label)
     ax.set_ylabel(f"{elpd} (+- se)")
     ax.set_title(title)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure_lfo_pointwise(lfo: dict) -> bytes:
@@ -414,7 +409,7 @@ def figure_lfo_pointwise(lfo: dict) -> bytes:
     ax.set_xlabel("held-out step t")
     ax.set_ylabel(f"cumulative elpd difference vs {names[0]}")
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 # ----------------------------------------------------------------------------- attention demos
@@ -467,7 +462,7 @@ def attention_demo(key) -> tuple[dict[str, bytes], pd.DataFrame]:
     axes[1].set_ylabel("mean number of nonzero weights (of 16)")
     axes[1].legend(fontsize=8)
     axes[1].set_title("sparsity: standard normal scores")
-    paths = _png(fig)
+    paths = png_bytes(fig)
 
     kq, kk = jax.random.split(jax.random.fold_in(key, 1))
     q = jax.random.normal(kq, (12, 4))
@@ -493,7 +488,7 @@ def attention_demo(key) -> tuple[dict[str, bytes], pd.DataFrame]:
         )
     axes[0].set_ylabel("query i")
     fig.colorbar(im, ax=axes, fraction=0.02)
-    matrices = _png(fig)
+    matrices = png_bytes(fig)
     return {"simplex-paths": paths, "attention-matrices": matrices}, pd.DataFrame(table).set_index(
         "map"
     )
@@ -545,4 +540,4 @@ def kernel_regression_demo(key, num_points: int) -> tuple[dict[str, bytes], pd.D
     ax1.set_ylabel("LOO-CV squared error")
     ax1.legend(fontsize=8)
     ax1.set_title("under-smoothing (left) and over-smoothing (right)")
-    return {"nadaraya-watson": _png(fig)}, pd.DataFrame(rows).set_index("kernel")
+    return {"nadaraya-watson": png_bytes(fig)}, pd.DataFrame(rows).set_index("kernel")

@@ -1,5 +1,6 @@
-"""HTML pieces of the report: metric explanations, tables, figure tags, tidy result rows,
-and the blocks of each section."""
+"""The HTML of the report's sections 1-7: metric explanations, tables, and the blocks of each
+section (``deconvolution_blocks``, ``switching_blocks``, ``learning_blocks``, ``atoms_block``,
+``attention_block``, ``kernel_block``, ``diagnostics_summary``), and the page (``page_html``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ...inference.model_comparison import loo_compare
-from ..pages import img_tag, page, save_datatree, table_html
+from ..pages import page, save_datatree, table_html
 from .figures import (
     figure_data_and_measures,
     figure_deconvolution_data,
@@ -26,6 +27,7 @@ from .figures import (
     invariant_series,
     switching_predictive_draws,
 )
+from .pieces import figure_tag, note, tidy_rows
 from .runners import LearningRun, SwitchingRun
 from .scenarios import NUM_ATOMS_DP, SECTIONS
 
@@ -90,30 +92,6 @@ def _metrics_table(table: pd.DataFrame, explain: dict[str, str]) -> str:
     return table_html(wide)
 
 
-def _fig(figures: dict, name: str, png: bytes, alt: str) -> str:
-    figures[f"{name}.png"] = png
-    return img_tag(png, alt)
-
-
-def _p(text: str) -> str:
-    return f'<p class="note">{text}</p>'
-
-
-def _tidy(section: str, scenario: str, frame: pd.DataFrame, metrics=None) -> pd.DataFrame:
-    """A wide frame (index = method / model) as tidy rows of results.csv."""
-    cols = [c for c in frame.columns if metrics is None or c in metrics]
-    numeric = frame[cols].apply(pd.to_numeric, errors="coerce")
-    long = (
-        numeric.rename_axis("method")
-        .reset_index()
-        .melt(id_vars="method", var_name="metric", value_name="value")
-    )
-    long = long.dropna(subset=["value"])
-    long.insert(0, "scenario", scenario)
-    long.insert(0, "section", section)
-    return long
-
-
 def _data_rows(scenario: str, values: dict) -> pd.DataFrame:
     return pd.DataFrame(
         [("data", scenario, "data", k, float(v)) for k, v in values.items()],
@@ -121,14 +99,14 @@ def _data_rows(scenario: str, values: dict) -> pd.DataFrame:
     )
 
 
-def _deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, diag, frames, tmp):
+def deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, diag, frames, tmp):
     name = scenario.name
     fits = comparison.fits
     shape = "x".join(str(s) for s in np.shape(x))
     blocks["data"].append(
         f'<h3 id="data-{name}">{html.escape(name)}</h3>'
-        + _p(f"{html.escape(scenario.description)} {shape} observations, and as many held-out.")
-        + _fig(
+        + note(f"{html.escape(scenario.description)} {shape} observations, and as many held-out.")
+        + figure_tag(
             figures,
             f"{name}-data",
             figure_deconvolution_data(x, scenario.sigma, measure),
@@ -137,7 +115,7 @@ def _deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, 
     )
     frames.append(_data_rows(name, {"num_points": len(x), "sigma": scenario.sigma}))
     frames.append(
-        _tidy(
+        tidy_rows(
             "methods",
             name,
             comparison.table.pivot(index="method", columns="metric", values="value"),
@@ -148,7 +126,7 @@ def _deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, 
     em_iters = fits["attention-em"].log_likelihood_trace.size - 1
     blocks["methods"].append(
         f'<h3 id="methods-{name}">Deconvolution: {html.escape(name)}</h3>'
-        + _p(
+        + note(
             f"attention-EM: K = N atoms started at the data, {em_iters} iterations; its E-step is "
             "softmax attention with Q K<sup>T</sup> = I/sigma<sup>2</sup> and key bias "
             "-|mu_k|<sup>2</sup>/(2 sigma<sup>2</sup>). NPMLE: Kiefer-Wolfowitz weights on a "
@@ -164,13 +142,13 @@ def _deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, 
             "plug-in intervals collapse to one atom wherever A_i. concentrates."
         )
         + _metrics_table(comparison.table, _EXPLAIN)
-        + _fig(
+        + figure_tag(
             figures,
             f"{name}-data-and-measures",
             figure_data_and_measures(x, scenario.sigma, measure, comparison),
             f"{name} fitted measures",
         )
-        + _fig(
+        + figure_tag(
             figures, f"{name}-z-hat-vs-truth", figure_z_hat(z, comparison), f"{name} z_hat vs truth"
         )
     )
@@ -193,7 +171,7 @@ def _deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, 
         )
         parts.append(
             f"<h4>{method}: trace and rank plots</h4>"
-            + _fig(
+            + figure_tag(
                 figures,
                 f"{name}-{method}-ranks",
                 figure_trace_rank(invariant_series(fits[method].datatree)),
@@ -203,11 +181,11 @@ def _deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, 
     save_datatree(fits["nuts"].datatree, tmp / f"{name}-nuts.nc")
     parts.append(
         "<h4>Posterior predictive check (NUTS)</h4>"
-        + _p(
+        + note(
             "Each orange line is the density of one data set drawn from the posterior "
             "predictive; the observed data (black) should look like one of them."
         )
-        + _fig(
+        + figure_tag(
             figures,
             f"{name}-nuts-ppc",
             figure_deconvolution_ppc(fits["nuts"].datatree),
@@ -222,14 +200,14 @@ def _deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, 
                 f"DP ({NUM_ATOMS_DP} sticks)": fits["nuts-dp"].datatree,
             }
         )
-        frames.append(_tidy("model-comparison", name, dp, _LOO_COLUMNS))
+        frames.append(tidy_rows("model-comparison", name, dp, _LOO_COLUMNS))
         blocks["model-comparison"].append(
             f'<h3 id="dp-{name}">Finite mixture vs Dirichlet process: {html.escape(name)}</h3>'
             + table_html(_loo_columns(dp))
         )
     blocks["attention"].append(
         f"<h3>EM responsibilities on {html.escape(name)}</h3>"
-        + _fig(
+        + figure_tag(
             figures,
             f"{name}-em-attention",
             figure_em_attention(x, scenario.sigma, fits["attention-em"]),
@@ -253,18 +231,18 @@ def _loo_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[[c for c in _LOO_COLUMNS if c in frame.columns]]
 
 
-def _switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key):
+def switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key):
     name = "maneuvering-target"
     cmp = run.comparison
     t_max = len(run.modes)
     blocks["data"].append(
         f'<h3 id="data-{name}">Switching state space: {name}</h3>'
-        + _p(
+        + note(
             f"A target on the plane (state [p_x, v_x, p_y, v_y]) switching between constant "
             f"velocity and a 3 deg/s coordinated turn, positions observed with sigma = 10, "
             f"T = {t_max} steps, {100 * np.mean(run.modes > 0):.0f}% of them in the turn."
         )
-        + _fig(
+        + figure_tag(
             figures,
             f"{name}-data",
             figure_switching_data(run.states, run.observations, run.modes),
@@ -275,11 +253,13 @@ def _switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key
         _data_rows(name, {"num_steps": t_max, "share_turn_steps": float(np.mean(run.modes > 0))})
     )
     frames.append(
-        _tidy("methods", name, cmp.table.pivot(index="method", columns="metric", values="value"))
+        tidy_rows(
+            "methods", name, cmp.table.pivot(index="method", columns="metric", values="value")
+        )
     )
     blocks["methods"].append(
         f'<h3 id="methods-{name}">Switching state space: {name}</h3>'
-        + _p(
+        + note(
             "Filters target p(x_t, s_t | y_1:t): GPB1 and GPB2 collapse to 1 and M Gaussians, "
             "IMM mixes before predicting (in the note 'Attention as GPB2/IMM message passing' "
             "the mixing step is an attention step), the "
@@ -297,7 +277,7 @@ def _switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key
             "such approximation, is close to the known-modes floor."
         )
         + _metrics_table(cmp.table, _EXPLAIN_SWITCHING)
-        + _fig(
+        + figure_tag(
             figures,
             f"{name}-methods",
             figure_switching_methods(cmp, run.states, run.modes),
@@ -340,9 +320,11 @@ def _switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key
     )
     blocks["diagnostics"].append(
         f'<h3 id="diagnostics-{name}">Gibbs sampler on {name}</h3>'
-        + _fig(figures, f"{name}-gibbs-ranks", figure_trace_rank(series), "switching rank plots")
+        + figure_tag(
+            figures, f"{name}-gibbs-ranks", figure_trace_rank(series), "switching rank plots"
+        )
         + "<h4>Posterior predictive check</h4>"
-        + _p(
+        + note(
             "y_rep_t = H x_t + R<sup>1/2</sup> eps_t for each posterior draw of (x, s); the "
             "band should hold about 90% of the observed coordinates."
         )
@@ -351,12 +333,12 @@ def _switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key
     mc = run.modes_comparison
     for model, tree in mc.datatrees.items():
         save_datatree(tree, tmp / f"{name}-gibbs-{model.replace(' ', '-')}.nc")
-    frames.append(_tidy("model-comparison", name, mc.table, _LOO_COLUMNS))
-    frames.append(_tidy("model-comparison", name, mc.summary.drop(columns="se")))
+    frames.append(tidy_rows("model-comparison", name, mc.table, _LOO_COLUMNS))
+    frames.append(tidy_rows("model-comparison", name, mc.summary.drop(columns="se")))
     fits_done = ", ".join(f"{k}: {int(v)}" for k, v in mc.summary["gibbs_fits"].items())
     blocks["model-comparison"].append(
         '<h3 id="modes">Numbers of switching modes (leave-future-out)</h3>'
-        + _p(
+        + note(
             "A time series is not exchangeable, so PSIS-LOO does not apply. Each model is scored "
             "by sum<sub>t &gt; L</sub> log p(y_t | y_1:t-1) over the last "
             f"{t_max - run.min_observations} steps (L = {run.min_observations}), with "
@@ -368,26 +350,26 @@ def _switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key
         )
         + table_html(_loo_columns(mc.table))
         + table_html(mc.summary)
-        + _fig(figures, "modes-lfo", figure_lfo_pointwise(mc.lfo), "LFO pointwise")
+        + figure_tag(figures, "modes-lfo", figure_lfo_pointwise(mc.lfo), "LFO pointwise")
     )
 
 
-def _learning_blocks(blocks, run: LearningRun, frames):
+def learning_blocks(blocks, run: LearningRun, frames):
     cmp, shift = run.comparison, run.shift
     frames.append(
-        _tidy(
+        tidy_rows(
             "learning",
             "1-d-switching-ar",
             cmp.table.pivot(index="method", columns="metric", values="value"),
         )
     )
     summary = shift.summary.set_index("method")
-    frames.append(_tidy("learning", f"shift-T{run.shift_steps}", summary))
+    frames.append(tidy_rows("learning", f"shift-T{run.shift_steps}", summary))
     rows = shift.table[shift.table["method"] != shift.reference]
     wide = rows.pivot(index="parameter", columns="method", values="shift")
     blocks["learning"].append(
         '<h3 id="learning-methods">MLE, EM, NUTS and Gibbs learn a switching model</h3>'
-        + _p(
+        + note(
             "A 1-D switching AR(1): x_t = 0.9 x_t-1 + noise whose variance switches between a "
             "calm mode (0.05) and a volatile one (1.5), observed with noise 0.3, simulated for "
             f"{run.num_steps} training and {run.num_heldout} held-out steps. Learned: the "
@@ -408,7 +390,7 @@ def _learning_blocks(blocks, run: LearningRun, frames):
     )
     blocks["learning"].append(
         '<h3 id="learning-shift">How far GPB2, IMM and GPB1 move the posterior of theta</h3>'
-        + _p(
+        + note(
             f"The same model, T = {run.shift_steps} steps: NUTS over theta (transition matrix "
             "and noise scales, the priors above) with each filter's likelihood against the exact "
             f"likelihood (all 2^{run.shift_steps} mode histories). Per entry of theta: the "
@@ -424,16 +406,16 @@ def _learning_blocks(blocks, run: LearningRun, frames):
 
 
 def ppc_png_tag(figures, name, png) -> str:
-    return _fig(figures, f"{name}-gibbs-ppc", png, "switching posterior predictive check")
+    return figure_tag(figures, f"{name}-gibbs-ppc", png, "switching posterior predictive check")
 
 
-def _atoms_block(blocks, figures, scenario, atoms, frames):
-    frames.append(_tidy("model-comparison", scenario.name, atoms.table, _LOO_COLUMNS))
-    frames.append(_tidy("model-comparison", scenario.name, atoms.summary.drop(columns="se")))
+def atoms_block(blocks, figures, scenario, atoms, frames):
+    frames.append(tidy_rows("model-comparison", scenario.name, atoms.table, _LOO_COLUMNS))
+    frames.append(tidy_rows("model-comparison", scenario.name, atoms.summary.drop(columns="se")))
     blocks["model-comparison"].insert(
         0,
         f'<h3 id="atoms">Numbers of atoms on {html.escape(scenario.name)} (PSIS-LOO)</h3>'
-        + _p(
+        + note(
             "The finite Dirichlet mixture fitted by the conjugate Gibbs sampler for each K; "
             "<code>az.compare</code> ranks them by PSIS-LOO elpd with stacking weights. dse is "
             "the standard error of the difference to the best model; R-hat and ESS are those "
@@ -441,7 +423,7 @@ def _atoms_block(blocks, figures, scenario, atoms, frames):
         )
         + table_html(_loo_columns(atoms.table))
         + table_html(atoms.summary)
-        + _fig(
+        + figure_tag(
             figures,
             "atoms-loo",
             figure_elpd(atoms.summary, "model", "elpd_loo", "PSIS-LOO across K"),
@@ -450,11 +432,11 @@ def _atoms_block(blocks, figures, scenario, atoms, frames):
     )
 
 
-def _attention_block(blocks, figures, att_figs, att_table, frames):
-    frames.append(_tidy("attention", "random-scores", att_table))
+def attention_block(blocks, figures, att_figs, att_table, frames):
+    frames.append(tidy_rows("attention", "random-scores", att_table))
     blocks["attention"].insert(
         0,
-        _p(
+        note(
             "As in the note 'Attention as a regularised argmax', attention weights solve argmax "
             "over the simplex of &lt;p, s&gt; - tau "
             "Omega(p). Omega = negative Shannon entropy gives softmax, the Gini term |p|^2/2 "
@@ -462,35 +444,37 @@ def _attention_block(blocks, figures, att_figs, att_table, frames):
             "1.5-entropy entmax in between. As tau -> 0 every map tends to the LP vertex (the "
             "argmax); as tau grows to the uniform distribution."
         )
-        + _fig(figures, "simplex-paths", att_figs["simplex-paths"], "paths on the simplex")
-        + _fig(figures, "attention-matrices", att_figs["attention-matrices"], "attention matrices")
+        + figure_tag(figures, "simplex-paths", att_figs["simplex-paths"], "paths on the simplex")
+        + figure_tag(
+            figures, "attention-matrices", att_figs["attention-matrices"], "attention matrices"
+        )
         + table_html(att_table),
     )
 
 
-def _kernel_block(blocks, figures, nw_figs, nw_table, frames):
-    frames.append(_tidy("kernel-regression", "sine", nw_table))
+def kernel_block(blocks, figures, nw_figs, nw_table, frames):
+    frames.append(tidy_rows("kernel-regression", "sine", nw_table))
     blocks["kernel-regression"].append(
-        _p(
+        note(
             "As in the note 'Attention and Transformers' (Nitin 2023), Nadaraya-Watson "
             "f(q) = sum_j K_h(q - k_j) v_j / sum_j K_h(q - k_j) is "
             "softmax attention with scores log K_h(q - k_j). Data: y = 2 sin x + x<sup>0.8</sup> "
             "+ N(0, 0.25), x uniform on [0, 5]. Each kernel's bandwidth minimises the closed-form "
             "leave-one-out error; ISE is the integrated squared error against the truth."
         )
-        + _fig(figures, "nadaraya-watson", nw_figs["nadaraya-watson"], "Nadaraya-Watson")
+        + figure_tag(figures, "nadaraya-watson", nw_figs["nadaraya-watson"], "Nadaraya-Watson")
         + table_html(nw_table)
     )
 
 
-def _diagnostics_summary(blocks, rows, frames):
+def diagnostics_summary(blocks, rows, frames):
     if not rows:
         return
     frame = pd.DataFrame(rows).set_index("method")
-    frames.append(_tidy("diagnostics", "all", frame))
+    frames.append(tidy_rows("diagnostics", "all", frame))
     blocks["diagnostics"].insert(
         0,
-        _p(
+        note(
             "Rank-normalised split R-hat and bulk / tail ESS (Vehtari et al. 2021), computed on "
             "quantities every labelling of the atoms agrees on (mixture atoms are exchangeable, "
             "so R-hat on the atoms themselves measures label switching, not mixing), and on the "
@@ -500,13 +484,13 @@ def _diagnostics_summary(blocks, rows, frames):
     )
 
 
-def _page_html(blocks, scenarios, switching, *, quick, seed, elapsed) -> str:
+def page_html(blocks, scenarios, switching, *, quick, seed, elapsed) -> str:
     mode = "quick" if quick else "full"
     toc = "".join(f'<li><a href="#{sid}">{html.escape(title)}</a></li>' for sid, title in SECTIONS)
     names = ", ".join(s.name for s in scenarios)
     body = [
         "<h1>attnbayes: attention as inference, measured</h1>",
-        _p(
+        note(
             "Four readings of attention, each run beside full-posterior inference on the same "
             "simulated data: EM for Gaussian deconvolution (its E-step is softmax attention) "
             f"against NUTS, Gibbs and empirical Bayes on {html.escape(names)}; "

@@ -27,7 +27,7 @@ from ...inference.deconvolution import (
     pretrained_unrolled_em,
 )
 from ..pages import png_bytes, table_html
-from .html import _tidy as tidy_rows
+from .pieces import figure_tag, note, tidy_rows
 
 FAMILIES = ("dp", "sparse-means", "three-atoms", "uniform", "far-atoms")
 POINT_METHODS = ("learned", "em-steps", "em", "npmle", "james-stein")
@@ -177,10 +177,6 @@ def learned_key_numbers(run: LearnedRun):
 # ----------------------------------------------------------------------------- figures
 
 
-def _png(fig) -> bytes:
-    return png_bytes(fig)
-
-
 def figure_regret(regret: pd.DataFrame) -> bytes:
     families = list(dict.fromkeys(regret["family"]))
     methods = list(dict.fromkeys(regret["method"]))
@@ -201,7 +197,7 @@ def figure_regret(regret: pd.DataFrame) -> bytes:
     ax.set_yscale("log")
     ax.legend(fontsize=7, ncols=3)
     ax.set_title("MSE above the oracle Bayes rule, N = 100")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure_length(length: pd.DataFrame) -> bytes:
@@ -221,7 +217,7 @@ def figure_length(length: pd.DataFrame) -> bytes:
     ax.set_ylabel("regret")
     ax.legend(fontsize=7)
     ax.set_title("Length generalisation (DP tasks)")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure_pooling_weights(pooling) -> bytes:
@@ -233,7 +229,7 @@ def figure_pooling_weights(pooling) -> bytes:
     ax.set_ylabel("mean attention weight (test windows)")
     ax.set_title("Learned attention weights of the sunspot forecasters")
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def figure_batting(batting: pd.DataFrame, players) -> bytes:
@@ -250,24 +246,25 @@ def figure_batting(batting: pd.DataFrame, players) -> bytes:
     ax.set_xticks(range(len(methods)), methods)
     ax.set_ylabel("estimated batting average")
     ax.set_title("Efron-Morris: shrinkage of the 18 averages")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 # ----------------------------------------------------------------------------- HTML
 
 
 def _p(text: str) -> str:
-    return f'<p class="note">{html.escape(text)}</p>'
+    """A note of plain text (escaped)."""
+    return note(html.escape(text))
 
 
 def _tidy(scenario: str, frame: pd.DataFrame, index: str) -> pd.DataFrame:
-    """Section 8's rows of results.csv: the report's ``_tidy`` of the numeric columns."""
+    """Section 8's rows of results.csv: ``tidy_rows`` of the numeric columns."""
     return tidy_rows("learned", scenario, frame.set_index(index).select_dtypes("number"))
 
 
-def learned_blocks(blocks, figures, run: LearnedRun, frames, fig_tag) -> None:
+def learned_blocks(blocks, figures, run: LearnedRun, frames) -> None:
     """Append section 8's HTML to ``blocks["learned"]`` and its rows to ``frames``."""
-    from ...inference.deconvolution.learned_comparison import EFRON_MORRIS_PLAYERS
+    from ...inference.deconvolution.learned import EFRON_MORRIS_PLAYERS
 
     regret = run.regret
     for family, rows in regret.groupby("family", sort=False):
@@ -316,7 +313,7 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames, fig_tag) -> None:
             "convergence. 'uniform' and 'far-atoms' lie outside the training prior."
         )
         + table_html(wide)
-        + fig_tag(figures, "learned-regret", figure_regret(regret), "regret by family")
+        + figure_tag(figures, "learned-regret", figure_regret(regret), "regret by family")
     )
     nuts = run.nuts.set_index("method")
     blocks["learned"].append(
@@ -341,7 +338,7 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames, fig_tag) -> None:
         )
         + table_html(coverage)
         + table_html(run.length.drop(columns="family"))
-        + fig_tag(figures, "learned-length", figure_length(run.length), "regret vs N")
+        + figure_tag(figures, "learned-length", figure_length(run.length), "regret vs N")
     )
     blocks["learned"].append(
         '<h3 id="learned-batting">Real data: the Efron-Morris batting averages</h3>'
@@ -352,7 +349,7 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames, fig_tag) -> None:
             "as batting averages (the paper's 0.075 for the raw averages)."
         )
         + table_html(run.batting[["method", "sse_transformed", "sse_average"]].set_index("method"))
-        + fig_tag(
+        + figure_tag(
             figures,
             "learned-batting",
             figure_batting(run.batting, EFRON_MORRIS_PLAYERS),
@@ -403,7 +400,7 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames, fig_tag) -> None:
             "moving averages and AR(p) by AIC."
         )
         + table_html(pool.table.set_index("method"))
-        + fig_tag(
+        + figure_tag(
             figures, "learned-pooling", figure_pooling_weights(pool), "learned pooling weights"
         )
     )

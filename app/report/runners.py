@@ -14,10 +14,11 @@ from ...inference.deconvolution.comparison import (
     compare_deconvolution,
 )
 from ...inference.model_comparison import compare_num_modes
-from ...inference.switching import SwitchingComparison, compare_switching
-from ...inference.switching.learning_comparison import (
+from ...inference.switching import (
     PosteriorShift,
+    SwitchingComparison,
     SwitchingLearningComparison,
+    compare_switching,
     compare_switching_learning,
     posterior_shift,
 )

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import xarray as xr
 
-__all__ = ["Diagnostics", "diagnostics"]
+__all__ = ["Diagnostics", "basic_ess", "diagnostics", "split_chains"]
 
 
 class Diagnostics(NamedTuple):
@@ -62,7 +62,7 @@ def _element_labels(name: str, da: xr.DataArray) -> list[str]:
 # ----------------------------------------------------------------------------- vectorised
 
 
-def _split(x: np.ndarray) -> np.ndarray:
+def split_chains(x: np.ndarray) -> np.ndarray:
     """(E, C, S) -> (E, 2C, S // 2): first and last halves of every chain (odd S drops the
     middle draw), as arviz_stats splits them."""
     half = x.shape[-1] // 2
@@ -134,7 +134,7 @@ def _autocovariance(x: np.ndarray) -> np.ndarray:
     return np.fft.irfft(spectrum, n=m, axis=-1)[..., :n] / n
 
 
-def _basic_ess(x: np.ndarray) -> np.ndarray:
+def basic_ess(x: np.ndarray) -> np.ndarray:
     """ESS of every element of (E, C, n) from the multi-chain autocorrelations, truncated by
     Geyer's initial positive and monotone sequences (Vehtari et al. 2021, section 3.2; BDA3
     eq. 11.7-11.8), all elements at once: the steps of arviz_stats' loop, lane by lane."""
@@ -193,7 +193,7 @@ def _tail_ess(x: np.ndarray, prob: float) -> np.ndarray:
     quantiles (1 - prob, prob) sorted, as arviz_stats reads its ``prob``."""
     flat = x.reshape(x.shape[0], -1)
     quantiles = np.quantile(flat, sorted((prob, 1 - prob)), axis=1)  # (2, E), one pass
-    low, high = (_basic_ess(_split((x <= q[:, None, None]).astype(float))) for q in quantiles)
+    low, high = (basic_ess(split_chains((x <= q[:, None, None]).astype(float))) for q in quantiles)
     return np.minimum(low, high)
 
 
@@ -207,10 +207,10 @@ def _element_diagnostics(values: np.ndarray, tail_prob: float):
         return nan, nan.copy(), nan.copy()
     x = np.where(bad[:, None, None], 0.0, values.astype(np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
-        split = _split(x)
+        split = split_chains(x)
         z_split = _z_scale(split)  # shared by the bulk R-hat and the bulk ESS
         r_hat = _rank_rhat(split, z_split) if c >= 2 else np.full(e, np.nan)
-        bulk, tail = _basic_ess(z_split), _tail_ess(x, tail_prob)
+        bulk, tail = basic_ess(z_split), _tail_ess(x, tail_prob)
     return tuple(np.where(bad, np.nan, v) for v in (r_hat, bulk, tail))
 
 

@@ -58,7 +58,7 @@ BLOCK_VALUES = 2**20  # values per block of the (rows, grid, tail) GPD array: 8 
 def _ess_mean(values: np.ndarray) -> np.ndarray:
     """ESS for the mean of every element of (E, C, D): the plain (not rank-normalised) ESS of
     the split chains, as arviz_stats' ``_ess_mean``; NaN with a non-finite draw or D < 4."""
-    from .convergence import _basic_ess, _split
+    from .convergence import basic_ess, split_chains
 
     num_elements, _, num_draws = values.shape
     if num_draws < 4 or num_elements == 0:
@@ -68,7 +68,7 @@ def _ess_mean(values: np.ndarray) -> np.ndarray:
     step = max(1, BLOCK_VALUES // x[0].size)
     with np.errstate(divide="ignore", invalid="ignore"):
         ess = np.concatenate(
-            [_basic_ess(_split(x[i : i + step])) for i in range(0, num_elements, step)]
+            [basic_ess(split_chains(x[i : i + step])) for i in range(0, num_elements, step)]
         )
     return np.where(bad, np.nan, ess)
 

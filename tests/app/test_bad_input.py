@@ -529,7 +529,7 @@ def test_em_that_would_not_fit_in_memory_is_refused_with_the_alternatives(
 
 def test_memory_refusal_at_the_size_of_the_report(capsys):
     """40,000 rows (the size that died allocating 38 GB) under a 24 GB limit: refused."""
-    from attnbayes.app.user_runs import check_em_memory
+    from attnbayes.app.deconvolve import check_em_memory
 
     with pytest.raises(InputError, match=r"^--method em: .* N = 40000 rows .* needs about"):
         check_em_memory((40_000, 1), None, memory_limit=24 * 2**30)

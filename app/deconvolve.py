@@ -1,0 +1,523 @@
+"""``attnbayes deconvolve``: fit the mixing measure of a user's data with one method and write
+the outputs.
+
+``run_deconvolve(table, sigma, ...)`` fits the Gaussian deconvolution model
+z_i ~ nu, x_i | z_i ~ N(z_i, sigma^2 I_p) with one method of
+``attnbayes.inference.deconvolution.comparison`` (any the registry offers to ``deconvolve``,
+by its name or an alias) and writes OUT/NAME/ with
+
+- ``z_hat.csv``: row, line, then per data column c: c, z_hat_c, lower_50_c, upper_50_c,
+  lower_90_c, upper_90_c (equal-tailed posterior intervals of z_i);
+- ``measure.csv`` (interval methods: attention-EM, the NPMLE): the fitted mixing measure,
+  weight and atom_c per atom;
+- ``metrics.csv``: metric, value (log-likelihood, wall time; samplers: LOO, R-hat, ESS,
+  divergences);
+- for the samplers ``posterior.nc`` (the DataTree with the permutation-invariant quantities,
+  netCDF) and ``diagnostics.csv`` (R-hat, bulk and tail ESS per invariant element);
+- ``index.html`` (self-contained: data with the fitted measure, z_hat with intervals,
+  sampler diagnostics) and ``run.json`` (what was run on what).
+
+Before computing, attention-EM's memory is estimated and a dense E-step that would not fit is
+refused with the alternatives (``check_em_memory``). Publishing is ``attnbayes.app.runs``'s.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..inference.deconvolution.comparison import INTERVAL_BLOCK_ELEMENTS
+from ..inference.mcmc import check_sampler_sizes
+from .outputs import (
+    MANIFEST,
+    check_finite_output,
+    check_finite_table,
+    computing,
+    prepare_target,
+)
+from .pages import (
+    diagnostics_by_quantity,
+    img_tag,
+    page,
+    png_bytes,
+    sampler_verdict,
+    settings_table,
+    table_html,
+)
+from .parser import DECONVOLVE_DEFAULT, DECONVOLVE_SAMPLERS, DEFAULT_NUM_ATOMS, join_names
+from .runs import (
+    check_columns_unique,
+    check_count,
+    datatree_writer,
+    default_name,
+    offered_method,
+    publish,
+    run_manifest,
+    sampler_sizes,
+)
+from .user_data import InputError, Table
+
+# em --block-size: the block suggested when the dense E-step does not fit, and the time of a
+# streamed E-step per row-atom pair measured in BENCHMARKS.md (N = 20k-100k, 2-D, 2 cores)
+SUGGESTED_BLOCK_SIZE = 1024
+STREAMED_SECONDS_PER_PAIR = 2e-8
+INVARIANTS = ("z_mean", "nu_cdf", "log_lik_total")
+
+
+def _cuts(values: np.ndarray, limit: int = 2000) -> np.ndarray:
+    """Indices of at most ``limit`` rows spread over ``values`` (for drawing large data)."""
+    n = values.shape[0]
+    return np.arange(n) if n <= limit else np.unique(np.linspace(0, n - 1, limit).astype(int))
+
+
+def _mixture_density(grid, atoms, weights, sigma) -> np.ndarray:
+    """sum_k w_k N(t; mu_k, sigma^2) on a 1-D grid, in chunks of atoms."""
+    out = np.zeros_like(grid)
+    for start in range(0, atoms.shape[0], 4096):
+        mu, w = atoms[start : start + 4096], weights[start : start + 4096]
+        out += (np.exp(-0.5 * ((grid[:, None] - mu[None, :]) / sigma) ** 2) @ w) / (
+            sigma * np.sqrt(2 * np.pi)
+        )
+    return out
+
+
+def figure_data_and_measure(points, names, sigma, measure, title) -> bytes:
+    """1-D: histogram of x, the fitted density of x and the mass of nu; p-D: the first two
+    coordinates of x with the mass of nu on a grid."""
+    atoms = np.asarray(measure.atoms, np.float64).reshape(len(measure.weights), -1)
+    weights = np.asarray(measure.weights, np.float64)
+    if points.shape[1] == 1:
+        x = points[:, 0]
+        fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
+        lo, hi = min(x.min(), atoms.min()) - 2 * sigma, max(x.max(), atoms.max()) + 2 * sigma
+        ax.hist(x, bins=min(80, max(10, x.size // 5)), density=True, color="0.85", label="x")
+        grid = np.linspace(lo, hi, 400)
+        ax.plot(
+            grid,
+            _mixture_density(grid, atoms[:, 0], weights, sigma),
+            color="tab:blue",
+            label="fitted density of x",
+        )
+        ax.set_xlabel(names[0])
+        ax.set_ylabel("density of x")
+        mass_ax = ax.twinx()
+        edges = np.linspace(lo, hi, 101)
+        mass, _ = np.histogram(atoms[:, 0], edges, weights=weights)
+        keep = mass > 1e-4
+        centers = 0.5 * (edges[1:] + edges[:-1])
+        mass_ax.vlines(centers[keep], 0, mass[keep], color="tab:red", lw=3, label="nu (mass)")
+        mass_ax.set_ylabel("mass of the fitted nu (per bin)")
+        mass_ax.set_ylim(0, max(1e-9, mass.max()) * 1.15)
+        handles = ax.get_legend_handles_labels()
+        extra = mass_ax.get_legend_handles_labels()
+        ax.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper left")
+    else:
+        fig, ax = plt.subplots(figsize=(6.5, 6), layout="constrained")
+        shown = _cuts(points, 5000)
+        ax.scatter(points[shown, 0], points[shown, 1], s=6, color="0.6", label="x")
+        xs = np.concatenate([points[:, 0], atoms[:, 0]])
+        ys = np.concatenate([points[:, 1], atoms[:, 1]])
+        mass, ex, ey = np.histogram2d(
+            atoms[:, 0],
+            atoms[:, 1],
+            bins=50,
+            range=[[xs.min(), xs.max()], [ys.min(), ys.max()]],
+            weights=weights,
+        )
+        ix, iy = np.nonzero(mass > 1e-3)
+        cx, cy = 0.5 * (ex[1:] + ex[:-1]), 0.5 * (ey[1:] + ey[:-1])
+        ax.scatter(
+            cx[ix],
+            cy[iy],
+            s=2000 * mass[ix, iy],
+            color="tab:red",
+            alpha=0.6,
+            label="nu (area = mass)",
+        )
+        ax.set_xlabel(names[0])
+        ax.set_ylabel(names[1])
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.legend(loc="upper left")
+    ax.set_title(title)
+    return png_bytes(fig)
+
+
+def figure_z_hat(points, names, z_hat, intervals) -> bytes:
+    """z_hat_i against x_i per coordinate (at most 4), with 50% and 90% intervals."""
+    z = np.asarray(z_hat).reshape(points.shape)
+    coords = min(points.shape[1], 4)
+    fig, axes = plt.subplots(
+        1, coords, figsize=(4.6 * coords + 1, 4.2), layout="constrained", squeeze=False
+    )
+    shown = _cuts(points)
+    for j, ax in enumerate(axes[0]):
+        x = points[shown, j]
+        for prob, color, width in ((0.9, "tab:orange", 1.0), (0.5, "tab:red", 2.2)):
+            lo, hi = (np.asarray(a).reshape(points.shape)[shown, j] for a in intervals[prob])
+            ax.vlines(
+                x, lo, hi, color=color, lw=width, alpha=0.5, label=f"{round(prob * 100)}% interval"
+            )
+        ax.scatter(x, z[shown, j], s=8, color="k", zorder=3, label="z_hat")
+        edge = [min(x.min(), z[:, j].min()), max(x.max(), z[:, j].max())]
+        ax.plot(edge, edge, ls="--", color="0.5", lw=1, label="z = x")
+        ax.set_xlabel(f"x ({names[j]})")
+        ax.set_ylabel(f"z ({names[j]})")
+        if j == 0:
+            ax.legend(loc="upper left", fontsize=8)
+    return png_bytes(fig)
+
+
+def _deconvolve_csv(table: Table, fit) -> str:
+    points = table.values
+    p = points.shape[1]
+    z = np.asarray(fit.z_hat).reshape(points.shape)
+    cols = {"row": np.arange(1, points.shape[0] + 1), "line": table.lines}
+    for j, name in enumerate(table.columns):
+        cols[name] = points[:, j]
+        cols[f"z_hat_{name}"] = z[:, j]
+        for prob in (0.5, 0.9):
+            lo, hi = (np.asarray(a).reshape(-1, p)[:, j] for a in fit.intervals[prob])
+            cols[f"lower_{round(prob * 100)}_{name}"] = lo
+            cols[f"upper_{round(prob * 100)}_{name}"] = hi
+    return pd.DataFrame(cols).to_csv(index=False)
+
+
+def deconvolve_output_columns(columns) -> list[str]:
+    """The columns of z_hat.csv for data columns ``columns``."""
+    out = ["row", "line"]
+    for name in columns:
+        out += [name, f"z_hat_{name}"]
+        out += [f"{side}_{q}_{name}" for q in (50, 90) for side in ("lower", "upper")]
+    return out
+
+
+def check_deconvolve(table: Table, sigma, method: str) -> float:
+    """Argument checks of ``run_deconvolve`` that need no JAX; returns sigma as a float."""
+    offered_method("deconvolve", "deconvolution", method)
+    if isinstance(sigma, bool) or not isinstance(sigma, int | float | np.floating):
+        raise InputError(f"--sigma: expected a number > 0, got {sigma!r}")
+    sigma = float(sigma)
+    if not math.isfinite(sigma) or sigma <= 0:
+        raise InputError(f"--sigma: must be a finite number > 0, got {sigma}")
+    if not np.all(np.isfinite(table.values)):
+        raise InputError(f"{table.path}: contains missing or non-finite values")
+    check_columns_unique(deconvolve_output_columns(table.columns))
+    from ..inference.deconvolution.em import check_problem
+
+    check_problem(table.values, sigma)  # e.g. values whose squares overflow: "x: ..."
+    return sigma
+
+
+def available_memory_bytes() -> int:
+    """Memory a run may use: ``ATTNBAYES_MEMORY_LIMIT`` (bytes) if set, else the kernel's
+    MemAvailable (Linux), else the physical memory."""
+    env = os.environ.get("ATTNBAYES_MEMORY_LIMIT", "").strip()
+    if env:
+        try:
+            value = float(env)
+        except ValueError:
+            value = -1.0
+        if not (math.isfinite(value) and value > 0):
+            raise InputError(f"ATTNBAYES_MEMORY_LIMIT: expected a number of bytes > 0, got {env!r}")
+        return int(value)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _gigabytes(num_bytes: float) -> str:
+    return f"{num_bytes / 1e9:.1f} GB" if num_bytes >= 1e8 else f"{num_bytes / 1e6:.0f} MB"
+
+
+def _interval_memory_bytes(n: int, k: int, block_size: int | None) -> int:
+    """Peak bytes of the plug-in intervals (``attnbayes.inference.deconvolution.comparison``): the
+    responsibilities, their columns in atom order and their cumulative sums, N x K float64 each when
+    dense, on row blocks of ``INTERVAL_BLOCK_ELEMENTS`` entries when streamed."""
+    entries = n * k if block_size is None else min(n * k, INTERVAL_BLOCK_ELEMENTS)
+    return 3 * 8 * entries
+
+
+def check_em_memory(shape, block_size: int | None, memory_limit: int | None = None) -> None:
+    """Refuse an em fit whose E-step would not fit in memory, before computing (InputError).
+
+    The estimate is the larger of ``attnbayes.inference.deconvolution.em.estep_memory_bytes`` with K
+    = N atoms (the fit starts one atom at every row) and the plug-in intervals' N x K arrays; the
+    message names the alternatives: npmle, whose memory is linear in N,
+    and ``--block-size``, with its memory and an estimate of its time per EM step
+    (``STREAMED_SECONDS_PER_PAIR``).
+    """
+    from ..inference.deconvolution import em
+
+    n, p = shape
+    limit = available_memory_bytes() if memory_limit is None else int(memory_limit)
+    need = max(
+        em.estep_memory_bytes(n, n, p, np.float64, block_size=block_size),
+        _interval_memory_bytes(n, n, block_size),
+    )
+    if need <= limit:
+        return
+    if block_size is not None:
+        raise InputError(
+            f"--block-size: the streamed E-step with blocks of {block_size} on N = {n} rows "
+            f"needs about {_gigabytes(need)} of memory and {_gigabytes(limit)} is available; "
+            "pass a smaller --block-size"
+        )
+    block = SUGGESTED_BLOCK_SIZE
+    streamed = max(
+        em.estep_memory_bytes(n, n, p, np.float64, block_size=block),
+        _interval_memory_bytes(n, n, block),
+    )
+    step_s = STREAMED_SECONDS_PER_PAIR * n * n
+    raise InputError(
+        f"--method em: the dense E-step on N = {n} rows (K = N atoms) needs about "
+        f"{_gigabytes(need)} of memory and {_gigabytes(limit)} is available; use --method "
+        f"npmle (memory linear in N) or --block-size {block} (about {_gigabytes(streamed)}; "
+        f"about {step_s:.0f} s per EM step on 2 cores, up to 500 steps)"
+    )
+
+
+def _measure_csv(columns, measure) -> str:
+    """The fitted nu, one row per atom (sorted by the first coordinate): weight, atom_c."""
+    atoms = np.asarray(measure.atoms, np.float64).reshape(len(measure.weights), -1)
+    weights = np.asarray(measure.weights, np.float64)
+    order = np.argsort(atoms[:, 0], kind="stable")
+    frame = pd.DataFrame({"weight": weights[order]})
+    for j, col in enumerate(columns):
+        frame[f"atom_{col}"] = atoms[order, j]
+    return frame.to_csv(index=False)
+
+
+def _deconvolve_diagnostics(datatree, sizes: dict) -> tuple[dict, str]:
+    """diagnostics.csv, posterior.nc and the HTML section of a sampler's run."""
+    from ..inference.diagnostics import diagnostics
+
+    post = datatree["posterior"]
+    diag = diagnostics(datatree, var_names=[v for v in INVARIANTS if v in post])
+    files = {
+        "diagnostics.csv": diag.table.rename_axis("element").reset_index().to_csv(index=False),
+        "posterior.nc": datatree_writer(datatree),
+    }
+    cdf = "the CDF of nu on a grid, " if "nu_cdf" in post else ""
+    hamiltonian = "sample_stats" in datatree.children and "diverging" in datatree["sample_stats"]
+    div = f"{diag.num_divergences}" if hamiltonian else "none (not a Hamiltonian sampler)"
+    section = f"""
+<h2>Sampler diagnostics</h2>
+<p class="note">The atoms are exchangeable, so R-hat (rank-normalised split) and bulk/tail ESS
+are computed on quantities every labelling agrees on: z_mean = E[z_i | x_i, nu] per point,
+{cdf}and the total log-likelihood. {diag.num_chains} chains x {diag.num_draws} draws after
+{sizes["num_warmup"]} warmup; divergent transitions: {div}. Elements that never vary are left
+out ({diag.num_constant}). Every element is in <code>diagnostics.csv</code>.</p>
+{sampler_verdict(diag, diag.num_chains * diag.num_draws, hamiltonian)}
+{table_html(diagnostics_by_quantity(diag.table))}"""
+    return files, section
+
+
+def run_deconvolve(
+    table: Table,
+    sigma: float,
+    *,
+    method: str = DECONVOLVE_DEFAULT,
+    out_dir="reports",
+    name: str | None = None,
+    seed: int = 0,
+    num_atoms: int | None = None,
+    num_warmup: int | None = None,
+    num_samples: int | None = None,
+    num_chains: int | None = None,
+    block_size: int | None = None,
+    memory_limit: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    argv: list[str] | None = None,
+) -> Path:
+    """Fit nu with one method on ``table`` (N rows, p columns) and write OUT/NAME/.
+
+    Args:
+        table: the observations (``attnbayes.app.user_data.read_table``); one column is scalar
+            data (N,), p columns are points in R^p.
+        sigma: the known noise scale.
+        method: a method the registry offers to ``deconvolve``, by name or alias:
+            "attention-em" (or "em"), "npmle", "nuts" or "gibbs".
+        out_dir, name: the output folder OUT/NAME; NAME defaults to ``<stem>-deconvolve-<method>``.
+        seed: seed of the samplers' ``jax.random`` key.
+        num_atoms: K of the samplers' finite mixture; default ``DEFAULT_NUM_ATOMS`` (5).
+        num_warmup, num_samples, num_chains: sampler sizes; defaults the registry's
+            (``attnbayes.app.parser.DECONVOLVE_SAMPLERS``: nuts 2 x (500 + 500), gibbs
+            4 x (1000 + 2000)). Sizes too small for the reported diagnostics
+            (``attnbayes.inference.mcmc.check_sampler_sizes``) are refused before sampling.
+        block_size: attention-EM only: stream the E-step over blocks of this many rows and
+            atoms.
+        memory_limit: bytes the em fit may use (default: ``available_memory_bytes()``); a
+            dense E-step estimated above it is refused before computing.
+        progress: called with short messages.
+        argv: the command line, recorded in run.json.
+
+    Returns:
+        The path of OUT/NAME/index.html.
+
+    Raises:
+        InputError (or ValueError): bad arguments or data, before any JAX work.
+        RunFailed: the run failed after it started (``NonFiniteResult`` when a quantity about
+            to be written is not finite); nothing is written.
+    """
+    from ..inference.deconvolution.comparison import compare_deconvolution
+
+    sigma = check_deconvolve(table, sigma, method)
+    entry = offered_method("deconvolve", "deconvolution", method)
+    library = entry.name
+    sampler = entry.returns == "draws"
+    if not sampler and any(v is not None for v in (num_atoms, num_warmup, num_samples, num_chains)):
+        which = join_names(DECONVOLVE_SAMPLERS)
+        raise InputError(f"--num-atoms, --draws, --warmup and --chains apply to {which}")
+    k = check_count("--num-atoms", num_atoms, 1)
+    k = DEFAULT_NUM_ATOMS if k is None else k
+    sizes = sampler_sizes(DECONVOLVE_SAMPLERS.get(library, {}), num_warmup, num_samples, num_chains)
+    seed = check_count("--seed", seed, 0)
+    if sampler:
+        check_sampler_sizes(
+            sizes["num_samples"], sizes["num_chains"], loo=True, names=("--draws", "--chains")
+        )
+    block_size = check_count("--block-size", block_size, 1)
+    if block_size is not None and library != "attention-em":
+        raise InputError("--block-size applies to --method em only")
+    if library == "attention-em":
+        check_em_memory(table.values.shape, block_size, memory_limit)
+    if library == "gibbs":
+        distinct = np.unique(table.values, axis=0).shape[0]
+        if k > distinct:
+            raise InputError(
+                f"--num-atoms: K = {k} is more than the {distinct} distinct observations; the "
+                f"Gibbs sampler starts its atoms at distinct data points (pass --num-atoms "
+                f"{distinct} or fewer)"
+            )
+    target = prepare_target(out_dir, name or default_name(table.path, "deconvolve", method))
+    say = progress or (lambda message: None)
+    started = time.perf_counter()
+
+    points = table.values
+    x = points[:, 0] if points.shape[1] == 1 else points
+    with computing():
+        comparison = compare_deconvolution(
+            jax.random.PRNGKey(seed) if sampler else None,
+            x,
+            sigma,
+            methods=(library,),
+            num_atoms=k,
+            em_kwargs=None if block_size is None else {"block_size": block_size},
+            method_kwargs={library: sizes} if sampler else None,
+            progress=say,
+        )
+        fit = comparison.fits[library]
+        check_finite_output("z_hat", np.reshape(fit.z_hat, (len(points), -1)))
+        for prob, bounds in fit.intervals.items():
+            for side, bound in zip(("lower", "upper"), bounds, strict=True):
+                check_finite_output(
+                    f"{side}_{round(prob * 100)} interval", np.reshape(bound, (len(points), -1))
+                )
+        if fit.measure is not None:
+            atoms = np.reshape(fit.measure.atoms, (len(fit.measure.weights), -1))
+            check_finite_output("measure atoms", atoms, axis_name="atom")
+            check_finite_output("measure weights", fit.measure.weights, axis_name="atom")
+        check_finite_table("metrics", comparison.table)
+    say(f"{library}: writing the outputs")
+    metrics = comparison.table[["metric", "value"]]
+    files: dict = {
+        "z_hat.csv": _deconvolve_csv(table, fit),
+        "metrics.csv": metrics.to_csv(index=False),
+    }
+    settings = {"sigma": sigma, "method": method, "library_method": library}
+    summary = {
+        "input": table.path,
+        "observations N": points.shape[0],
+        "coordinates p": points.shape[1],
+        "columns": ", ".join(table.columns),
+        "sigma": sigma,
+        "method": method if method == library else f"{method} ({library})",
+    }
+    if block_size is not None:
+        settings["block_size"] = block_size
+        summary["E-step block size"] = block_size
+    if sampler:
+        settings |= {"seed": seed, "num_atoms": k, **sizes}
+        summary |= {
+            "atoms K": k,
+            "seed": seed,
+            "chains": sizes["num_chains"],
+            "warmup per chain": sizes["num_warmup"],
+            "draws per chain": sizes["num_samples"],
+        }
+        diag_files, diag_html = _deconvolve_diagnostics(fit.datatree, sizes)
+        files |= diag_files
+    else:
+        files["measure.csv"] = _measure_csv(table.columns, fit.measure)
+        diag_html = ""
+    if argv is not None:
+        settings["argv"] = list(argv)
+    title = f"{method}: data and the fitted mixing measure"
+    fig_data = figure_data_and_measure(points, table.columns, sigma, fit.measure, title)
+    fig_z = figure_z_hat(points, table.columns, fit.z_hat, fit.intervals)
+    elapsed = time.perf_counter() - started
+    summary["total wall time (s)"] = round(elapsed, 1)
+
+    if points.shape[1] == 1:
+        note_data = (
+            "Histogram of x with the fitted density of x, sum_k w_k N(t; mu_k, sigma^2), and "
+            "the mass of the fitted nu per bin."
+        )
+    else:
+        note_data = "The data x with the mass of the fitted nu on a 50 x 50 grid."
+        if points.shape[1] > 2:
+            note_data += f" Only coordinates 1 and 2 of {points.shape[1]} are drawn."
+    if sampler:
+        note_data += " For a sampler, nu is the posterior mean measure (all draws pooled)."
+    note_z = " 2000 of the points are drawn." if points.shape[0] > 2000 else ""
+    listing = ", ".join(f"<code>{f}</code>" for f in sorted([*files, "index.html", MANIFEST]))
+    body = f"""
+<h1>attnbayes deconvolve: {html.escape(Path(table.path).name)}</h1>
+<p>Gaussian deconvolution: z_i ~ nu, x_i | z_i ~ N(z_i, sigma<sup>2</sup> I<sub>p</sub>) with
+known sigma; the task is to estimate nu and each z_i. {html.escape(entry.description)}</p>
+{settings_table(summary)}
+<h2>Fit</h2>
+{table_html(metrics.set_index("metric"))}
+{diag_html}
+<h2>Data and the fitted mixing measure</h2>
+<p class="note">{note_data}</p>
+{img_tag(fig_data, "data and fitted measure")}
+<h2>z_hat with intervals</h2>
+<p class="note">Each point: z_hat_i against x_i, with its 50% and 90% equal-tailed intervals;
+the dashed line is z = x (no shrinkage).{note_z} All of them are in <code>z_hat.csv</code>.</p>
+{img_tag(fig_z, "z_hat with intervals")}
+<p class="note">Files: {listing}.</p>
+"""
+    files["index.html"] = page(f"attnbayes deconvolve: {Path(table.path).name}", body)
+    files[MANIFEST] = run_manifest("deconvolve", table, settings, elapsed, files)
+    publish(target, files)
+    say(f"written to {target}")
+    return target / "index.html"
+
+
+__all__ = [
+    "INVARIANTS",
+    "STREAMED_SECONDS_PER_PAIR",
+    "SUGGESTED_BLOCK_SIZE",
+    "available_memory_bytes",
+    "check_deconvolve",
+    "check_em_memory",
+    "deconvolve_output_columns",
+    "figure_data_and_measure",
+    "figure_z_hat",
+    "run_deconvolve",
+]

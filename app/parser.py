@@ -1,0 +1,711 @@
+"""The ``attnbayes`` command's parser: its options, their defaults and the help texts.
+
+Every list the parser offers comes from one place: the methods of ``--method`` (their names,
+aliases, descriptions and sampler sizes) from the registry ``attnbayes.inference.methods``, the
+scenarios, the learned parameters and the calibration sizes from ``attnbayes.constants``; the
+defaults that only the command has (``DECONVOLVE_DEFAULT``, ``FIT_METHODS``, ...) are here, and
+the runs read them from here. Nothing here imports JAX, so ``attnbayes --help`` and a refused
+command line are fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import textwrap
+
+from ..constants import (
+    CALIBRATION_ATOMS,
+    CALIBRATION_CHUNK_SIZE,
+    CALIBRATION_POINTS,
+    CALIBRATION_REPLICATES,
+    CALIBRATION_STEPS,
+    STATE_SPACE_FREE,
+    SWITCHING_SCENARIOS,
+)
+from ..inference import methods as registry
+from .user_data import PARAMS_FIELDS, PARAMS_LABELS, PARAMS_OPTIONAL_FIELDS
+
+# the default folder of ``attnbayes report`` (``attnbayes.app.report.write_report``'s name)
+REPORT_NAME = "attnbayes"
+# ``--method`` of deconvolve and filter when none is given
+DECONVOLVE_DEFAULT = "em"
+FILTER_DEFAULT = "imm"
+# deconvolve: K of the samplers' finite mixture
+DEFAULT_NUM_ATOMS = 5
+# filter --fit: the methods, the optimiser starts of mle (fit_switching's default) and the
+# sampler sizes of nuts over the parameters
+FIT_METHODS = ("mle", "em", "nuts")
+DEFAULT_STARTS = 8
+FIT_NUTS_SIZES = {"num_warmup": 500, "num_samples": 500, "num_chains": 2}
+# calibrate: the samplers' sizes unless --warmup, --draws, --chains say otherwise
+CALIBRATE_SIZES = {"num_warmup": 300, "num_samples": 300, "num_chains": 2}
+SIZES = ("num_warmup", "num_samples", "num_chains")
+
+
+def sampler_defaults(command: str, reading: str) -> dict[str, dict[str, int]]:
+    """{method: its registry sizes} of the samplers a command offers."""
+    return {
+        m.name: {k: m.defaults[k] for k in SIZES}
+        for m in registry.command_methods(command, reading)
+        if m.returns == "draws"
+    }
+
+
+DECONVOLVE_SAMPLERS = sampler_defaults("deconvolve", "deconvolution")
+FILTER_SAMPLERS = sampler_defaults("filter", "switching")
+PARTICLE_METHODS = {
+    m.name: m.defaults["num_particles"]
+    for m in registry.command_methods("filter", "switching")
+    if "num_particles" in m.defaults
+}
+
+EXIT_STATUSES = """exit status:
+  0  success: the path of the written index.html is printed on stdout
+  1  the run failed while computing or writing (e.g. a result that is not finite, a
+     full disk): one line names the quantity or the file; nothing is written
+  2  bad usage or bad input, refused before any computation; nothing is written
+  130 interrupted (Ctrl-C), 143 terminated (SIGTERM); nothing is written
+Every failure prints one line 'attnbayes: error: ...'; --debug (or ATTNBAYES_DEBUG=1)
+also prints the full traceback."""
+
+INPUT_FORMAT = """input CSV:
+  {rows}
+  Cells are separated by ',' (see --delimiter); quoted cells as in RFC 4180.
+  The header row is optional: the first row is a header when none of its cells
+  is a number, else it is data and the columns are called
+  {names}. Numbers use a decimal point (1.5, -2e-3); blank lines
+  and lines starting with # are skipped.
+  {missing}
+  A malformed file is refused with the line and column of the first problem, e.g.
+    attnbayes: error: data.csv line 7, column "x2": cannot parse 'abc' as a number"""
+
+OUTPUT_FOLDER = """output folder OUT/NAME (default reports/<FILE stem>-{cmd}-<method>):
+  assembled in a temporary folder and renamed into place, so a failed run leaves
+  nothing behind. An existing OUT/NAME is replaced only if an earlier attnbayes
+  deconvolve or filter run wrote it (it holds run.json); otherwise the command stops."""
+
+PARAMS_HELP = (
+    "--params FILE.json: a JSON object with these fields, nested lists of numbers\n"
+    "(M modes, state dimension d, observation dimension o):\n"
+    + "\n".join(f"  {k:<18} {shape:<10} {what}" for k, (shape, what) in PARAMS_FIELDS.items())
+    + "\noptional fields (absent: zeros; k = the number of --inputs columns):\n"
+    + "\n".join(
+        f"  {k:<22} {shape:<10} {what}" for k, (shape, what) in PARAMS_OPTIONAL_FIELDS.items()
+    )
+    + "\n"
+    + "\n".join(f"  {k:<18} {what}" for k, what in PARAMS_LABELS.items())
+    + "\nThe params.json that a run writes (e.g. with --scenario, or the fitted parameters\n"
+    "with --fit) is a template."
+)
+DECONVOLVE_INPUT = INPUT_FORMAT.format(
+    rows="One row per observation x_i; one column for scalar data, p columns for points\n"
+    "  in R^p (choose them with --columns).",
+    names="x (one column) or x1..xp",
+    missing="Every cell of the chosen columns must be a finite number.",
+)
+FILTER_INPUT = INPUT_FORMAT.format(
+    rows="One row per time step t = 1..T, one column per observed coordinate: exactly o\n"
+    "  columns (2 for the maneuvering-target scenarios; choose them with --columns).",
+    names="y (one column) or y1..yo",
+    missing="An empty cell, NA or NaN is missing: a row with every cell missing is a\n"
+    "  step with no observation (predict only); a partly missing row updates on its\n"
+    "  observed cells. With a single column, write NA for a missing step (blank lines\n"
+    "  are skipped). --inputs COLS names columns of inputs u_t (never missing); the\n"
+    "  observations are then the other columns (or --columns).",
+)
+
+
+def join_names(methods) -> str:
+    """'a, b and c'."""
+    methods = list(methods)
+    return ", ".join(methods[:-1]) + (" and " if len(methods) > 1 else "") + methods[-1]
+
+
+def method_list(command: str, reading: str) -> str:
+    """The 'methods' paragraph of a command's help: each method the registry offers it, with
+    its aliases, description and the options that apply to it only."""
+    lines = []
+    for m in registry.command_methods(command, reading):
+        head = m.name + (f" ({', '.join(m.aliases)})" if m.aliases else "")
+        options = []
+        if command == "deconvolve" and m.returns == "draws":
+            options.append("--num-atoms")
+        if "num_particles" in m.defaults:
+            options.append("--particles")
+        if m.returns == "draws":
+            options.append("--draws, --warmup, --chains")
+        if m.needs_key:
+            options.append("--seed")
+        text = m.description if m.description.endswith(".") else f"{m.description}."
+        if command == "filter" and m.target != "filter":
+            text += " No filtered columns."
+        if options:
+            text += f" Options: {', '.join(options)}."
+        lines.append(
+            textwrap.fill(
+                text,
+                width=86,
+                initial_indent=f"  {head:<18} ",
+                subsequent_indent=" " * 21,
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(lines)
+
+
+def _per_method(sizes: dict[str, dict[str, int]], key: str) -> str:
+    """'nuts 500, gibbs 2000': the default of ``key`` of each method."""
+    return ", ".join(f"{name} {s[key]}" for name, s in sizes.items())
+
+
+_EB = [
+    m.name
+    for m in registry.command_methods("deconvolve", "deconvolution")
+    if m.returns == "intervals"
+]
+
+DECONVOLVE_EPILOG = f"""model:
+  z_i ~ nu,  x_i | z_i ~ N(z_i, sigma^2 I_p) with sigma known: estimate the mixing
+  measure nu and every z_i (empirical Bayes for {join_names(_EB)}, a full posterior
+  for {join_names(DECONVOLVE_SAMPLERS)}).
+
+methods (--method takes a name or an alias in parentheses):
+{method_list("deconvolve", "deconvolution")}
+
+memory: em's dense E-step holds N x N matrices (40,000 rows: about 38 GB). Before
+  computing, em estimates its memory and refuses when it exceeds what is available
+  (ATTNBAYES_MEMORY_LIMIT=BYTES sets the limit), naming the alternatives: npmle
+  (memory linear in N) or --block-size B (streams the E-step in blocks of B rows and
+  atoms: memory O(B N), time unchanged).
+
+{DECONVOLVE_INPUT}
+
+output files in OUT/NAME:
+  z_hat.csv        row, line, then per column c: c, z_hat_c, lower_50_c, upper_50_c,
+                   lower_90_c, upper_90_c (equal-tailed intervals for z_i)
+  measure.csv      ({join_names(_EB)}) the fitted nu: weight, atom_c per atom
+  metrics.csv      metric, value: log-likelihood, wall time; for the samplers also
+                   elpd_loo, pareto_k_max, worst R-hat, smallest bulk/tail ESS,
+                   divergences (on permutation-invariant quantities)
+  diagnostics.csv  ({join_names(DECONVOLVE_SAMPLERS)}) R-hat, ESS bulk and tail per
+                   invariant element
+  posterior.nc     ({join_names(DECONVOLVE_SAMPLERS)}) the posterior as an ArviZ DataTree, netCDF
+  index.html       self-contained report: data with the fitted measure, z_hat with
+                   intervals, sampler diagnostics
+  run.json         input file and its SHA-256, settings, versions, wall time
+
+{OUTPUT_FOLDER.format(cmd="deconvolve")}
+
+{EXIT_STATUSES}
+
+example:
+  attnbayes deconvolve scores.csv --sigma 1 --method nuts --num-atoms 4"""
+
+
+def fit_likelihood(method: registry.Method) -> str:
+    """The filter whose log-likelihood ``filter --fit`` uses: the --method's own when it is a
+    deterministic filter, else ``FILTER_DEFAULT``'s (imm)."""
+    return method.name if method.target == "filter" and not method.needs_key else FILTER_DEFAULT
+
+
+_NOT_A_LIKELIHOOD = [
+    m.name for m in registry.command_methods("filter", "switching") if fit_likelihood(m) != m.name
+]
+
+FILTER_EPILOG = f"""model (M modes, state x_t in R^d, observation y_t in R^o, t = 1..T):
+  s_1 ~ pi0, s_t | s_(t-1) = i ~ Pi[i, :];  x_1 | s_1 = j ~ N(m0_j, P0_j);
+  x_t = F_j x_(t-1) + b_j + B_j u_t + N(0, Q_j);  y_t = H_j x_t + d_j + D_j u_t + N(0, R_j),
+  with inputs u_t (--inputs; none by default); the parameters known (--params or
+  --scenario) or learned from the data first (--fit).
+
+learning the parameters (--fit), started from --params or --scenario:
+  mle    maximum likelihood: L-BFGS from --starts starts (the given parameters and
+         random perturbations, --seed), standard errors from the Hessian
+  em     EM: Kim's smoother for the E-step, the expected complete-data log-likelihood
+         maximised in the M-step
+  nuts   NUTS over the parameters (states and modes integrated out by the filter) under
+         Dirichlet(1 + 2 I) rows, InverseGamma(3, 2) noise scales, wide normals on
+         other real fields; the posterior mean is used (--draws, --warmup, --chains)
+  The likelihood is the --method's filter ({FILTER_DEFAULT} for {join_names(_NOT_A_LIKELIHOOD)}).
+  Free by default: the transition matrix and the scales c_j, r_j of Q_j = c_j Q0_j and
+  R_j = r_j R0_j (dynamics_cov_scale, emission_cov_scale); --free FIELDS names others,
+  e.g. dynamics_biases, emission_biases or the input weights (any field of --params).
+
+methods (each filter is followed by Kim's smoother over its per-mode Gaussians):
+{method_list("filter", "switching")}
+
+scenarios (--scenario):
+  maneuvering-target       state [px, vx, py, vy], o = 2 observed positions (px, py);
+                           modes constant-velocity and coordinated-turn (3 deg/step)
+  maneuvering-target-cwna  the same with full-rank (continuous) process noise
+
+{PARAMS_HELP}
+
+{FILTER_INPUT}
+
+output files in OUT/NAME:
+  states.csv       one row per step: t, line, the observations, then
+                   filtered_mean_<state>, filtered_sd_<state>, filtered_prob_<mode>
+                   (not for {join_names(FILTER_SAMPLERS)}) and smoothed_mean_<state>,
+                   smoothed_sd_<state>, smoothed_prob_<mode>
+  metrics.csv      metric, value: wall time, the filter's log p(y_1:T); samplers:
+                   worst R-hat and smallest bulk/tail ESS of the states; --fit: the
+                   fit's log-likelihood, AIC and BIC (mle, em) or R-hat, ESS and
+                   divergences of the parameters (nuts), its wall time
+  params.json      the parameters used (with --fit: the fitted ones), --params format
+  fit.csv          (--fit) one row per free scalar: parameter, initial, estimate, and
+                   stderr (mle, em) or sd, q5, q95, r_hat, ess_bulk (nuts)
+  fit_posterior.nc (--fit nuts) the draws of the parameters as an ArviZ DataTree
+  diagnostics.csv  ({join_names(FILTER_SAMPLERS)}) R-hat, ESS bulk and tail per state element
+  posterior.nc     ({join_names(FILTER_SAMPLERS)}) the draws of states and modes as an ArviZ
+                   DataTree, netCDF
+  index.html       self-contained report: states with bands, mode probabilities, track
+  run.json         input file and its SHA-256, settings, versions, wall time
+
+{OUTPUT_FOLDER.format(cmd="filter")}
+
+{EXIT_STATUSES}
+
+examples:
+  attnbayes filter track.csv --scenario maneuvering-target --method imm
+  attnbayes filter track.csv --scenario maneuvering-target-cwna --fit mle"""
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=78)
+
+
+# ----------------------------------------------------------------------------- option types
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {value}")
+    return value
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _sigma(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _sigma(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _delimiter(text: str) -> str:
+    if text.lower() in ("tab", "\\t"):
+        return "\t"
+    if len(text) != 1 or text in '\r\n"#':
+        raise argparse.ArgumentTypeError(
+            f"expected one character (or 'tab'), not a quote, # or newline; got {text!r}"
+        )
+    return text
+
+
+def _columns(text: str) -> list[str]:
+    items = [c.strip() for c in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names or numbers, got {text!r}")
+    return items
+
+
+# ----------------------------------------------------------------------------- the parser
+
+
+def _add_data_options(sub: argparse.ArgumentParser, command: str) -> None:
+    sub.add_argument(
+        "--columns",
+        type=_columns,
+        metavar="COLS",
+        help="comma-separated header names or 1-based numbers of the columns to use, in "
+        "that order; the other columns are not read [all columns]",
+    )
+    sub.add_argument(
+        "--delimiter",
+        type=_delimiter,
+        default=",",
+        metavar="C",
+        help="the character separating cells; 'tab' for a tab [',']",
+    )
+    sub.add_argument("--out", default="reports", metavar="DIR", help="output folder [reports]")
+    sub.add_argument(
+        "--name",
+        metavar="NAME",
+        help=f"folder name inside DIR [<FILE stem>-{command}-<method>]",
+    )
+
+
+def _add_debug(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="on failure, print the full traceback as well (or set ATTNBAYES_DEBUG=1)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``attnbayes report | deconvolve | filter | calibrate``."""
+    parser = argparse.ArgumentParser(
+        prog="attnbayes",
+        description=_wrap(
+            "Attention as statistical inference: run EM/attention and full-posterior MCMC "
+            "side by side and report how they differ, on built-in simulations (report) or on "
+            "your own data (deconvolve, filter)."
+        ),
+        epilog=EXIT_STATUSES + "\n\nRun 'attnbayes COMMAND --help' for a command's options, "
+        "input format and output files.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_debug(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_report(sub)
+    _add_deconvolve(sub)
+    _add_filter(sub)
+    _add_calibrate(sub)
+    return parser
+
+
+def _add_report(sub) -> None:
+    report = sub.add_parser(
+        "report",
+        help="simulate the built-in data, run every method, write an HTML report",
+        description=_wrap(
+            "Simulate the built-in data (the deconvolution scenarios and the maneuvering "
+            "target), run every method side by side, and write OUT/NAME/index.html: data, "
+            "methods compared, posterior diagnostics, model comparison, attention maps and "
+            "Nadaraya-Watson, with results.csv, the PNG figures and the samplers' DataTrees "
+            "(netCDF)."
+        ),
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and fewer scenarios (about 2 minutes on 2 cores instead of 10)",
+    )
+    report.add_argument("--out", default="reports", metavar="DIR", help="output folder [reports]")
+    report.add_argument(
+        "--name",
+        metavar="NAME",
+        help=f"report folder name inside DIR [{REPORT_NAME}]",
+    )
+    report.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed [0]")
+    report.add_argument(
+        "--workers",
+        type=_count(1),
+        metavar="N",
+        help="processes running the report's parts side by side [one per core, at most 4]; "
+        "the report is the same for any N",
+    )
+    _add_debug(report)
+
+
+def _add_deconvolve(sub) -> None:
+    samplers = ", ".join(DECONVOLVE_SAMPLERS)
+    dec = sub.add_parser(
+        "deconvolve",
+        help="estimate the mixing measure and each z_i from your CSV of noisy observations",
+        description=_wrap(
+            "Read a CSV of observations x_i (one column, or p columns for points in R^p), fit "
+            "the mixing measure nu of the z_i with one method, and write z_hat with intervals "
+            "(CSV) and a small HTML report to OUT/NAME."
+        ),
+        epilog=DECONVOLVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dec.add_argument("file", metavar="FILE.csv", help="the observations (format below)")
+    dec.add_argument(
+        "--sigma",
+        type=_sigma,
+        required=True,
+        metavar="S",
+        help="the known noise sd of every coordinate of every observation, > 0 (required)",
+    )
+    dec.add_argument(
+        "--method",
+        choices=registry.command_choices("deconvolve", "deconvolution"),
+        default=DECONVOLVE_DEFAULT,
+        help=f"[{DECONVOLVE_DEFAULT}]",
+    )
+    dec.add_argument(
+        "--num-atoms",
+        type=_count(1),
+        metavar="K",
+        help=f"atoms of the finite mixture ({samplers}) [{DEFAULT_NUM_ATOMS}]",
+    )
+    dec.add_argument(
+        "--draws",
+        type=_count(1),
+        metavar="N",
+        help=f"draws kept per chain ({samplers}) "
+        f"[{_per_method(DECONVOLVE_SAMPLERS, 'num_samples')}]",
+    )
+    dec.add_argument(
+        "--warmup",
+        type=_count(0),
+        metavar="N",
+        help=f"warmup iterations per chain ({samplers}) "
+        f"[{_per_method(DECONVOLVE_SAMPLERS, 'num_warmup')}]",
+    )
+    dec.add_argument(
+        "--chains",
+        type=_count(1),
+        metavar="N",
+        help=f"chains ({samplers}; two run in parallel) "
+        f"[{_per_method(DECONVOLVE_SAMPLERS, 'num_chains')}]",
+    )
+    dec.add_argument(
+        "--seed", type=_seed, default=0, metavar="N", help=f"random seed ({samplers}) [0]"
+    )
+    dec.add_argument(
+        "--block-size",
+        type=_count(1),
+        metavar="B",
+        help="em: stream the E-step over blocks of B rows and atoms, memory O(B N) instead "
+        "of O(N^2) [dense]",
+    )
+    _add_data_options(dec, "deconvolve")
+    _add_debug(dec)
+
+
+def _add_filter(sub) -> None:
+    filt = sub.add_parser(
+        "filter",
+        help="filter and smooth your CSV time series under a switching state-space model",
+        description=_wrap(
+            "Read a CSV of observations y_t (one row per time step; empty cells for a step "
+            "with no observation), run a filter of the switching linear-Gaussian state-space "
+            "model and Kim's smoother (or the Gibbs sampler), and write the state estimates "
+            "and mode probabilities (CSV) and a short HTML report to OUT/NAME."
+        ),
+        epilog=FILTER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    filt.add_argument("file", metavar="FILE.csv", help="the observations (format below)")
+    model = filt.add_mutually_exclusive_group(required=True)
+    model.add_argument(
+        "--scenario",
+        choices=SWITCHING_SCENARIOS,
+        metavar="NAME",
+        help="a built-in model (scenarios below)",
+    )
+    model.add_argument(
+        "--params",
+        metavar="FILE.json",
+        help="the model's parameters as JSON (format below)",
+    )
+    filt.add_argument(
+        "--method",
+        choices=registry.command_choices("filter", "switching"),
+        default=FILTER_DEFAULT,
+        help=f"[{FILTER_DEFAULT}]",
+    )
+    particles = ", ".join(f"{name} [{n}]" for name, n in PARTICLE_METHODS.items())
+    filt.add_argument("--particles", type=_count(1), metavar="N", help=f"particles ({particles})")
+
+    def sizes(key: str) -> str:
+        given = [f"{name} [{s[key]}]" for name, s in FILTER_SAMPLERS.items()]
+        return ", ".join([*given, f"--fit nuts [{FIT_NUTS_SIZES[key]}]"])
+
+    filt.add_argument(
+        "--draws",
+        type=_count(1),
+        metavar="N",
+        help=f"draws kept per chain ({sizes('num_samples')})",
+    )
+    filt.add_argument(
+        "--warmup", type=_count(0), metavar="N", help=f"warmup per chain ({sizes('num_warmup')})"
+    )
+    filt.add_argument(
+        "--chains", type=_count(1), metavar="N", help=f"chains ({sizes('num_chains')})"
+    )
+    filt.add_argument(
+        "--fit",
+        choices=FIT_METHODS,
+        help="learn the parameters first, starting from --params or --scenario (below)",
+    )
+    filt.add_argument(
+        "--free",
+        type=_columns,
+        metavar="FIELDS",
+        help="--fit: comma-separated parameters to learn [" + ",".join(STATE_SPACE_FREE) + "]",
+    )
+    filt.add_argument(
+        "--starts",
+        type=_count(1),
+        metavar="N",
+        help=f"--fit mle: optimiser starts [{DEFAULT_STARTS}]",
+    )
+    filt.add_argument(
+        "--inputs",
+        type=_columns,
+        metavar="COLS",
+        help="comma-separated header names or 1-based numbers of the input columns u_t",
+    )
+    keyed = [m.name for m in registry.command_methods("filter", "switching") if m.needs_key]
+    filt.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        metavar="N",
+        help=f"random seed ({', '.join(keyed)}, --fit) [0]",
+    )
+    _add_data_options(filt, "filter")
+    _add_debug(filt)
+
+
+def _add_calibrate(sub) -> None:
+    names = "\n".join(
+        textwrap.fill(
+            ", ".join(
+                m.name + (f" ({', '.join(m.aliases)})" if m.aliases else "")
+                for m in registry.command_methods("calibrate", reading)
+            ),
+            width=80,
+            initial_indent=f"  {reading}: ",
+            subsequent_indent="    ",
+        )
+        for reading in registry.COMMANDS["calibrate"]
+    )
+    defaults = "; ".join(
+        f"{reading}: {','.join(methods)}" for reading, methods in registry.CALIBRATE_DEFAULT.items()
+    )
+    cal = sub.add_parser(
+        "calibrate",
+        help="simulation-based calibration of methods over a fixed prior",
+        description=_wrap(
+            "Draw parameters and data from a fixed prior, run each method on every replicate "
+            "(one compilation for all of them) and test its calibration: SBC ranks for "
+            "samplers, coverage of 50%% and 90%% intervals for interval methods, with a "
+            "verdict (calibrated / over-confident / under-confident / biased). Writes "
+            "OUT/NAME/ with calibration.csv, one DataTree per method (netCDF), the ECDF-PIT "
+            "figure and index.html."
+        ),
+        epilog=f"methods (a name or an alias in parentheses):\n{names}\n\n" + EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cal.add_argument(
+        "--reading",
+        choices=registry.COMMANDS["calibrate"],
+        default="deconvolution",
+        help="[deconvolution]",
+    )
+    cal.add_argument(
+        "--method",
+        action="append",
+        metavar="M",
+        help=f"a method to calibrate (repeat for several) [{defaults}]",
+    )
+    cal.add_argument(
+        "--replicates",
+        type=_count(2),
+        default=CALIBRATION_REPLICATES,
+        metavar="R",
+        help=f"[{CALIBRATION_REPLICATES}]",
+    )
+    cal.add_argument(
+        "--points", type=_count(2), metavar="N", help=f"deconvolution: N [{CALIBRATION_POINTS}]"
+    )
+    cal.add_argument(
+        "--atoms", type=_count(1), metavar="K", help=f"deconvolution: K [{CALIBRATION_ATOMS}]"
+    )
+    cal.add_argument(
+        "--steps", type=_count(1), metavar="T", help=f"switching: T [{CALIBRATION_STEPS}]"
+    )
+    cal.add_argument(
+        "--warmup",
+        type=_count(0),
+        metavar="N",
+        help=f"samplers: warmup [{CALIBRATE_SIZES['num_warmup']}]",
+    )
+    cal.add_argument(
+        "--draws",
+        type=_count(4),
+        metavar="N",
+        help=f"samplers: draws [{CALIBRATE_SIZES['num_samples']}]",
+    )
+    cal.add_argument(
+        "--chains",
+        type=_count(2),
+        metavar="N",
+        help=f"samplers: chains [{CALIBRATE_SIZES['num_chains']}]",
+    )
+    cal.add_argument(
+        "--sigma-factor",
+        type=_sigma,
+        metavar="F",
+        help="power check: the methods assume noise F sigma (deconvolution) [1]",
+    )
+    cal.add_argument(
+        "--data-fraction",
+        type=_fraction,
+        metavar="F",
+        help="power check: the methods see the first F of the data (deconvolution) [1]",
+    )
+    cal.add_argument(
+        "--chunk-size",
+        type=_count(1),
+        default=CALIBRATION_CHUNK_SIZE,
+        metavar="C",
+        help=f"replicates per call [{CALIBRATION_CHUNK_SIZE}]",
+    )
+    cal.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="save each method's finished chunks in DIR/<method>.npz and resume from them",
+    )
+    cal.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed [0]")
+    cal.add_argument("--out", default="reports", metavar="DIR", help="output folder [reports]")
+    cal.add_argument("--name", metavar="NAME", help="folder name inside DIR [calibrate-READING]")
+    _add_debug(cal)
+
+
+__all__ = [
+    "CALIBRATE_SIZES",
+    "DECONVOLVE_DEFAULT",
+    "DECONVOLVE_SAMPLERS",
+    "DEFAULT_NUM_ATOMS",
+    "DEFAULT_STARTS",
+    "EXIT_STATUSES",
+    "FILTER_DEFAULT",
+    "FILTER_SAMPLERS",
+    "FIT_METHODS",
+    "FIT_NUTS_SIZES",
+    "PARTICLE_METHODS",
+    "REPORT_NAME",
+    "build_parser",
+    "fit_likelihood",
+    "join_names",
+    "method_list",
+    "sampler_defaults",
+]

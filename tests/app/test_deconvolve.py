@@ -1,0 +1,245 @@
+"""``attnbayes deconvolve`` on users' files, run in-process through ``attnbayes.app.cli.main``
+(``attnbayes.app.deconvolve``): the documented outputs, their agreement with the library, and the
+refusal of malformed input (exit status 2, a message naming line and column, no output)."""
+
+import json
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from attnbayes.app import deconvolve, outputs
+from attnbayes.inference.deconvolution.comparison import compare_deconvolution
+
+SIGMA = 1.0  # the noise sd of dec_csv (conftest)
+
+
+def test_deconvolve_em_writes_z_hat_equal_to_the_library(dec_csv, tmp_path, run_cli, listing):
+    path, x = dec_csv
+    code, out, err = run_cli(["deconvolve", path, "--sigma", SIGMA, "--out", tmp_path])
+    assert code == 0, err
+    folder = tmp_path / "scores-deconvolve-em"
+    assert out.strip() == str(folder / "index.html")
+    assert listing(tmp_path) == [
+        "scores-deconvolve-em",
+        *(
+            f"scores-deconvolve-em/{f}"
+            for f in ("index.html", "measure.csv", "metrics.csv", "run.json", "z_hat.csv")
+        ),
+    ]
+    fit = compare_deconvolution(None, x, SIGMA, methods=("attention-em",)).fits["attention-em"]
+    table = pd.read_csv(folder / "z_hat.csv")
+    assert list(table.columns) == deconvolve.deconvolve_output_columns(["score"])
+    np.testing.assert_array_equal(table["row"], np.arange(1, 61))
+    np.testing.assert_array_equal(table["line"], np.arange(2, 62))
+    np.testing.assert_array_equal(table["score"], x)
+    np.testing.assert_allclose(table["z_hat_score"], fit.z_hat, rtol=1e-12, atol=1e-12)
+    for prob, (lo, hi) in fit.intervals.items():
+        q = round(prob * 100)
+        np.testing.assert_allclose(table[f"lower_{q}_score"], lo, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(table[f"upper_{q}_score"], hi, rtol=1e-12, atol=1e-12)
+    measure = pd.read_csv(folder / "measure.csv")
+    assert list(measure.columns) == ["weight", "atom_score"]
+    np.testing.assert_allclose(measure["weight"].sum(), 1.0)
+    metrics = pd.read_csv(folder / "metrics.csv").set_index("metric")["value"]
+    np.testing.assert_allclose(metrics["log_likelihood"], fit.log_likelihood, rtol=1e-12)
+    manifest = json.loads((folder / "run.json").read_text())
+    assert manifest["attnbayes"] == "deconvolve"
+    assert (manifest["rows"], manifest["columns"], manifest["sigma"]) == (60, ["score"], 1.0)
+    assert manifest["method"] == "em" and manifest["library_method"] == "attention-em"
+    page = (folder / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 2
+    assert "Sampler diagnostics" not in page
+
+    # a second run replaces the folder it wrote, through a temporary folder
+    code, _, err = run_cli(["deconvolve", path, "--sigma", 2, "--out", tmp_path])
+    assert code == 0, err
+    assert json.loads((folder / "run.json").read_text())["sigma"] == 2.0
+    assert [p.name for p in tmp_path.iterdir()] == ["scores-deconvolve-em"]
+
+    # the registry's name runs the method its alias ran, into a folder of that name
+    argv = ["deconvolve", path, "--sigma", SIGMA, "--method", "attention-em", "--out", tmp_path]
+    code, _, err = run_cli(argv)
+    assert code == 0, err
+    named = tmp_path / "scores-deconvolve-attention-em"
+    manifest = json.loads((named / "run.json").read_text())
+    assert manifest["method"] == manifest["library_method"] == "attention-em"
+    pd.testing.assert_frame_equal(pd.read_csv(named / "z_hat.csv"), table)
+
+
+def test_deconvolve_selected_columns_with_another_delimiter(tmp_path, run_cli):
+    rng = np.random.default_rng(2)
+    angles = 2 * np.pi * rng.integers(0, 8, size=30) / 8
+    x = 3 * np.stack([np.cos(angles), np.sin(angles)], axis=1) + 0.5 * rng.normal(size=(30, 2))
+    path = tmp_path / "points.txt"
+    frame = pd.DataFrame({"id": [f"p{i}" for i in range(30)], "a": x[:, 0], "b": x[:, 1]})
+    path.write_text("# exported points\n" + frame.to_csv(index=False, sep="\t"))
+    argv = ["deconvolve", path, "--sigma", 0.5, "--delimiter", "tab", "--columns", "b,a"]
+    code, _, err = run_cli([*argv, "--out", tmp_path / "out", "--name", "ring"])
+    assert code == 0, err
+    table = pd.read_csv(tmp_path / "out" / "ring" / "z_hat.csv")
+    assert list(table.columns) == deconvolve.deconvolve_output_columns(["b", "a"])
+    np.testing.assert_array_equal(table["line"], np.arange(3, 33))
+    fit = compare_deconvolution(None, x[:, ::-1], 0.5, methods=("attention-em",)).fits[
+        "attention-em"
+    ]
+    np.testing.assert_allclose(table[["z_hat_b", "z_hat_a"]], fit.z_hat, rtol=1e-12, atol=1e-12)
+
+
+def test_deconvolve_gibbs_writes_diagnostics_and_the_datatree(dec_csv, tmp_path, run_cli):
+    path, x = dec_csv
+    sizes = {"num_warmup": 100, "num_samples": 100, "num_chains": 2}
+    argv = ["deconvolve", path, "--sigma", SIGMA, "--method", "gibbs", "--num-atoms", 3]
+    argv += ["--warmup", 100, "--draws", 100, "--chains", 2, "--seed", 3, "--out", tmp_path]
+    code, _, err = run_cli(argv)
+    assert code == 0, err
+    folder = tmp_path / "scores-deconvolve-gibbs"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "diagnostics.csv",
+        "index.html",
+        "metrics.csv",
+        "posterior.nc",
+        "run.json",
+        "z_hat.csv",
+    ]
+    fit = compare_deconvolution(
+        jax.random.PRNGKey(3),
+        x,
+        SIGMA,
+        methods=("gibbs",),
+        num_atoms=3,
+        method_kwargs={"gibbs": sizes},
+    ).fits["gibbs"]
+    table = pd.read_csv(folder / "z_hat.csv")
+    np.testing.assert_allclose(table["z_hat_score"], fit.z_hat, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(table["lower_90_score"], fit.intervals[0.9][0], atol=1e-10)
+    tree = xr.open_datatree(folder / "posterior.nc", engine="h5netcdf")
+    post = tree["posterior"]
+    assert (post.sizes["chain"], post.sizes["draw"], post.sizes["atom"]) == (2, 100, 3)
+    assert {"z_mean", "nu_cdf", "log_lik_total"} <= set(post.data_vars)
+    assert "z_draw" not in post.data_vars
+    diag = pd.read_csv(folder / "diagnostics.csv")
+    assert list(diag.columns) == ["element", "r_hat", "ess_bulk", "ess_tail"]
+    assert diag["element"].str.startswith(("z_mean[", "nu_cdf[", "log_lik_total")).all()
+    metrics = pd.read_csv(folder / "metrics.csv").set_index("metric")["value"]
+    np.testing.assert_allclose(metrics["max_rhat_invariant"], diag["r_hat"].max())
+    manifest = json.loads((folder / "run.json").read_text())
+    assert (manifest["num_atoms"], manifest["seed"], manifest["num_chains"]) == (3, 3, 2)
+    page = (folder / "index.html").read_text()
+    assert "Sampler diagnostics" in page and "max R-hat" in page
+    assert "divergent transitions: none (not a Hamiltonian sampler)" in page
+
+
+@pytest.mark.slow
+def test_deconvolve_nuts_end_to_end(dec_csv, tmp_path, run_cli):
+    path, _ = dec_csv
+    argv = ["deconvolve", path, "--sigma", SIGMA, "--method", "nuts", "--num-atoms", 3]
+    code, _, err = run_cli([*argv, "--warmup", 300, "--draws", 300, "--out", tmp_path])
+    assert code == 0, err
+    folder = tmp_path / "scores-deconvolve-nuts"
+    metrics = pd.read_csv(folder / "metrics.csv").set_index("metric")["value"]
+    assert metrics["max_rhat_invariant"] < 1.1
+    assert "divergences" in metrics.index
+    tree = xr.open_datatree(folder / "posterior.nc", engine="h5netcdf")
+    assert {"posterior", "sample_stats", "log_likelihood"} <= set(tree.children)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+DECONVOLVE_CASES = {
+    "bad-number": (
+        "x1,x2\n1,2\n3,abc\n",
+        [],
+        "line 3, column \"x2\": cannot parse 'abc' as a number",
+    ),
+    "ragged-row": (
+        "x1,x2\n1,2\n3\n",
+        [],
+        'line 3, column "x2": missing: the row has 1 of 2 fields',
+    ),
+    "extra-field": ("1,2\n3,4,5\n", [], "line 2, column 3: extra field '5'"),
+    "empty-file": ("", [], "the file is empty"),
+    "blank-file": ("\n\n# nothing\n", [], "the file is empty"),
+    "header-only": ("x1,x2\n", [], "line 1: only a header, no data rows"),
+    "semicolons": ("a;b\n1.5;2\n", [], "line 1: no ',' in the first row but 2 ';'-separated cells"),
+    "decimal-comma": (
+        "a;b\n1,5;2\n",
+        ["--delimiter", ";"],
+        "line 2, column \"a\": cannot parse '1,5' as a number (a decimal comma?",
+    ),
+    "infinite": ("x\n1\ninf\n", [], "line 3, column \"x\": 'inf' is not a finite number"),
+    "missing-value": ("x\n1\n\n2\nNA\n", [], 'line 5, column "x": missing value'),
+    "numeric-header": (
+        "x,1\n2,3\n",
+        [],
+        "line 1, column 1: cannot parse 'x' as a number (if line 1",
+    ),
+    "unknown-column": ("a,b\n1,2\n", ["--columns", "c"], "--columns: no column 'c'"),
+    "not-utf8": (b"x\n\xff\n", [], "line 2: not UTF-8 text"),
+    "options-for-samplers": ("x\n1\n2\n", ["--num-atoms", "3"], "apply to nuts and gibbs"),
+    "atoms-beyond-data": (
+        "x\n1\n2\n2\n",
+        ["--method", "gibbs", "--num-atoms", "3"],
+        "--num-atoms: K = 3 is more than the 2 distinct observations",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DECONVOLVE_CASES))
+def test_deconvolve_refuses_malformed_files(case, tmp_path, run_cli, no_jax_work, listing):
+    content, extra, message = DECONVOLVE_CASES[case]
+    path = tmp_path / "data.csv"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("a user's file")
+    code, stdout, err = run_cli(["deconvolve", path, "--sigma", 1, "--out", out, *extra])
+    assert code == 2
+    assert stdout == ""
+    assert err.startswith("attnbayes: error: ")
+    assert message in err, err
+    if "line" in message:
+        assert f"{path} line" in err
+    assert listing(out) == ["keep.txt"]
+
+
+def test_deconvolve_refuses_bad_arguments(dec_csv, tmp_path, run_cli, no_jax_work, listing):
+    path, _ = dec_csv
+    out = tmp_path / "out"
+    for sigma in ("0", "-1", "nan", "inf", "abc"):
+        code, _, err = run_cli(["deconvolve", path, "--sigma", sigma, "--out", out])
+        assert code == 2
+        assert "argument --sigma:" in err
+    code, _, err = run_cli(["deconvolve", path, "--out", out])
+    assert code == 2 and "--sigma" in err
+    code, _, err = run_cli(["deconvolve", tmp_path / "nope.csv", "--sigma", 1, "--out", out])
+    assert code == 2 and f"{tmp_path / 'nope.csv'}: no such file" in err
+    code, _, err = run_cli(["deconvolve", path, "--sigma", 1, "--delimiter", "ab", "--out", out])
+    assert code == 2 and "argument --delimiter" in err
+    code, _, err = run_cli(["deconvolve", path, "--sigma", 1, "--name", "../x", "--out", out])
+    assert code == 2 and "--name: must be a plain folder name" in err
+    assert not out.exists()
+    # an existing folder that attnbayes did not write is left alone
+    (out / "mine").mkdir(parents=True)
+    (out / "mine" / "notes.txt").write_text("precious")
+    code, _, err = run_cli(["deconvolve", path, "--sigma", 1, "--name", "mine", "--out", out])
+    assert code == 2 and "was not written by attnbayes" in err
+    assert listing(out) == ["mine", "mine/notes.txt"]
+
+
+def test_a_failing_run_writes_nothing(dec_csv, tmp_path, run_cli, monkeypatch):
+    path, _ = dec_csv
+    out = tmp_path / "new" / "out"
+
+    def broken(tmp, target):  # fails after every file was written to the temporary folder
+        assert sorted(p.name for p in tmp.iterdir())[-1] == "z_hat.csv"
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(outputs, "publish_folder", broken)
+    code, stdout, err = run_cli(["deconvolve", path, "--sigma", 1, "--out", out])
+    assert code == 1 and "cannot write the output: [Errno 28] No space left on device" in err
+    assert stdout == ""
+    assert not (tmp_path / "new").exists()  # the temporary folder and the folders made go
