@@ -53,9 +53,9 @@ MU0 = np.array([0.5, 0.5])
 
 # public filter, and its jitted core (the same scan without the NumPy input validation)
 FILTERS = {
-    "imm": (filters.imm_filter, filters._imm_filter),
-    "gpb2": (filters.gpb2_filter, filters._gpb2_filter),
-    "gpb1": (filters.gpb1_filter, filters._gpb1_filter),
+    "imm": (filters.imm_filter, filters.imm_filter_unchecked),
+    "gpb2": (filters.gpb2_filter, filters.gpb2_filter_unchecked),
+    "gpb1": (filters.gpb1_filter, filters.gpb1_filter_unchecked),
 }
 
 

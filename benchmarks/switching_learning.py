@@ -58,10 +58,10 @@ def mle_against_statsmodels():
     for order in (1, 2):
         spec = markov_switching_ar(gdp, order)
         first, fit = _seconds(
-            lambda spec=spec: fit_switching(jax.random.key(0), None, spec, likelihood="exact")
+            lambda spec=spec: fit_switching(jax.random.key(0), spec, likelihood="exact")
         )
         second, fit = _seconds(
-            lambda spec=spec: fit_switching(jax.random.key(1), None, spec, likelihood="exact")
+            lambda spec=spec: fit_switching(jax.random.key(1), spec, likelihood="exact")
         )
         model = sm.tsa.MarkovAutoregression(gdp, k_regimes=2, order=order, switching_ar=False)
         model.fit()

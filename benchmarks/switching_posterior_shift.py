@@ -50,7 +50,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 from attnbayes.inference.diagnostics import diagnostics  # noqa: E402
-from attnbayes.inference.switching.learning_comparison import (  # noqa: E402
+from attnbayes.inference.switching.learning import (  # noqa: E402
     GIBBS_FREE,
     posterior_shift,
     sample_theta_posterior,

@@ -26,8 +26,10 @@ jax.config.update("jax_enable_x64", True)
 
 import pandas as pd  # noqa: E402
 
-from attnbayes.inference.deconvolution import (  # noqa: E402
-    learned_comparison,
+from attnbayes.inference.deconvolution.learned import (  # noqa: E402
+    comparison as learned_comparison,
+)
+from attnbayes.inference.deconvolution.learned import (  # noqa: E402
     pretrained_unrolled_em,
     training,
 )

@@ -56,6 +56,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from .. import validation
+from ..constants import STATE_SPACE_FREE  # the default free set, shared with the command line
 from .switching import SwitchingParams, as_float_field, check_input_series, check_params
 
 KINDS = ("regression", "ar", "state_space")
@@ -446,9 +447,6 @@ def markov_switching_ar(
         "variances": [f"sigma2[{j}]" for j in range(m)] if switching_variance else ["sigma2"],
     }
     return SwitchingSpec(structure, theta, support, _identified(theta), obs[:, None], lags, names)
-
-
-STATE_SPACE_FREE = ("transition_matrix", "dynamics_cov_scale", "emission_cov_scale")
 
 
 def switching_state_space(params: SwitchingParams, observations, *, inputs=None) -> SwitchingSpec:

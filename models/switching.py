@@ -17,10 +17,11 @@ emission covariances R_j, as long as every innovation covariance H_j P H_j^T + R
 positive definite (an exactly observed coordinate with a random prediction). A coordinate of
 y_t that is NaN is missing: the update conditions on the observed ones.
 
-This module holds the parameters (``SwitchingParams``), the named scenario
-``"maneuvering-target"``, ``simulate``, and the NumPyro program ``switching_model``. The program
-marginalises the modes with a hand-written forward algorithm (``switching_log_joint``, log
-domain, ``lax.scan``) and adds the result with one ``numpyro.factor``, so NUTS sees only
+This module holds the parameters (``SwitchingParams``), the named scenarios
+``"maneuvering-target"`` (``maneuvering_target``, from the motion models of
+``attnbayes.models.kinematics``), ``simulate``, and the NumPyro program ``switching_model``. The
+program marginalises the modes with a hand-written forward algorithm (``switching_log_joint``,
+log domain, ``lax.scan``) and adds the result with one ``numpyro.factor``, so NUTS sees only
 continuous sites: the states x_{1:T} and, under ``SwitchingPriors``, the transition matrix and
 the scales of Q_j and R_j. (NumPyro's own enumeration cannot do this inside ``scan``: a
 continuous site or a factor under an enumerated scan is refused.) A density over the states
@@ -46,6 +47,8 @@ from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
 from .. import validation
+from ..constants import SWITCHING_SCENARIOS
+from .kinematics import PROCESS_NOISE, constant_velocity, coordinated_turn
 
 
 class SwitchingParams(NamedTuple):
@@ -95,17 +98,22 @@ class SwitchingParams(NamedTuple):
 _OPTIONAL_FIELDS = ("emission_biases", "dynamics_input_weights", "emission_input_weights")
 
 
-def _check_psd(name: str, covs: np.ndarray, *, definite: bool) -> None:
-    """Each (d, d) matrix symmetric (to 1e-8 relative) and PSD (PD when ``definite``)."""
-    scale = max(1.0, float(np.max(np.abs(covs))))
+def _psd_defect(covs: np.ndarray) -> str | None:
+    """What some matrix of a concrete stack (..., n, n) is not, to 1e-8 of the stack's scale
+    (at least 1): "symmetric" or "positive semi-definite"; None when every one is both."""
+    scale = max(1.0, float(np.max(np.abs(covs), initial=0.0)))
     if not np.allclose(covs, np.swapaxes(covs, -1, -2), atol=1e-8 * scale, rtol=0):
-        raise ValueError(f"{name}: covariance matrices must be symmetric")
-    eig = np.linalg.eigvalsh(covs)
-    floor = -1e-8 * scale
-    if definite and np.any(eig <= 0):
-        raise ValueError(f"{name}: covariance matrices must be positive definite")
-    if np.any(eig < floor):
-        raise ValueError(f"{name}: covariance matrices must be positive semi-definite")
+        return "symmetric"
+    if np.any(np.linalg.eigvalsh(covs) < -1e-8 * scale):
+        return "positive semi-definite"
+    return None
+
+
+def is_psd(covs) -> bool:
+    """Whether every matrix of a concrete stack (..., n, n) is symmetric positive
+    semi-definite to 1e-8 of the stack's scale: the test ``check_params`` applies to the
+    covariances (NumPy, float64)."""
+    return _psd_defect(np.asarray(covs, dtype=np.float64)) is None
 
 
 def as_float_field(name: str, value):
@@ -204,59 +212,13 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
             "([i, j] = P(s_t = j | s_{t-1} = i))"
         )
     for f in ("initial_covs", "dynamics_covs", "emission_covs"):
-        if concrete[f]:
-            _check_psd(f"{name}.{f}", fields[f], definite=False)
+        defect = _psd_defect(fields[f]) if concrete[f] else None
+        if defect is not None:
+            raise ValueError(f"{name}.{f}: covariance matrices must be {defect}")
     return SwitchingParams(**fields)
 
 
 # ----------------------------------------------------------------------------- scenarios
-
-
-def constant_velocity(dt: float = 1.0) -> np.ndarray:
-    """(4, 4) F of the constant-velocity model on the state [px, vx, py, vy]."""
-    return np.array([[1, dt, 0, 0], [0, 1, 0, 0], [0, 0, 1, dt], [0, 0, 0, 1]], dtype=float)
-
-
-def coordinated_turn(turn_rate: float, dt: float = 1.0) -> np.ndarray:
-    """(4, 4) F of the coordinated turn at ``turn_rate`` (rad per unit time), [px, vx, py, vy].
-
-    The velocity rotates by omega dt and the position integrates the rotating velocity exactly:
-    px' = px + (sin(w dt) vx - (1 - cos(w dt)) vy) / w, and likewise for py.
-    """
-    w = float(turn_rate)
-    if w == 0.0:
-        return constant_velocity(dt)
-    s, c = np.sin(w * dt), np.cos(w * dt)
-    return np.array(
-        [
-            [1, s / w, 0, -(1 - c) / w],
-            [0, c, 0, -s],
-            [0, (1 - c) / w, 1, s / w],
-            [0, s, 0, c],
-        ]
-    )
-
-
-def white_noise_acceleration(sigma_a: float, dt: float = 1.0) -> np.ndarray:
-    """(4, 4) Q of the discrete white-noise acceleration model: per axis sigma_a^2 G G^T with
-    G = [dt^2 / 2, dt]^T (Bar-Shalom et al. 2001, sec. 6.3.3); rank 2, singular PSD."""
-    g = np.array([dt**2 / 2.0, dt])
-    block = sigma_a**2 * np.outer(g, g)
-    q = np.zeros((4, 4))
-    q[:2, :2] = block
-    q[2:, 2:] = block
-    return q
-
-
-def continuous_white_noise_acceleration(sigma_a: float, dt: float = 1.0) -> np.ndarray:
-    """(4, 4) Q of the continuous white-noise acceleration model (spectral density sigma_a^2):
-    per axis sigma_a^2 [[dt^3/3, dt^2/2], [dt^2/2, dt]] (Bar-Shalom et al. 2001, sec. 6.2.2);
-    full rank, so the states have a density given the modes."""
-    block = sigma_a**2 * np.array([[dt**3 / 3.0, dt**2 / 2.0], [dt**2 / 2.0, dt]])
-    q = np.zeros((4, 4))
-    q[:2, :2] = block
-    q[2:, 2:] = block
-    return q
 
 
 def maneuvering_target(
@@ -288,12 +250,10 @@ def maneuvering_target(
     finite number > 0, a sigma_a that is not two finite numbers >= 0, a turn rate that is not
     finite, or an unknown process_noise.
     """
-    noise = {
-        "discrete": white_noise_acceleration,
-        "continuous": continuous_white_noise_acceleration,
-    }
-    if not isinstance(process_noise, str) or process_noise not in noise:
-        raise ValueError(f"process_noise: expected one of {list(noise)}, got {process_noise!r}")
+    if not isinstance(process_noise, str) or process_noise not in PROCESS_NOISE:
+        raise ValueError(
+            f"process_noise: expected one of {list(PROCESS_NOISE)}, got {process_noise!r}"
+        )
     dt = validation.check_positive_scalar("dt", dt)
     measurement_sigma = validation.check_positive_scalar("measurement_sigma", measurement_sigma)
     sigma_a = _finite_numbers("sigma_a", sigma_a, length=2, minimum=0.0)
@@ -310,7 +270,7 @@ def maneuvering_target(
     # stationary distribution: pi_0 (0.05) = (1 - pi_0) (0.10), split evenly over the turns
     stationary = np.array([2.0 / 3.0] + [1.0 / 3.0 / (m - 1)] * (m - 1)) if m > 1 else np.ones(1)
     dyn = np.stack([constant_velocity(dt)] + [coordinated_turn(np.deg2rad(r), dt) for r in rates])
-    q = np.stack([noise[process_noise](sigma_a[min(j, 1)], dt) for j in range(m)])
+    q = np.stack([PROCESS_NOISE[process_noise](sigma_a[min(j, 1)], dt) for j in range(m)])
     h = np.array([[1.0, 0, 0, 0], [0, 0, 1.0, 0]])
     return SwitchingParams(
         initial_probs=stationary,
@@ -328,10 +288,13 @@ def maneuvering_target(
     )
 
 
-SCENARIOS = {
+_SCENARIO_MAKERS = {
     "maneuvering-target": maneuvering_target,
     "maneuvering-target-cwna": functools.partial(maneuvering_target, process_noise="continuous"),
 }
+# the named scenarios, keyed by ``attnbayes.constants.SWITCHING_SCENARIOS`` (the list the command
+# line offers without importing JAX): a name there without a maker fails here, at import
+SCENARIOS = {name: _SCENARIO_MAKERS[name] for name in SWITCHING_SCENARIOS}
 
 
 def _finite_numbers(name: str, value, *, length: int | None = None, minimum=None) -> tuple:
@@ -416,7 +379,9 @@ def check_input_series(name: str, inputs, params: SwitchingParams, num_steps: in
 
 
 @jax.jit
-def _simulate(key, params: SwitchingParams, inputs):
+def simulate_unchecked(key, params: SwitchingParams, inputs):
+    """``simulate`` on checked arrays: ``params`` with every field an array, ``inputs`` (T, k)
+    (T = its rows) in their dtype. Returns (modes (T,), states (T, d), observations (T, o))."""
     num_steps = inputs.shape[0]
     key_s0, key_x0, key_steps = jax.random.split(key, 3)
     d = params.initial_means.shape[1]
@@ -470,7 +435,7 @@ def simulate(key, params: SwitchingParams | str, num_steps: int, *, inputs=None)
     num_steps = validation.check_positive_int("num_steps", num_steps)
     inputs = check_input_series("inputs", inputs, params, num_steps)
     arrays = SwitchingParams(*(jnp.asarray(a) for a in params))
-    return _simulate(key, arrays, jnp.asarray(inputs, arrays.initial_means.dtype))
+    return simulate_unchecked(key, arrays, jnp.asarray(inputs, arrays.initial_means.dtype))
 
 
 # ----------------------------------------------------------------------------- priors
@@ -540,13 +505,16 @@ def check_priors(name: str, priors: SwitchingPriors | None, num_modes: int) -> S
 # ----------------------------------------------------------------------------- joint density
 
 
-def _gauss_logpdf(resid, chol):
-    """log N(resid; 0, L L^T) for a lower Cholesky factor L."""
+def _gauss_logpdf(resid, chol, num_coordinates=None):
+    """log N(resid; 0, L L^T) for a lower Cholesky factor L; the normalising constant counts
+    ``num_coordinates`` (default all of resid's)."""
+    if num_coordinates is None:
+        num_coordinates = resid.shape[-1]
     white = solve_triangular(chol, resid, lower=True)
     return (
         -0.5 * jnp.sum(white**2)
         - jnp.sum(jnp.log(jnp.diagonal(chol)))
-        - 0.5 * resid.shape[-1] * jnp.log(2.0 * jnp.pi)
+        - 0.5 * num_coordinates * jnp.log(2.0 * jnp.pi)
     )
 
 
@@ -561,18 +529,13 @@ def masked_gaussian_logpdf(resid, observed, cov):
     both = observed[:, None] & observed[None, :]
     cov = jnp.where(both, cov, 0.0) + jnp.diag(jnp.where(observed, 0.0, 1.0).astype(cov.dtype))
     resid = jnp.where(observed, resid, 0.0)
-    chol = jnp.linalg.cholesky(cov)
-    white = solve_triangular(chol, resid, lower=True)
-    num_observed = jnp.sum(observed)
-    return (
-        -0.5 * jnp.sum(white**2)
-        - jnp.sum(jnp.log(jnp.diagonal(chol)))
-        - 0.5 * num_observed * jnp.log(2.0 * jnp.pi)
-    )
+    return _gauss_logpdf(resid, jnp.linalg.cholesky(cov), jnp.sum(observed))
 
 
 @jax.jit
-def _log_joint(params: SwitchingParams, states, observations, inputs):
+def switching_log_joint_unchecked(params: SwitchingParams, states, observations, inputs):
+    """``switching_log_joint`` on checked arrays of one dtype (PD covariances; ``inputs``
+    (T, k))."""
     chol_p0 = jnp.linalg.cholesky(params.initial_covs)
     chol_q = jnp.linalg.cholesky(params.dynamics_covs)
     per_mode = jax.vmap(_gauss_logpdf)  # over modes: resid (M, n), chol (M, n, n)
@@ -663,7 +626,7 @@ def switching_log_joint(params: SwitchingParams, states, observations, *, inputs
     inputs = check_input_series("inputs", inputs, params, obs.shape[0])
     dtype = jnp.result_type(jnp.asarray(states).dtype, jnp.asarray(obs).dtype)
     arrays = SwitchingParams(*(jnp.asarray(a, dtype) for a in params))
-    return _log_joint(
+    return switching_log_joint_unchecked(
         arrays,
         jnp.asarray(states, dtype),
         jnp.asarray(obs, dtype),
@@ -773,13 +736,15 @@ def switching_model(
                 "y: with y=None the program simulates and needs a PRNG key; run it under "
                 "numpyro.handlers.seed or numpyro.infer.Predictive"
             )
-        modes, states, obs = _simulate(key, model, inputs)
+        modes, states, obs = simulate_unchecked(key, model, inputs)
         numpyro.deterministic("modes", modes)
         numpyro.deterministic("states", states)
         numpyro.deterministic("observations", obs)
         return
     states = numpyro.sample("states", dist.ImproperUniform(constraints.real, (), (num_steps, d)))
-    numpyro.factor("log_joint", _log_joint(model, states, jnp.asarray(y, dtype), inputs))
+    numpyro.factor(
+        "log_joint", switching_log_joint_unchecked(model, states, jnp.asarray(y, dtype), inputs)
+    )
 
 
 def switching_dims(
@@ -815,17 +780,16 @@ __all__ = [
     "check_input_series",
     "check_params",
     "check_priors",
-    "constant_velocity",
-    "continuous_white_noise_acceleration",
-    "coordinated_turn",
     "get_scenario",
+    "is_psd",
     "maneuvering_target",
     "masked_gaussian_logpdf",
     "psd_factor",
     "simulate",
+    "simulate_unchecked",
     "step_offsets",
     "switching_dims",
     "switching_log_joint",
+    "switching_log_joint_unchecked",
     "switching_model",
-    "white_noise_acceleration",
 ]

@@ -134,7 +134,7 @@ fits = {}
 for order in (1, 2):
     spec = markov_switching_ar(gdp, order)
     began = time.perf_counter()
-    fit = fit_switching(jax.random.key(order), None, spec, likelihood="exact", num_starts=8)
+    fit = fit_switching(jax.random.key(order), spec, likelihood="exact", num_starts=8)
     ours_seconds = time.perf_counter() - began
     fits[order] = (spec, fit)
     model = sm.tsa.MarkovAutoregression(gdp, k_regimes=2, order=order, switching_ar=False)
@@ -202,7 +202,7 @@ print(
 # quickly at first and slowly near the top, which is why L-BFGS is the default.
 
 # %%
-em = fit_switching(jax.random.key(0), None, spec, method="em", likelihood="exact", tolerance=1e-10)
+em = fit_switching(jax.random.key(0), spec, method="em", likelihood="exact", tolerance=1e-10)
 fig, ax = plt.subplots(figsize=(6, 3))
 ax.plot(em.log_likelihood, marker=".")
 ax.axhline(fit.log_likelihood[-1], color="k", lw=0.8, ls="--", label="L-BFGS maximum")
@@ -228,10 +228,8 @@ print(
 tree = run_nuts(
     jax.random.key(11),
     switching_marginal_model,
-    spec.observations,
-    spec=spec,
-    likelihood="exact",
-    inputs=spec.inputs,
+    (spec.observations,),
+    {"spec": spec, "likelihood": "exact", "inputs": spec.inputs},
     num_warmup=NUM_DRAWS,
     num_samples=NUM_DRAWS,
     num_chains=2,

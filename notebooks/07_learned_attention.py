@@ -81,7 +81,7 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
         train_unrolled_em,
         unrolled_em_moments,
     )
-    from attnbayes.inference.deconvolution.learned_comparison import (
+    from attnbayes.inference.deconvolution.learned import (
         EFRON_MORRIS_AT_BATS,
         EFRON_MORRIS_HITS,
         EFRON_MORRIS_PLAYERS,
@@ -110,8 +110,8 @@ print(f"NUM_DRAWS = {NUM_DRAWS}, tasks per family {NUM_TASKS}, NUTS on {NUTS_TAS
 # Notebook 01: with $K = N$ atoms started at the data, $\mu_k^{(0)} = x_k$, each EM step is a
 # softmax attention layer (queries = data, keys = atoms, $QK^\top = I/\sigma^2$, key bias
 # $-|\mu_k|^2/(2\sigma^2)$) followed by the M-step, and the posterior mean under the fitted
-# measure is one more attention step. `attnbayes.inference.deconvolution.unrolled` unties the
-# layers. In standardised units $u = x/\sigma$, with atoms $m_k^{(0)} = u_k$ and masses
+# measure is one more attention step. `attnbayes.inference.deconvolution.learned.unrolled`
+# unties the layers. In standardised units $u = x/\sigma$, with atoms $m_k^{(0)} = u_k$ and masses
 # $M_k = 1$, layer $l = 1, \dots, L$ computes
 #
 # $$q_i = W_q u_i,\quad k_k = W_k m_k,\quad
@@ -167,10 +167,10 @@ assert check.to_numpy().max() < 1e-10
 # %% [markdown]
 # ## 2. Training as amortised empirical Bayes
 #
-# `attnbayes.inference.deconvolution.training` draws *tasks* from a prior over mixing measures,
-# `TaskPrior()`: a family ("dp" with probability 0.5, "sparse" 0.2, "normal" 0.15, "atoms" 0.15),
-# a measure $\nu$ from it, a size $N \sim \mathrm{Uniform}\{20, \dots, 200\}$, then
-# $z_i \sim \nu$ and $x_i = z_i + \varepsilon_i$. The families:
+# `attnbayes.inference.deconvolution.learned.training` draws *tasks* from a prior over mixing
+# measures, `TaskPrior()`: a family ("dp" with probability 0.5, "sparse" 0.2, "normal" 0.15,
+# "atoms" 0.15), a measure $\nu$ from it, a size $N \sim \mathrm{Uniform}\{20, \dots, 200\}$,
+# then $z_i \sim \nu$ and $x_i = z_i + \varepsilon_i$. The families:
 #
 # * **dp**: truncated stick-breaking DP, $\alpha \sim \mathrm{Gamma}(2, 2)$,
 #   $v_k \sim \mathrm{Beta}(1, \alpha)$, 20 atoms from $G_0 = \mathcal N(0, 3^2)$;
@@ -234,8 +234,8 @@ plt.show()
 # %% [markdown]
 # The shipped stack, `pretrained_unrolled_em()`, is the same procedure run for longer: 6 layers,
 # 3000 Adam steps of 16 tasks from `TaskPrior()` ($N$ = 20 to 200). Its model card
-# (`inference/deconvolution/pretrained/MODEL_CARD.md`) records the training settings and the
-# held-out regret per family (64 tasks of $N = 100$), which are in its metadata:
+# (`inference/deconvolution/learned/pretrained/MODEL_CARD.md`) records the training settings and
+# the held-out regret per family (64 tasks of $N = 100$), which are in its metadata:
 
 # %%
 params, meta = pretrained_unrolled_em(metadata=True)

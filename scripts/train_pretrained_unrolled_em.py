@@ -21,7 +21,7 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-from attnbayes.inference.deconvolution import training, unrolled  # noqa: E402
+from attnbayes.inference.deconvolution.learned import training, unrolled  # noqa: E402
 
 SEED = 20261126
 NUM_LAYERS = 6
@@ -30,7 +30,9 @@ LEARNING_RATE = 1e-2
 HELDOUT_SEED = 7
 HELDOUT_TASKS = 64
 HELDOUT_POINTS = 100
-HERE = os.path.join(os.path.dirname(__file__), "..", "inference", "deconvolution", "pretrained")
+HERE = os.path.join(
+    os.path.dirname(__file__), "..", "inference", "deconvolution", "learned", "pretrained"
+)
 
 
 def main(argv=None) -> int:
@@ -100,7 +102,7 @@ def model_card(prior, metadata, rows) -> str:
     return f"""# Model card: pretrained unrolled-EM stack (`pretrained_unrolled_em()`)
 
 An attention stack of {NUM_LAYERS} EM-like layers and a read-out
-(`attnbayes.inference.deconvolution.unrolled`), started at EM's parameters and trained as
+(`attnbayes.inference.deconvolution.learned.unrolled`), started at EM's parameters and trained as
 amortised empirical Bayes on simulated deconvolution tasks. Regenerate with
 `python scripts/train_pretrained_unrolled_em.py --steps {metadata["num_steps"]}`.
 

@@ -1,5 +1,18 @@
 """Attention: scores, weights on the simplex, pooling, and its exponential-family reading.
 
+Modules:
+
+- ``scores``: dot-product, additive (Bahdanau) and negative-squared-distance scores, and the
+  checks of dot-product attention (``check_scored``, ``check_mask``);
+- ``simplex``: maps onto the simplex as a regularised argmax (softmax, sparsemax, entmax) and
+  ``check_score_inputs``, the one check of every score and weight map;
+- ``pooling``: attention pooling, dense or streamed over key blocks (``attend``,
+  ``scored_attention``, ``softmax_attention``) and the ``Attention`` result;
+- ``exponential_family``: the log-partition reading of softmax attention (``log_partition``,
+  ``key_moments``);
+- ``link_conjecture``: the link-function study (linear link, Poisson key weights, the
+  normaliser blow-up, the skip-connection iteration).
+
 For queries q_i, keys k_j, values v_j and key bias b_j,
 
     s_ij = score(q_i, k_j) + b_j,     A_i. = weights(s_i.),     o_i = sum_j A_ij v_j.
@@ -38,15 +51,21 @@ anywhere in the range are handled exactly (the kernels subtract the row maximum)
 ``jax.jit`` the arguments are tracers and only the static checks (dtype, rank, shapes) run; a
 NaN output there means NaN / inf inputs or overflowing scores, which the eager call refuses
 (call ``simplex.check_score_inputs``, or the function itself, on the concrete inputs first).
-Each public function checks once, then runs unchecked kernels (``softmax_pool`` and
-``streamed_softmax_attention`` are those kernels, public for callers that checked their own
-inputs).
+
+Checked fronts and unchecked kernels, one spelling across attnbayes: the public function
+``name`` checks its arguments on concrete values (a ``ValueError`` naming the argument, before
+any tracing) and then calls ``name_unchecked``, its traceable kernel without checks, a plain
+name that other modules call inside ``jax.jit``, ``jax.vmap`` and ``jax.grad`` on inputs they
+checked themselves: here ``scored_attention`` / ``scored_attention_unchecked`` (public, for
+``attnbayes.inference.kernel_regression`` and ``attnbayes.inference.deconvolution``) and
+``dot_product_scores`` / ``scores.dot_product_scores_unchecked``. A helper used by one module
+only keeps an underscore.
 
 Tracing and differentiability. Every function here is traceable under ``jax.jit`` and
 ``jax.vmap`` over its array arguments, parameters included (``scale``, ``temperature``,
 ``bias``, entmax's ``alpha``, a bandwidth); names, axes, ``block_size`` and ``num_iters`` are
 static. ``jax.grad`` is exact everywhere for the scores, ``softmax``, ``softmax_attention``,
-``scored_attention``, ``softmax_pool``, ``streamed_softmax_attention``, ``attend`` with
+``scored_attention``, ``scored_attention_unchecked`` (dense and streamed), ``attend`` with
 softmax, ``log_partition`` and ``key_moments``. Not differentiable everywhere:
 
 - ``sparsemax``, ``entmax15``, ``entmax_bisect`` (also in alpha), ``regularised_argmax`` with
@@ -79,9 +98,8 @@ from .pooling import (
     Attention,
     attend,
     scored_attention,
+    scored_attention_unchecked,
     softmax_attention,
-    softmax_pool,
-    streamed_softmax_attention,
 )
 from .scores import additive_scores, dot_product_scores, neg_sq_distance_scores
 from .simplex import (
@@ -121,10 +139,9 @@ __all__ = [
     "regularised_objective",
     "regulariser_value",
     "scored_attention",
+    "scored_attention_unchecked",
     "skip_connection_iteration",
     "softmax",
     "softmax_attention",
-    "softmax_pool",
     "sparsemax",
-    "streamed_softmax_attention",
 ]

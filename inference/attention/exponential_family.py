@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .scores import _check_scored
+from .scores import check_scored
 from .simplex import (
     check_array,
 )
@@ -21,9 +21,7 @@ from .simplex import (
 def _check_query_keys(query, keys):
     """query (d,) and keys (K, d), with the overflow bound of <k_i, q>: (query, keys)."""
     query = check_array("query", query, min_rank=1, max_rank=1)
-    q, k, *_ = _check_scored(
-        query[None, :], keys, scale=1.0, batched=False, names=("query", "bias")
-    )
+    q, k, *_ = check_scored(query[None, :], keys, scale=1.0, batched=False, names=("query", "bias"))
     return jnp.asarray(q)[0], jnp.asarray(k)
 
 

@@ -1,7 +1,10 @@
 """Attention pooling: o_i = sum_j A_ij v_j with A_i. a map of the scores onto the simplex.
 
 Dense, or streamed over blocks of keys with a running log-sum-exp (memory-efficient
-attention). See the package docstring for the checks.
+attention). See the package docstring for the checks; ``scored_attention_unchecked`` is the
+traceable kernel beneath ``scored_attention`` (and ``attend`` with softmax), for callers that
+checked their inputs themselves (``attnbayes.inference.deconvolution``,
+``attnbayes.inference.kernel_regression``).
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .scores import _check_mask, _check_scored, _dot_product, _dot_product_scores
+from .scores import check_mask, check_scored, dot_product_scores_unchecked, scaled_dot_product
 from .simplex import (
     ArraySpec,
-    _entmax15_last,
-    _sparsemax_last,
     check_score_inputs,
+    entmax15_last,
+    sparsemax_last,
 )
 
 WEIGHT_MAPS = ("softmax", "sparsemax", "entmax15")
@@ -66,11 +69,13 @@ def softmax_attention(
         zero weights, zero output and log_normalizer -inf. Inputs whose scores could overflow
         are refused (module docstring); under ``jax.jit`` they would give NaN.
     """
-    queries, keys, values, key_bias, scale, _, _, shape = _check_scored(
+    queries, keys, values, key_bias, scale, _, _, shape = check_scored(
         queries, keys, values=values, bias=key_bias, scale=scale, names=("queries", "key_bias")
     )
-    mask = _check_mask(mask, shape)
-    scores = _dot_product_scores(jnp.asarray(queries), jnp.asarray(keys), scale, key_bias, mask)
+    mask = check_mask(mask, shape)
+    scores = dot_product_scores_unchecked(
+        jnp.asarray(queries), jnp.asarray(keys), scale, key_bias, mask
+    )
     log_normalizer = jax.nn.logsumexp(scores, axis=-1)
     weights = _safe_softmax(scores, log_normalizer)
     output = jnp.einsum("...qk,...kv->...qv", weights, jnp.asarray(values))
@@ -90,7 +95,7 @@ def _safe_softmax(scores, log_normalizer):
 
 
 @functools.partial(jax.jit, static_argnames=("score_fn", "block_size"))
-def streamed_softmax_attention(score_fn, params, queries, keys, values, bias, block_size):
+def _streamed_softmax_attention(score_fn, params, queries, keys, values, bias, block_size):
     """Flash-style attention: scan over key blocks with a running max and sum, per query block.
 
     Keys are padded to a multiple of ``block_size`` with bias -inf (never attended to);
@@ -207,18 +212,22 @@ def scored_attention(
     arrays, _, dtype, _ = check_score_inputs(specs, relations=relations, stages=lambda *_: [])
     queries, keys, values = (jnp.asarray(a, dtype) for a in arrays[:3])
     bias = arrays[3] if bias is not None else None
-    return softmax_pool(
+    return scored_attention_unchecked(
         score_fn, params, queries, keys, values, bias, block_size, bool(return_weights)
     )
 
 
-def softmax_pool(score_fn, params, queries, keys, values, bias, block_size, return_weights):
-    """The kernel beneath ``scored_attention``: no checks, for arrays already checked.
+def scored_attention_unchecked(
+    score_fn, params, queries, keys, values, bias, block_size, return_weights
+):
+    """The traceable kernel beneath ``scored_attention``: no checks, for arrays already checked.
 
     ``queries`` (Q, d), ``keys`` (K, d), ``values`` (K, dv) of one floating dtype, ``bias``
-    (K,) or None, ``block_size`` None (dense) or an int, ``return_weights`` a bool; the result
-    is ``scored_attention``'s. For callers that validated their inputs at their own public
-    boundary (``attnbayes.inference.kernel_regression``); traceable and differentiable in
+    (K,) or None, ``block_size`` None (dense) or an int (streamed: per block of queries, a
+    scan over blocks of keys with a running log-sum-exp; memory O(block_size^2), weights None),
+    ``return_weights`` a bool; the result is ``scored_attention``'s. For callers that validated
+    their inputs at their own public boundary (``attnbayes.inference.kernel_regression``, the
+    streamed E-step of ``attnbayes.inference.deconvolution``); traceable and differentiable in
     every array argument and in ``params``.
     """
     if bias is None:
@@ -229,7 +238,9 @@ def softmax_pool(score_fn, params, queries, keys, values, bias, block_size, retu
         return Attention(
             *_dense_softmax_attention(score_fn, params, queries, keys, values, bias, return_weights)
         )
-    out, lse = streamed_softmax_attention(score_fn, params, queries, keys, values, bias, block_size)
+    out, lse = _streamed_softmax_attention(
+        score_fn, params, queries, keys, values, bias, block_size
+    )
     return Attention(out, None, lse)
 
 
@@ -274,7 +285,7 @@ def attend(
     block_size = _check_block_size(block_size)
     if block_size is not None and weights != "softmax":
         raise ValueError(f"block_size: streaming needs weights='softmax', got {weights!r}")
-    queries, keys, values, bias, scale, temperature, dtype, _ = _check_scored(
+    queries, keys, values, bias, scale, temperature, dtype, _ = check_scored(
         queries,
         keys,
         values=values,
@@ -293,8 +304,8 @@ def attend(
     bias = jnp.zeros((keys.shape[0],), dtype) if bias is None else jnp.asarray(bias, dtype)
     bias = bias / temperature
     if weights == "softmax":
-        out = softmax_pool(
-            _dot_product, params, queries, keys, values2, bias, block_size, False
+        out = scored_attention_unchecked(
+            scaled_dot_product, params, queries, keys, values2, bias, block_size, False
         ).output
     else:
         out = _dense_sparse_attention(queries, keys, values2, bias, params, weights)
@@ -303,6 +314,6 @@ def attend(
 
 @functools.partial(jax.jit, static_argnames=("weights",))
 def _dense_sparse_attention(queries, keys, values, bias, scale, weights):
-    scores = _dot_product(queries, keys, scale) + bias[None, :]
-    a = _sparsemax_last(scores) if weights == "sparsemax" else _entmax15_last(scores)
+    scores = scaled_dot_product(queries, keys, scale) + bias[None, :]
+    a = sparsemax_last(scores) if weights == "sparsemax" else entmax15_last(scores)
     return a @ values

@@ -1,6 +1,10 @@
 """Attention scores: dot product, additive (Bahdanau) and negative squared distance.
 
-See the package docstring (``attnbayes.inference.attention``) for the overflow checks.
+See the package docstring (``attnbayes.inference.attention``) for the overflow checks. The
+checks of dot-product attention (``check_scored``, ``check_mask``) live here and serve
+``pooling`` and ``exponential_family`` too; ``dot_product_scores_unchecked`` is the traceable
+kernel of ``dot_product_scores``, and ``scaled_dot_product`` the dot-product score function
+that ``scored_attention`` takes.
 """
 
 from __future__ import annotations
@@ -73,8 +77,9 @@ def _check_bias_shape(name, bias, shape):
         )
 
 
-def _check_mask(mask, shape):
-    """A boolean mask broadcastable to the scores' ``shape``; returned as an array."""
+def check_mask(mask, shape):
+    """A boolean mask broadcastable to the scores' ``shape``; returned as an array (None for
+    None). A ``ValueError`` starting with "mask: " otherwise."""
     if mask is None:
         return None
     if not validation.is_traced(mask) and not isinstance(mask, jax.Array):
@@ -132,12 +137,15 @@ def _dot_product_stages(queries, keys, scale, bias, temperature, *, names=("quer
     return stages
 
 
-def _check_scored(
+def check_scored(
     queries, keys, *, values=None, bias=None, scale=None, temperature=1.0, batched=True, names=None
 ):
-    """``check_score_inputs`` for dot-product scores.
+    """``simplex.check_score_inputs`` for dot-product scores s = scale <q, k> + b (then / tau):
+    the arrays, the scale, the temperature and the bound of every intermediate result.
 
-    Returns (queries, keys, values or None, bias or None, scale, tau, dtype, scores' shape).
+    ``names``: the names of the queries and the bias in the caller's signature (the error
+    messages start with them). Returns (queries, keys, values or None, bias or None, scale,
+    tau, dtype, scores' shape).
     ``batched``: queries (..., Q, d), keys (..., K, d), values (..., K, dv), bias (..., K)
     broadcasting; else queries (Q, d), keys (K, d), values (K, dv) or (K,), bias (K,).
     """
@@ -204,14 +212,14 @@ def dot_product_scores(
         (..., Q, K) scores. Inputs whose scores could overflow the dtype are refused (see the
         module docstring); under ``jax.jit`` they would give +-inf or NaN scores.
     """
-    queries, keys, _, bias, scale, _, _, shape = _check_scored(
-        queries, keys, bias=bias, scale=scale
-    )
-    mask = _check_mask(mask, shape)
-    return _dot_product_scores(jnp.asarray(queries), jnp.asarray(keys), scale, bias, mask)
+    queries, keys, _, bias, scale, _, _, shape = check_scored(queries, keys, bias=bias, scale=scale)
+    mask = check_mask(mask, shape)
+    return dot_product_scores_unchecked(jnp.asarray(queries), jnp.asarray(keys), scale, bias, mask)
 
 
-def _dot_product_scores(queries, keys, scale, bias, mask):
+def dot_product_scores_unchecked(queries, keys, scale, bias, mask):
+    """The traceable kernel of ``dot_product_scores``: no checks; ``scale``, ``bias`` and
+    ``mask`` may be None (the default 1 / sqrt(d), no bias, no mask)."""
     if scale is None:
         scale = 1.0 / jnp.sqrt(jnp.asarray(queries.shape[-1], dtype=queries.dtype))
     return _apply_bias_mask(scale * jnp.einsum("...qd,...kd->...qk", queries, keys), bias, mask)
@@ -282,7 +290,7 @@ def additive_scores(queries, keys, W, U, v, *, bias=None, mask=None) -> jax.Arra
         return out
 
     arrays, _, _, shape = check_score_inputs(specs, relations=relations, stages=stages)
-    mask = _check_mask(mask, shape)
+    mask = check_mask(mask, shape)
     queries, keys, W, U, v = (jnp.asarray(a) for a in arrays[:5])
     hidden = jnp.tanh((queries @ W.T)[..., :, None, :] + (keys @ U.T)[..., None, :, :])
     return _apply_bias_mask(hidden @ v, arrays[5] if bias is not None else None, mask)
@@ -332,7 +340,7 @@ def neg_sq_distance_scores(queries, keys, bandwidth, *, bias=None, mask=None) ->
         )
 
     arrays, _, dtype, (shape, h) = check_score_inputs(specs, relations=relations, stages=stages)
-    mask = _check_mask(mask, shape)
+    mask = check_mask(mask, shape)
     queries, keys = jnp.asarray(arrays[0]), jnp.asarray(arrays[1])
     scores = _gaussian_log_kernel(queries, keys, jnp.asarray(h, dtype))
     return _apply_bias_mask(scores, arrays[2] if bias is not None else None, mask)
@@ -344,5 +352,7 @@ def _gaussian_log_kernel(queries, keys, bandwidth):
     return -0.5 * jnp.sum(u * u, axis=-1)
 
 
-def _dot_product(queries, keys, scale):
+def scaled_dot_product(queries, keys, scale):
+    """scale q k^T for queries (Q, d) and keys (K, d): the dot-product score function of
+    ``scored_attention`` (``score_fn(queries, keys, params)`` with params = scale)."""
     return scale * (queries @ keys.T)

@@ -299,9 +299,9 @@ def _simplex_map(scores, temperature, kind, axis, alpha=None, num_iters=None):
         has_entry = jnp.any(x != -jnp.inf, axis=-1, keepdims=True)
         p = jnp.where(has_entry, jax.nn.softmax(jnp.where(has_entry, x, 0.0), axis=-1), 0.0)
     elif kind == "sparsemax":
-        p = _sparsemax_last(x)
+        p = sparsemax_last(x)
     elif kind == "entmax15":
-        p = _entmax15_last(x)
+        p = entmax15_last(x)
     else:
         p = _entmax_bisect_last(x, jnp.asarray(alpha, x.dtype), num_iters)
     return jnp.moveaxis(p, -1, axis)
@@ -359,8 +359,12 @@ def softmax(scores, axis: int = -1, temperature=1.0) -> jax.Array:
 
 
 @jax.custom_jvp
-def _sparsemax_last(x):
-    """Euclidean projection of each row of x onto the simplex (Held et al.; Martins & Astudillo)."""
+def sparsemax_last(x):
+    """Euclidean projection of each row of x onto the simplex (Held et al.; Martins & Astudillo).
+
+    Along the last axis, at temperature 1 (divide the scores by tau first), without checks:
+    the traceable kernel of ``sparsemax``, also used by ``pooling``'s sparse attention.
+    """
     k = x.shape[-1]
     finite = jnp.isfinite(x)
     z = _fill_masked(x, finite)
@@ -374,10 +378,10 @@ def _sparsemax_last(x):
     return _nan_rows(x, jnp.where(finite, jnp.maximum(z - tau, 0.0), 0.0))
 
 
-@_sparsemax_last.defjvp
+@sparsemax_last.defjvp
 def _sparsemax_jvp(primals, tangents):
     (x,), (dx,) = primals, tangents
-    p = _sparsemax_last(x)
+    p = sparsemax_last(x)
     return p, _support_jvp(p, jnp.where(jnp.isfinite(x), dx, 0.0), 0.0)
 
 
@@ -394,8 +398,12 @@ def sparsemax(scores, axis: int = -1, temperature=1.0) -> jax.Array:
 
 
 @jax.custom_jvp
-def _entmax15_last(x):
-    """Exact 1.5-entmax by sorting (Peters, Niculae & Martins, 2019, Algorithm 2)."""
+def entmax15_last(x):
+    """Exact 1.5-entmax by sorting (Peters, Niculae & Martins, 2019, Algorithm 2).
+
+    Along the last axis, at temperature 1, without checks: the traceable kernel of
+    ``entmax15``, also used by ``pooling``'s sparse attention.
+    """
     k = x.shape[-1]
     finite = jnp.isfinite(x)
     z = _fill_masked(x / 2.0, finite)
@@ -411,10 +419,10 @@ def _entmax15_last(x):
     return _nan_rows(x, jnp.where(finite, jnp.maximum(z - tau_star, 0.0) ** 2, 0.0))
 
 
-@_entmax15_last.defjvp
+@entmax15_last.defjvp
 def _entmax15_jvp(primals, tangents):
     (x,), (dx,) = primals, tangents
-    p = _entmax15_last(x)
+    p = entmax15_last(x)
     return p, _support_jvp(p, jnp.where(jnp.isfinite(x), dx, 0.0), 0.5)
 
 

@@ -1,23 +1,40 @@
 """Deconvolution: z ~ nu, x | z ~ N(z, sigma^2 I), nu discrete; attention as its E-step.
 
+Modules:
+
 - ``em``: EM with one atom per data point, whose E-step is softmax attention with
   Q K^T = I / sigma^2 and key bias -|mu_k|^2 / (2 sigma^2); the posterior mean z_hat as one
-  attention step (Tweedie's denoiser); streamed for large N.
+  attention step (Tweedie's denoiser); streamed for large N; the checked public functions.
+- ``estep``: the traceable kernels beneath ``em`` (dense and streamed E-step and M-step,
+  row-sharded over devices), which ``gibbs``, ``kiefer_wolfowitz``, the comparisons and the
+  learned stack call on inputs they checked.
+- ``checks``: the value checks of a problem (x, atoms, weights, sigma) that ``em``,
+  ``kiefer_wolfowitz``, ``gibbs`` and the learned stack share.
 - ``kiefer_wolfowitz``: the Kiefer-Wolfowitz NPMLE of nu on a grid (Koenker and Mizera 2014), by
   mix-SQP (Kim, Carbonetto, Stephens and Anitescu 2020), SQUAREM or EM.
 - ``gibbs``: the conjugate Gibbs sampler over assignments, weights and atoms, and "approximate
   Gibbs" (each draw replaced by its expectation: iterated attention with tied weights).
 - ``invariants``: permutation-invariant summaries of mixture draws (CDF of nu, moments).
 - ``intervals``: equal-tailed intervals of a discrete posterior.
-- ``unrolled``: learned attention, an L-layer stack with its own parameters per layer that
-  starts as L steps of K = N EM and the posterior mean (the note's closing remark); streamed,
-  saved and loaded, and a pretrained stack (``pretrained_unrolled_em``).
-- ``training``: training the stack as amortised empirical Bayes on tasks from a prior over
-  mixing measures (``TaskPrior``), and its regret against the oracle Bayes rule.
 - ``comparison``: every method on the same data, one tidy table.
-- ``learned_comparison``: the learned stack's regret against the oracle Bayes rule, tied EM, the
-  NPMLE, James-Stein and NUTS, its coverage, length generalisation, and the Efron-Morris
-  batting averages.
+- ``learned`` (a sub-package): learned attention, an L-layer stack with its own parameters per
+  layer that starts as L steps of K = N EM and the posterior mean (the note's closing remark):
+
+  - ``learned.unrolled``: the stack, streamed, saved and loaded, and a pretrained stack
+    (``pretrained_unrolled_em``, package data in ``learned/pretrained/``);
+  - ``learned.training``: training the stack as amortised empirical Bayes on tasks from a
+    prior over mixing measures (``TaskPrior``), and its regret against the oracle Bayes rule;
+  - ``learned.comparison``: the learned stack's regret against the oracle Bayes rule, tied EM,
+    the NPMLE, James-Stein and NUTS, its coverage, length generalisation, and the Efron-Morris
+    batting averages.
+
+Checked fronts and unchecked kernels, one spelling across attnbayes: the public function
+``name`` checks its arguments on concrete values (a ``ValueError`` naming the argument, before
+any tracing) and then calls ``name_unchecked``, its traceable kernel without checks, a plain
+name that other modules call inside ``jax.jit``, ``jax.vmap`` and ``jax.grad`` on inputs they
+checked themselves: ``em.posterior`` / ``estep.posterior_unchecked``, and likewise
+``em_step``, ``log_likelihood``, ``posterior_mean`` and ``e_step_attention``. A helper used by
+one module only keeps an underscore.
 
 Tracing. Each public function validates its arguments once, at its own boundary, on concrete
 values (``em.check_problem`` runs the same checks on their own); on tracers (under
@@ -85,35 +102,31 @@ from .gibbs import (
 from .intervals import INTERVAL_PROBS, discrete_posterior_intervals
 from .invariants import INVARIANT_NAMES, add_invariants, measure_cdf
 from .kiefer_wolfowitz import NPMLEResult, default_grid, npmle, npmle_gradient, npmle_posterior
-from .learned_comparison import (
-    LEARNED_METHODS,
-    LearnedComparison,
-    batting_averages_comparison,
-    compare_learned_attention,
-    length_generalisation,
-)
-from .training import (
+from .learned import (
     FAMILIES,
     HELDOUT_FAMILIES,
+    LEARNED_METHODS,
+    LayerParams,
+    LearnedComparison,
+    PosteriorMoments,
+    ReadoutParams,
     TaskPrior,
     Tasks,
     TrainProgress,
     TrainResult,
+    UnrolledEMParams,
+    batting_averages_comparison,
+    compare_learned_attention,
     heldout_tasks,
+    init_unrolled_em,
+    length_generalisation,
+    load_unrolled_em,
     oracle_posterior_mean,
+    pretrained_unrolled_em,
     sample_tasks,
+    save_unrolled_em,
     task_regret,
     train_unrolled_em,
-)
-from .unrolled import (
-    LayerParams,
-    PosteriorMoments,
-    ReadoutParams,
-    UnrolledEMParams,
-    init_unrolled_em,
-    load_unrolled_em,
-    pretrained_unrolled_em,
-    save_unrolled_em,
     unrolled_em,
     unrolled_em_intervals,
     unrolled_em_moments,

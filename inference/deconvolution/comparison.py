@@ -43,6 +43,7 @@ z_i exactly or misses it), so coverage above nominal is expected from the oracle
 
 from __future__ import annotations
 
+import inspect
 import statistics
 import time
 from collections.abc import Callable
@@ -58,6 +59,7 @@ from .. import methods as registry
 from ..diagnostics import diagnostics, psis_loo
 from ..mcmc import check_sampler_sizes, run_nuts
 from . import em
+from .estep import log_likelihood_unchecked, posterior_mean_unchecked, posterior_unchecked
 from .gibbs import approximate_gibbs, run_gibbs
 from .intervals import INTERVAL_PROBS, discrete_posterior_intervals
 from .invariants import add_invariants
@@ -70,6 +72,13 @@ if TYPE_CHECKING:  # ArviZ, pandas and xarray are imported where used
 METHODS = registry.method_names("deconvolution")
 SAMPLERS = tuple(m for m in METHODS if registry.get_method("deconvolution", m).needs_key)
 INTERVAL_BLOCK_ELEMENTS = 2**22  # row blocks of the streamed plug-in intervals (32 MB float64)
+# ``nuts_kwargs`` holds sampler settings and the model's keyword arguments together; run_nuts
+# takes them apart (its keyword-only parameters are the sampler's settings)
+_SAMPLER_SETTINGS = frozenset(
+    name
+    for name, parameter in inspect.signature(run_nuts).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+)
 
 
 class MethodFit(NamedTuple):
@@ -130,11 +139,11 @@ def _coverage(intervals, z_true) -> dict:
 
 
 def _kernel_inputs(x, measure, sigma):
-    """(x (N, p), atoms (K, p), weights (K,), sigma) as arrays of x's dtype, for em's kernels.
+    """(x (N, p), atoms (K, p), weights (K,), sigma) as arrays of x's dtype, for the kernels.
 
     The comparison validates x and sigma once (``em.check_problem``) and its measures come from
-    fits, so the unchecked kernels of ``em`` run here, not the public functions, which would
-    check the same values again.
+    fits, so the unchecked kernels of ``estep`` run here, not the public functions of ``em``,
+    which would check the same values again.
     """
     points, _ = validation.as_points("x", x)  # (N, p) in a float dtype; no value checks
     dtype = jax.dtypes.canonicalize_dtype(points.dtype)
@@ -153,13 +162,15 @@ def _discrete_posterior(x, sigma, measure, scalar, block_size=None):
     xs, mus, ws, s = _kernel_inputs(x, measure, sigma)
     atoms = np.asarray(mus)
     if block_size is None:
-        z_hat, resp = em._posterior(xs, mus, ws, s)
+        z_hat, resp = posterior_unchecked(xs, mus, ws, s)
         pieces = [discrete_posterior_intervals(resp, atoms)]
     else:
-        z_hat = em._streamed_posterior_mean(xs, mus, ws, s, block_size)
+        z_hat = posterior_mean_unchecked(xs, mus, ws, s, block_size)
         rows = max(1, INTERVAL_BLOCK_ELEMENTS // atoms.shape[0])
         pieces = [
-            discrete_posterior_intervals(em._posterior(xs[i : i + rows], mus, ws, s)[1], atoms)
+            discrete_posterior_intervals(
+                posterior_unchecked(xs[i : i + rows], mus, ws, s)[1], atoms
+            )
             for i in range(0, len(xs), rows)
         ]
     intervals = {
@@ -205,7 +216,7 @@ def _heldout_lpd(x_heldout, measure: DiscreteMeasure, sigma) -> float | None:
 def _point_fit(x, sigma, measure, scalar, x_heldout, start, block_size=None, **extra) -> MethodFit:
     """A fit that ends in one discrete measure: its EB posterior, log-likelihood, held-out lpd."""
     z_hat, intervals = _discrete_posterior(x, sigma, measure, scalar, block_size)
-    ll = float(em._log_likelihood(*_kernel_inputs(x, measure, sigma), block_size=block_size))
+    ll = float(log_likelihood_unchecked(*_kernel_inputs(x, measure, sigma), block_size=block_size))
     return MethodFit(
         z_hat=z_hat,
         intervals=intervals,
@@ -333,7 +344,7 @@ def _prior_settings(x_np, sigma, scalar) -> dict:
 
 def _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout) -> MethodFit:
     """Summaries of an MCMC DataTree (NUTS or Gibbs) through permutation-invariant quantities."""
-    datatree = add_invariants(datatree, x_np, sigma, key_inv)
+    datatree = add_invariants(key_inv, datatree, x_np, sigma)
     post = datatree["posterior"]
     z_hat = np.asarray(post["z_mean"].mean(("chain", "draw")))
     z_draw = post["z_draw"].transpose("chain", "draw", ...).values
@@ -373,14 +384,15 @@ def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar, x_heldout, prior) -
     settings.update(nuts_kwargs)
     key_nuts, key_inv = jax.random.split(key)
     start = time.perf_counter()
+    sampler = {k: v for k, v in settings.items() if k in _SAMPLER_SETTINGS}
+    model_kwargs = {k: v for k, v in settings.items() if k not in _SAMPLER_SETTINGS}
     datatree = run_nuts(
         key_nuts,
         deconvolution_model,
-        jnp.asarray(x_np),
-        sigma=sigma,
-        num_atoms=num_atoms,
+        (jnp.asarray(x_np),),
+        dict(sigma=sigma, num_atoms=num_atoms, **model_kwargs),
         dims=model_dims(scalar, prior=settings["prior"]),
-        **settings,
+        **sampler,
     )
     return _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout)
 
@@ -495,8 +507,10 @@ def compare_deconvolution(
         num_atoms_dp: truncation level of the DP prior ("nuts-dp").
         em_kwargs: passed to ``fit_em`` (default: K = N atoms started at the data, and the
             registry's ``max_iters=500``).
-        nuts_kwargs: passed to ``run_nuts`` / the model (num_warmup, num_samples, ...); its
-            sampler sizes (num_warmup, num_samples, num_chains) also apply to "nuts-dp".
+        nuts_kwargs: ``run_nuts``'s sampler settings (num_warmup, num_samples,
+            target_accept_prob, ...) and the model's keyword arguments (prior, atom_loc,
+            atom_scale, ...), told apart by name; its sampler sizes (num_warmup, num_samples,
+            num_chains) also apply to "nuts-dp".
             Defaults: the method registry's (``attnbayes.inference.methods``): NUTS 2 chains
             x (500 warmup + 500 draws); Gibbs sweeps are cheap but mix about 4x worse per draw
             than NUTS here, so "gibbs" runs 4 chains x (1000 warmup + 2000 draws).

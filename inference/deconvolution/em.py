@@ -37,6 +37,10 @@ atoms, weights and log-likelihood), and a negative sigma, which enters only thro
 is not noticed at all. Call ``check_problem`` on the concrete inputs before jitting.
 
 The note's estimator takes K = N atoms started at the data, mu_k^0 = x_k, with w_k = 1/K fixed.
+
+This module holds the checked public functions and the EM loop; their traceable kernels,
+dense and streamed, are in ``estep`` (``posterior`` runs ``estep.posterior_unchecked``, and so
+on) and the shared checks in ``checks``.
 """
 
 from __future__ import annotations
@@ -47,11 +51,18 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
-from jax.sharding import PartitionSpec as P
 
 from ... import validation
-from ..attention import Attention, streamed_softmax_attention
+from ..attention import Attention
+from .checks import check_data, checked_problem
+from .estep import (
+    e_step_attention_unchecked,
+    em_iteration,
+    em_step_unchecked,
+    log_likelihood_unchecked,
+    posterior_mean_unchecked,
+    posterior_unchecked,
+)
 
 INITS = ("data",)
 
@@ -80,7 +91,7 @@ class EMResult(NamedTuple):
     converged: jax.Array
 
 
-# ----------------------------------------------------------------------------- kernels (jitted)
+# ------------------------------------------------------------------- the E-step and the EM loop
 
 
 def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) -> Attention:
@@ -95,272 +106,23 @@ def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) 
     A and the posterior means are computed from the differences x_i - mu_k (see the module
     docstring), which keeps nearby points apart in float32 wherever the data sit.
 
-    A kernel for use inside ``jax.jit`` (``attnbayes.inference.deconvolution.gibbs``,
-    ``attnbayes.inference.deconvolution.invariants``): on concrete arguments it runs
-    ``check_problem`` first (and wants x as (N, p)); on tracers no check can run, and inputs it
-    would refuse give NaN.
+    On concrete arguments it runs ``check_problem`` first (and wants x as (N, p)); on tracers
+    (inside ``jax.jit``, as ``attnbayes.inference.deconvolution.invariants`` calls it) no check
+    can run, and inputs it would refuse give NaN. Its kernel is
+    ``estep.e_step_attention_unchecked``.
     """
     if not any(validation.is_traced(a) for a in (x, atoms, weights, sigma)):
         if np.ndim(x) != 2:
             raise ValueError(
                 f"x: e_step_attention takes points of shape (N, p), got shape {np.shape(x)}"
             )
-        _check_problem(x, atoms, weights, sigma)
-    att = _e_step(x, atoms, weights, sigma)
-    centred = x - jnp.mean(x, axis=0)
-    log_normalizer = att.log_normalizer + 0.5 * jnp.sum(centred**2, axis=-1) / sigma**2
-    return att._replace(log_normalizer=log_normalizer)
+        checked_problem(x, atoms, weights, sigma)
+    return e_step_attention_unchecked(x, atoms, weights, sigma)
 
 
-def _scores(x, atoms, log_weights, sigma):
-    """(N, K) s_ik = log w_k - |x_i - mu_k|^2 / (2 sigma^2), from the differences x_i - mu_k.
-
-    Summed coordinate by coordinate (p is small): each term is an (N, K) elementwise
-    expression that XLA fuses, where a reduction over a short trailing axis would be slow.
-    """
-    return log_weights[None, :] + _log_kernel(x, atoms, sigma)
-
-
-def _log_kernel(x, atoms, sigma):
-    """(N, K) -|x_i - mu_k|^2 / (2 sigma^2): the score function of the streamed pass."""
-    return -0.5 * _sq_distances(x, atoms, sigma)
-
-
-def _sq_distances(x, atoms, sigma):
-    """(N, K) |x_i - mu_k|^2 / sigma^2 from the differences, one coordinate at a time."""
-    inv_sigma = 1.0 / sigma
-    total = None
-    for c in range(x.shape[1]):
-        u = (x[:, c, None] - atoms[None, :, c]) * inv_sigma
-        total = u * u if total is None else total + u * u
-    return total
-
-
-def _e_step(x, atoms, weights, sigma) -> Attention:
-    """Dense E-step: ``Attention(posterior means, A, lse)`` with the difference-form scores.
-
-    ``lse_i = log sum_k w_k exp(-|x_i - mu_k|^2 / (2 sigma^2))``, so
-    log p(x_i) = lse_i - p log(2 pi sigma^2) / 2 with nothing cancelling. A row whose scores
-    are all -inf (squared distances overflowed: only under jit, where ``check_problem`` cannot
-    run) gives NaN responsibilities, posterior mean and lse rather than a plausible zero.
-    """
-    # the barrier stores the scores once (N x K) rather than letting XLA keep each
-    # coordinate's differences to share between the max and the exponential
-    scores = jax.lax.optimization_barrier(_scores(x, atoms, jnp.log(weights), sigma))
-    top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
-    unnormalised = jnp.exp(scores - top)
-    total = jnp.sum(unnormalised, axis=-1, keepdims=True)
-    resp = unnormalised / total
-    return Attention(resp @ atoms, resp, (top + jnp.log(total))[:, 0])
-
-
-def _log_likelihood_from_normalizer(x, lse_sum, sigma):
-    """log p(x) = sum_i lse_i - N p log(2 pi sigma^2) / 2.
-
-    ``lse_sum`` is sum_i log sum_k w_k exp(-|x_i - mu_k|^2 / (2 sigma^2)): the row
-    log-normalisers of the difference-form scores (``_e_step``, ``_streamed_statistics``), which
-    need no centring term.
-    """
-    n, p = x.shape
-    return lse_sum - 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
-
-
-def _m_step(x, responsibilities, atoms, weights, update_weights: bool):
-    """mu_k <- mu_k + sum_i A_ik (x_i - mu_k) / sum_i A_ik; an atom with no mass stays put.
-
-    Equal to sum_i A_ik x_i / sum_i A_ik, but summing the differences x_i - mu_k (small where
-    A_ik is not negligible) keeps the precision of nearby points wherever the data sit.
-    """
-    mass = jnp.sum(responsibilities, axis=0)
-    # the barrier keeps XLA from sharing x_i - mu_k with the E-step, which would store it as an
-    # (N, K, p) array; recomputed here it fuses into the reduction
-    x, atoms = jax.lax.optimization_barrier((x, atoms))
-    shift = _weighted_differences(responsibilities, x, atoms)
-    return _atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights)
-
-
-def _weighted_differences(a, x, atoms):
-    """(K, p) sum_i a_ik (x_i - mu_k) for an (N, K) ``a`` held whole (the dense M-step).
-
-    The products a_ik (x_ic - mu_kc) are fused by XLA into the reductions over the rows, so no
-    N x K x p array (nor a second N x K one) is stored. The form depends on the (static) dtype,
-    because the speed of XLA's CPU reductions does: in float64 one (p, N, K) product reduced
-    over its middle axis; in float32 (and other dtypes) one (N, K) product per coordinate,
-    reduced over axis 0. The dense step at N = K = 8000 in 2-D took 101 ns per pair in float32
-    with the (p, N, K) form and 8.6 per coordinate; in float64 17 with the (p, N, K) form and 5
-    to 20 % more per coordinate (2-core AMD EPYC, jax 0.12, one core busy elsewhere). The
-    streamed pass works on blocks and uses ``_block_sums`` instead.
-    """
-    if a.dtype == jnp.float64:
-        diffs = x.T[:, :, None] - atoms.T[:, None, :]  # (p, N, K)
-        return jnp.sum(a[None, :, :] * diffs, axis=1).T
-    return jnp.stack(
-        [jnp.sum(a * (x[:, c, None] - atoms[None, :, c]), axis=0) for c in range(x.shape[1])],
-        axis=-1,
-    )
-
-
-def _block_sums(a, x, atoms):
-    """``(mass (K,), shift (K, p))`` of one block ``a`` (N_b, K_b) of A: sum_i a_ik and
-    sum_i a_ik (x_i - mu_k), the differences summed as in ``_weighted_differences``.
-
-    The form depends on the (static) dtype. In float64 the sums are XLA reductions (the mass
-    ``a.sum(0)`` and the (p, N, K) form of ``_weighted_differences``), which XLA's CPU backend
-    runs on both cores. In float32 (and other dtypes) those reductions are slow on such blocks,
-    and every sum over the rows is instead a vector-matrix product with a vector of ones
-    (``ones @ a`` and ``ones @ (a * (x_c - mu_c))`` for each coordinate c), a vectorised GEMV,
-    the products formed in an elementwise pass before it. The coordinates run in a
-    ``lax.scan``, so that one product array lives at a time: the block holds two N_b x K_b
-    arrays (``a`` and one product) whatever p is, as ``estep_memory_bytes`` counts (unrolled,
-    XLA keeps all p products alive). Measured on the streamed step at N = K = 12,000 in 2-D
-    (``block_size=1024``; 2-core AMD EPYC, jax 0.12; ns per pair of wall time, CPU time in
-    brackets): float32 8.6 (16.7) with the (p, N, K) form, 3.8 (6.6) with one reduction per
-    coordinate, 2.7 (3.8) with the GEMVs; float64 5.9 (11.6) with the reductions, 7.3 to 8.0
-    (9.2 to 10.6) with the GEMVs, which run on one core (they win only when the other core is
-    busy).
-    """
-    if a.dtype == jnp.float64:
-        return jnp.sum(a, axis=0), _weighted_differences(a, x, atoms)
-    highest = jax.lax.Precision.HIGHEST
-    ones = jnp.ones((a.shape[0],), a.dtype)
-    mass = jnp.dot(ones, a, precision=highest)
-
-    def coordinate(_, columns):
-        x_c, mu_c = columns
-        return None, jnp.dot(ones, a * (x_c[:, None] - mu_c[None, :]), precision=highest)
-
-    _, shift = jax.lax.scan(coordinate, None, (x.T, atoms.T))
-    return mass, shift.T
-
-
-def _atoms_from_sums(mass, shift, atoms, weights, n, update_weights):
-    """mu_k + shift_k / mass_k (unchanged where mass_k = 0); w_k = mass_k / N if updated.
-
-    A NaN mass (an overflowed row under jit) propagates to the atom rather than being read as
-    "no mass".
-    """
-    empty = mass == 0
-    new_atoms = atoms + shift / jnp.where(empty, 1.0, mass)[:, None]
-    new_atoms = jnp.where(empty[:, None], atoms, new_atoms)
-    new_weights = mass / n if update_weights else weights
-    return new_atoms, new_weights
-
-
-# Pass 2 of the streamed step (``_column_sums``) works on tiles of at most this many rows and
-# atoms, whatever the block size: a float32 tile then holds two arrays of 256 x 256
-# (``_block_sums``), which stay in the per-core cache. With the command line's suggested block
-# of 1024 as the tile the float32 step took 10 to 40 % longer (N = K = 12,000, 2-core AMD EPYC,
-# in several runs on a shared machine); in float64 the tile made no difference beyond noise.
-# Pass 1 keeps the caller's block size, at which it is fastest.
-_COLUMN_TILE = 256
-
-
-def _column_sums(x, lse, atoms, log_weights, sigma, block_size):
-    """Pass 2 over row blocks, per atom block: mass_k = sum_i A_ik and
-    shift_k = sum_i A_ik (x_i - mu_k).
-
-    A_ik = exp(s_ik - lse_i) is recomputed block by block from the row log-normalisers of
-    pass 1 (``lse_i = +inf`` drops row i), so nothing N x K is formed. The blocks are
-    ``min(block_size, _COLUMN_TILE)`` square; their sums are ``_block_sums``.
-    """
-    n, p, k = x.shape[0], x.shape[1], atoms.shape[0]
-    b = min(block_size, _COLUMN_TILE)
-    pad_n, pad_k = (-n) % b, (-k) % b
-    x_blocks = jnp.pad(x, ((0, pad_n), (0, 0)), mode="edge").reshape(-1, b, p)
-    lse_blocks = jnp.pad(lse, (0, pad_n), constant_values=jnp.inf).reshape(-1, b)
-    atom_blocks = jnp.pad(atoms, ((0, pad_k), (0, 0)), mode="edge").reshape(-1, b, p)
-    bias_blocks = jnp.pad(log_weights, (0, pad_k), constant_values=-jnp.inf).reshape(-1, b)
-
-    def one_atom_block(args):
-        mu_b, bias_b = args
-
-        def body(carry, rows):
-            mass, shift = carry
-            xb, lse_b = rows
-            a = jnp.exp(_scores(xb, mu_b, bias_b, sigma) - lse_b[:, None])
-            block_mass, block_shift = _block_sums(a, xb, mu_b)
-            return (mass + block_mass, shift + block_shift), None
-
-        init = (jnp.zeros((b,), x.dtype), jnp.zeros((b, p), x.dtype))
-        (mass, shift), _ = jax.lax.scan(body, init, (x_blocks, lse_blocks))
-        return mass, shift
-
-    mass, shift = jax.lax.map(one_atom_block, (atom_blocks, bias_blocks))
-    return mass.reshape(-1)[:k], shift.reshape(-1, p)[:k]
-
-
-ROWS = "rows"
-
-
-def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, columns):
-    """The streamed E-step statistics, with the data rows sharded over ``num_devices`` devices.
-
-    Returns ``(z_mean (N, p), sum_i lse_i, mass (K,), shift (K, p))``; ``mass`` and ``shift``
-    (pass 2, ``_column_sums``) only when ``columns``, else ``None``. Scores are formed from the
-    differences x_i - mu_k block by block, as in the dense ``_e_step``. Pass 1 (row log-sum-exp
-    and the posterior means) needs no communication between devices; the sums over rows are
-    ``psum``-reduced. The rows are padded (with copies of the last row, so every padded score
-    is as finite as a real one) to a multiple of ``num_devices * block_size`` and the padding
-    masked out. With one device this is the plain two-pass stream.
-    """
-    n = x.shape[0]
-    pad = (-n) % (num_devices * block_size)
-    xp = jnp.pad(x, ((0, pad), (0, 0)), mode="edge")
-    valid = jnp.arange(n + pad) < n
-    log_weights = jnp.log(weights)
-
-    def on_rows(xp, valid, atoms, log_weights, sigma):
-        out, lse = streamed_softmax_attention(
-            _log_kernel, sigma, xp, atoms, atoms, log_weights, block_size
-        )
-        # all scores -inf (overflow; only under jit, where the checks cannot run): NaN, not 0
-        lse = jnp.where(lse == -jnp.inf, jnp.nan, lse)
-        out = jnp.where(jnp.isnan(lse)[:, None], jnp.nan, out)
-        lse_sum = jnp.sum(jnp.where(valid, lse, 0.0))
-        sums = ()
-        if columns:
-            lse_rows = jnp.where(valid, lse, jnp.inf)
-            sums = _column_sums(xp, lse_rows, atoms, log_weights, sigma, block_size)
-        if num_devices > 1:
-            lse_sum, sums = jax.lax.psum((lse_sum, sums), ROWS)
-        return out, lse_sum, sums
-
-    if num_devices > 1:
-        mesh = Mesh(np.asarray(jax.devices()[:num_devices]), (ROWS,))
-        on_rows = jax.shard_map(
-            on_rows,
-            mesh=mesh,
-            in_specs=(P(ROWS), P(ROWS), P(), P(), P()),
-            out_specs=(P(ROWS), P(), P()),
-            check_vma=False,
-        )
-    out, lse_sum, sums = on_rows(xp, valid, atoms, log_weights, sigma)
-    mass, shift = sums if columns else (None, None)
-    return out[:n], lse_sum, mass, shift
-
-
-def _em_iteration(x, atoms, weights, sigma, update_weights, block_size, num_devices):
-    """log p(x) at (atoms, weights) and the EM update: dense, or two streamed passes."""
-    if block_size is None:
-        att = _e_step(x, atoms, weights, sigma)
-        ll = _log_likelihood_from_normalizer(x, jnp.sum(att.log_normalizer), sigma)
-        return ll, *_m_step(x, att.weights, atoms, weights, update_weights)
-    _, lse_sum, mass, shift = _streamed_statistics(
-        x, atoms, weights, sigma, block_size, num_devices, columns=True
-    )
-    ll = _log_likelihood_from_normalizer(x, lse_sum, sigma)
-    return ll, *_atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights)
-
-
-_STREAM_STATIC = ("block_size", "num_devices")
-
-
-@functools.partial(jax.jit, static_argnames=("update_weights", *_STREAM_STATIC))
-def _em_step(x, atoms, weights, sigma, update_weights, block_size=None, num_devices=1):
-    return _em_iteration(x, atoms, weights, sigma, update_weights, block_size, num_devices)[1:]
-
-
-@functools.partial(jax.jit, static_argnames=("update_weights", "max_iters", *_STREAM_STATIC))
+@functools.partial(
+    jax.jit, static_argnames=("update_weights", "max_iters", "block_size", "num_devices")
+)
 def _fit_em_loop(
     x, atoms, weights, sigma, tol, update_weights, max_iters, block_size=None, num_devices=1
 ):
@@ -369,7 +131,7 @@ def _fit_em_loop(
 
     def body(state):
         t, atoms, weights, trace, _, _ = state
-        ll, new_atoms, new_weights = _em_iteration(
+        ll, new_atoms, new_weights = em_iteration(
             x, atoms, weights, sigma, update_weights, block_size, num_devices
         )
         trace = trace.at[t].set(ll)
@@ -389,28 +151,6 @@ def _fit_em_loop(
     )
     t, atoms, weights, trace, _, converged = jax.lax.while_loop(lambda s: ~s[4], body, state)
     return atoms, weights, trace, t, converged
-
-
-@functools.partial(jax.jit, static_argnames=_STREAM_STATIC)
-def _log_likelihood(x, atoms, weights, sigma, block_size=None, num_devices=1):
-    if block_size is None:
-        lse_sum = jnp.sum(_e_step(x, atoms, weights, sigma).log_normalizer)
-    else:
-        lse_sum = _streamed_statistics(
-            x, atoms, weights, sigma, block_size, num_devices, columns=False
-        )[1]
-    return _log_likelihood_from_normalizer(x, lse_sum, sigma)
-
-
-@jax.jit
-def _posterior(x, atoms, weights, sigma):
-    att = _e_step(x, atoms, weights, sigma)
-    return att.output, att.weights
-
-
-@functools.partial(jax.jit, static_argnames=_STREAM_STATIC)
-def _streamed_posterior_mean(x, atoms, weights, sigma, block_size, num_devices=1):
-    return _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, False)[0]
 
 
 def _check_streaming(block_size, num_devices) -> tuple[int | None, int]:
@@ -492,72 +232,6 @@ def estep_memory_bytes(
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_data(x, sigma):
-    """Validate the data and sigma: ``(points (N, p), scalar, dtype, sigma)``.
-
-    ``points`` as ``validation.as_points`` gives them (NumPy, or the tracer), sigma a float (or
-    the tracer). Value checks run on concrete values only.
-    """
-    points, scalar = validation.as_points("x", x)
-    dtype, sigma = _check_sigma(points, sigma)
-    return points, scalar, dtype, sigma
-
-
-def _check_sigma(points, sigma):
-    """sigma for checked (N, p) ``points``: ``(dtype, sigma)``, 1 / sigma^2 finite in x's dtype."""
-    dtype = jax.dtypes.canonicalize_dtype(points.dtype)
-    sigma = validation.check_positive_scalar("sigma", sigma)
-    validation.check_sigma_range("sigma", sigma, dtype)
-    return dtype, sigma
-
-
-def _check_atoms(atoms, points, scalar, name="atoms"):
-    """Atoms (K,) / (K, p) in the convention of the data: returned as (K, p)."""
-    atoms_arr = validation.as_float_array(name, atoms)
-    if atoms_arr.ndim != (1 if scalar else 2):
-        shape = tuple(points.shape[:1]) if scalar else tuple(points.shape)
-        raise ValueError(
-            f"{name}: expected shape {'(K,)' if scalar else '(K, p)'} to match x of "
-            f"shape {shape}, got {tuple(atoms_arr.shape)}"
-        )
-    if atoms_arr.shape[0] == 0:
-        raise ValueError(f"{name}: is empty (K = 0)")
-    atoms_arr = atoms_arr[:, None] if scalar else atoms_arr
-    if atoms_arr.shape[1] != points.shape[1]:
-        raise ValueError(
-            f"{name}: have {atoms_arr.shape[1]} coordinates but x has {points.shape[1]}"
-        )
-    validation.check_finite(name, atoms_arr)
-    return atoms_arr
-
-
-def _check_problem(x, atoms, weights, sigma, *, names=("atoms", "weights")):
-    """Validate (x, atoms, weights, sigma); return them as (N, p), (K, p), (K,), float + flag.
-
-    ``names`` are the names the caller's user knows the atoms and weights by (``init`` in
-    ``fit_em``, ``result.atoms`` in ``npmle_posterior``). ``atoms=None`` checks the data and
-    sigma alone (and returns ``None`` for atoms and weights). On tracers only the static checks
-    (shapes, ranks, dtypes) run.
-    """
-    atoms_name, weights_name = names
-    points, scalar, dtype, sigma = _check_data(x, sigma)
-    atoms_arr = None
-    if atoms is not None:
-        atoms_arr = _check_atoms(atoms, points, scalar, atoms_name)
-        weights = validation.check_weights(weights_name, weights, size=atoms_arr.shape[0])
-    others = () if atoms_arr is None else ((atoms_name, atoms_arr),)
-    validation.check_scaled_spread("x", points, sigma, dtype, others=others)
-    if atoms_arr is None:
-        return jnp.asarray(points, dtype), None, None, jnp.asarray(sigma, dtype), scalar
-    return (
-        jnp.asarray(points, dtype),
-        jnp.asarray(atoms_arr, dtype),
-        jnp.asarray(weights, dtype),
-        jnp.asarray(sigma, dtype),
-        scalar,
-    )
-
-
 def _check_flag(name: str, value) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise ValueError(f"{name}: expected True or False, got {value!r}")
@@ -586,7 +260,7 @@ def check_problem(x, sigma, *, atoms=None, weights=None) -> None:
     if atoms is not None and weights is None:
         k = np.shape(atoms)[0] if np.ndim(atoms) >= 1 else 0
         weights = np.full((max(k, 1),), 1.0 / max(k, 1))
-    _check_problem(x, atoms, weights, sigma)
+    checked_problem(x, atoms, weights, sigma)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -597,8 +271,8 @@ def posterior(x, atoms, weights, sigma) -> tuple[jax.Array, jax.Array]:
 
     Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
     """
-    xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
-    z_mean, resp = _posterior(xs, mus, ws, s)
+    xs, mus, ws, s, scalar = checked_problem(x, atoms, weights, sigma)
+    z_mean, resp = posterior_unchecked(xs, mus, ws, s)
     return validation.restore_shape(z_mean, scalar), resp
 
 
@@ -607,8 +281,8 @@ def responsibilities(x, atoms, weights, sigma) -> jax.Array:
 
     Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
     """
-    xs, mus, ws, s, _ = _check_problem(x, atoms, weights, sigma)
-    return _posterior(xs, mus, ws, s)[1]
+    xs, mus, ws, s, _ = checked_problem(x, atoms, weights, sigma)
+    return posterior_unchecked(xs, mus, ws, s)[1]
 
 
 def em_step(
@@ -640,10 +314,12 @@ def em_step(
         inputs that ``check_problem`` refuses give NaN atoms (and weights, when updated):
         call ``check_problem`` on the concrete inputs first.
     """
-    xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
+    xs, mus, ws, s, scalar = checked_problem(x, atoms, weights, sigma)
     update_weights = _check_flag("update_weights", update_weights)
     block_size, num_devices = _check_streaming(block_size, num_devices)
-    new_atoms, new_weights = _em_step(xs, mus, ws, s, update_weights, block_size, num_devices)
+    new_atoms, new_weights = em_step_unchecked(
+        xs, mus, ws, s, update_weights, block_size, num_devices
+    )
     return validation.restore_shape(new_atoms, scalar), new_weights
 
 
@@ -655,9 +331,9 @@ def log_likelihood(
 
     Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
     """
-    problem = _check_problem(x, atoms, weights, sigma)[:4]
+    problem = checked_problem(x, atoms, weights, sigma)[:4]
     block_size, num_devices = _check_streaming(block_size, num_devices)
-    return _log_likelihood(*problem, block_size=block_size, num_devices=num_devices)
+    return log_likelihood_unchecked(*problem, block_size=block_size, num_devices=num_devices)
 
 
 def posterior_mean(
@@ -671,11 +347,11 @@ def posterior_mean(
 
     Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
     """
-    xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
+    xs, mus, ws, s, scalar = checked_problem(x, atoms, weights, sigma)
     block_size, num_devices = _check_streaming(block_size, num_devices)
     if block_size is None:
-        return validation.restore_shape(_posterior(xs, mus, ws, s)[0], scalar)
-    z_mean = _streamed_posterior_mean(xs, mus, ws, s, block_size, num_devices)
+        return validation.restore_shape(posterior_unchecked(xs, mus, ws, s)[0], scalar)
+    z_mean = posterior_mean_unchecked(xs, mus, ws, s, block_size, num_devices)
     return validation.restore_shape(z_mean, scalar)
 
 
@@ -784,7 +460,7 @@ def fit_em(
             tracing; among others data whose spread (max - min) / sigma exceeds
             sqrt(finfo.max / (4 N p)), where the squared distances overflow.
     """
-    points, scalar, dtype, sigma = _check_data(x, sigma)
+    points, scalar, dtype, sigma = check_data(x, sigma)
     validation.check_scaled_spread("x", points, sigma, dtype)
     start = _start_atoms(points, scalar, num_atoms, init)
     k = start.shape[0]

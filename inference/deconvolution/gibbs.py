@@ -41,7 +41,8 @@ from jax.scipy.special import gammaln, ndtri
 from ... import validation
 from ...models.deconvolution import model_dims
 from .. import sampling
-from .em import _check_problem, _check_sigma, _m_step, e_step_attention
+from .checks import check_sigma, checked_problem
+from .estep import e_step_attention_unchecked, m_step
 
 if TYPE_CHECKING:  # xarray is imported where used: importing the algorithms stays lean
     import xarray as xr
@@ -353,7 +354,7 @@ def gibbs_init(
         raise ValueError(f"init: expected one of {list(INITS)}, got {init!r}")
     if _is_concrete(key, x, sigma):
         validation.check_key("key", key)
-        points, _, _, _, scalar = _check_problem(x, None, None, sigma)
+        points, _, _, _, scalar = checked_problem(x, None, None, sigma)
         _check_init(init, points, num_atoms, 1, scalar)
     else:
         scalar = jnp.ndim(x) == 1
@@ -396,7 +397,7 @@ def gibbs_step(
     if _is_concrete(key, state, x, sigma):
         validation.check_key("key", key)
         weights = np.exp(np.asarray(state.log_weights, dtype=np.float64))
-        points, atoms, _, sigma, scalar = _check_problem(
+        points, atoms, _, sigma, scalar = checked_problem(
             x,
             state.atoms,
             weights / weights.sum(),
@@ -502,7 +503,7 @@ def run_gibbs(
     if ordered and not scalar:
         raise ValueError("ordered: only available for scalar data passed as shape (N,)")
     # the EM checks of sigma (1 / sigma^2 finite in x's dtype) and of the data's spread
-    dtype, s = _check_sigma(points, sigma)
+    dtype, s = check_sigma(points, sigma)
     validation.check_scaled_spread("x", points, s, dtype)
     xs, s = jnp.asarray(points, dtype), jnp.asarray(s, dtype)
 
@@ -608,7 +609,7 @@ def _approximate_gibbs(x, atoms, weights, sigma, step_size, num_iters, update_we
 
     def body(carry, _):
         atoms, weights, bad = carry
-        att = e_step_attention(x, atoms, weights, sigma)
+        att = e_step_attention_unchecked(x, atoms, weights, sigma)
         lse_sum = jnp.sum(att.log_normalizer)  # centred scores, see e_step_attention
         ll = lse_sum - 0.5 * beta * sq_dev - 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
         log_norm = lse_sum + shift
@@ -625,7 +626,7 @@ def _approximate_gibbs(x, atoms, weights, sigma, step_size, num_iters, update_we
         bad = bad | ~finite
         record = (atoms, weights, ll, log_norm, log_part)
         record = tuple(jnp.where(bad, nan, r) for r in record)
-        target, new_weights = _m_step(x, att.weights, atoms, weights, update_weights)
+        target, new_weights = m_step(x, att.weights, atoms, weights, update_weights)
         new_atoms = atoms + step_size * (target - atoms)
         return (new_atoms, new_weights, bad), (*record, bad)
 
@@ -716,7 +717,7 @@ def approximate_gibbs(
     k = np.shape(atoms)[0] if np.ndim(atoms) >= 1 else 0
     if weights is None:
         weights = np.full((max(k, 1),), 1.0 / max(k, 1))
-    xs, mus, ws, s, scalar = _check_problem(x, atoms, weights, sigma)
+    xs, mus, ws, s, scalar = checked_problem(x, atoms, weights, sigma)
     num_iters = validation.check_positive_int("num_iters", num_iters, minimum=0)
     eta = _check_step_size(step_size)
     a, w, ll, log_norm, log_part, first = _approximate_gibbs(
@@ -751,8 +752,8 @@ class RelaxationStability(NamedTuple):
 def _em_jacobian(x, atoms, weights, sigma):
     def em_map(flat):
         mu = flat.reshape(atoms.shape)
-        att = e_step_attention(x, mu, weights, sigma)
-        return _m_step(x, att.weights, mu, weights, False)[0].reshape(-1)
+        att = e_step_attention_unchecked(x, mu, weights, sigma)
+        return m_step(x, att.weights, mu, weights, False)[0].reshape(-1)
 
     return jax.jacfwd(em_map)(atoms.reshape(-1))
 
@@ -769,7 +770,7 @@ def relaxation_stability(x, sigma, atoms, weights=None) -> RelaxationStability:
     k = np.shape(atoms)[0] if np.ndim(atoms) >= 1 else 0
     if weights is None:
         weights = np.full((max(k, 1),), 1.0 / max(k, 1))
-    xs, mus, ws, s, _ = _check_problem(x, atoms, weights, sigma)
+    xs, mus, ws, s, _ = checked_problem(x, atoms, weights, sigma)
     jac = np.asarray(_em_jacobian(xs, mus, ws, s), dtype=np.float64)
     eigenvalues = np.sort(np.linalg.eigvals(jac).real)
     lam_min = float(eigenvalues[0])

@@ -58,10 +58,10 @@ def _per_draw(x, atoms, weights, sigma, keys, batch_size):
 
 
 def add_invariants(
+    key: jax.Array,
     datatree: xr.DataTree,
     x,
     sigma,
-    key: jax.Array,
     *,
     cdf_points=None,
     batch_size: int = 32,
@@ -69,11 +69,11 @@ def add_invariants(
     """Return a copy of ``datatree`` whose posterior also holds the invariant quantities.
 
     Args:
+        key: ``jax.random`` key for the z_i draws (first, as everywhere in attnbayes).
         datatree: from ``run_nuts(deconvolution_model, ...)``; posterior has ``atoms`` and
             ``weights``.
         x: the (N,) or (N, p) data the posterior was fitted to.
         sigma: the known noise scale.
-        key: ``jax.random`` key for the z_i draws.
         cdf_points: (G,) grid for ``nu_cdf`` (scalar data); default 101 points spanning the
             data +- 3 sigma.
         batch_size: posterior draws processed together (memory ~ batch_size * N * K).
@@ -81,6 +81,7 @@ def add_invariants(
     Adds ``z_mean`` and ``z_draw`` (chain, draw, point[, coord]), ``nu_cdf`` (chain, draw,
     cdf_point) for scalar data, and ``log_lik_total`` (chain, draw).
     """
+    key = validation.check_key("key", key)
     points, scalar = validation.as_points("x", x)
     sigma = validation.check_positive_scalar("sigma", sigma)
     post = datatree["posterior"].to_dataset()

@@ -76,7 +76,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import validation
-from .em import _check_problem, _posterior
+from .checks import checked_problem
+from .estep import posterior_unchecked
 from .intervals import discrete_posterior_intervals
 
 METHODS = ("mixsqp", "squarem", "em")
@@ -679,10 +680,10 @@ def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):
     for prob in probs:
         if isinstance(prob, bool) or not isinstance(prob, numbers.Real) or not 0 < prob < 1:
             raise ValueError(f"probs: each must be a number in (0, 1), got {prob!r}")
-    xs, mus, ws, s, scalar = _check_problem(
+    xs, mus, ws, s, scalar = checked_problem(
         x, result.atoms, result.weights, sigma, names=("result.atoms", "result.weights")
     )
-    mean, resp = _posterior(xs, mus, ws, s)
+    mean, resp = posterior_unchecked(xs, mus, ws, s)
     mean = validation.restore_shape(mean, scalar)
     if not probs:
         return mean, {}

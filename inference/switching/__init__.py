@@ -1,25 +1,43 @@
-"""Switching linear-Gaussian state-space models: filters, smoothers and samplers.
+"""Switching linear-Gaussian state-space models: filters, smoothers, samplers and learning.
 
+- ``linalg``: the shared small dense linear algebra (products, Cholesky factors, triangular
+  and PSD (pseudo-)inverse solves: ``symmetrise``, ``mm``, ``chol``, ``psd_solve``, ...);
 - ``kalman``: the Kalman predict/update blocks and the M = 1 filter;
 - ``filters``: GPB1, GPB2 and IMM (Bar-Shalom and Li 1993; Blom and Bar-Shalom 1988), the exact
   filter over all M^T mode histories, one-step log predictive densities, and attention as one
   IMM mixing step;
 - ``smoothers``: Rauch-Tung-Striebel, Kim's (1994) approximate smoother, exact smoothing;
 - ``particle``: the Rao-Blackwellised particle filter (Doucet, de Freitas, Murphy and Russell 2000);
-- ``gibbs``: blocked Gibbs sampling of modes, states and parameters (Carter and Kohn 1994;
-  Kim and Nelson 1999);
-- ``learning``: the filters' log-likelihood of a parametrised model
-  (``attnbayes.models.markov_switching``), maximum likelihood (L-BFGS, several starts,
-  Hessian standard errors), EM, smoothed regime probabilities, durations, AIC/BIC;
-- ``marginal``: ``switching_marginal_model``, the NumPyro program over the parameters alone
-  (the filter's log-likelihood in one ``numpyro.factor``), for NUTS over theta;
-- ``comparison``: every method on the same series, one tidy table.
+- ``gibbs_conditionals``: the conditional laws of one Gibbs sweep over modes, states and
+  parameters (Carter and Kohn 1994; Gerlach, Carter and Kohn 2000; Kim and Nelson 1999);
+- ``gibbs``: the Gibbs sampler itself (``switching_gibbs_init``, ``switching_gibbs_step``,
+  ``run_switching_gibbs``);
+- ``comparison``: every method on the same series, one tidy table;
+- ``learning/``: learning the parameters of a parametrised model
+  (``attnbayes.models.markov_switching``): ``learning.parameters`` (checks and transforms of
+  theta), ``learning.likelihood`` (the filters' log-likelihood, Hamilton's filter),
+  ``learning.results`` (``SwitchingFitResult``, AIC/BIC, durations), ``learning.em`` (EM),
+  ``learning.mle`` (``fit_switching``: L-BFGS from several starts, Hessian standard errors),
+  ``learning.forecast`` (k-step forecasts), ``learning.selection`` (smoothed regime
+  probabilities, the number of regimes), ``learning.marginal`` (``switching_marginal_model``,
+  the NumPyro program over the parameters alone, for NUTS over theta),
+  ``learning.posteriors`` (conjugate priors, the posterior of theta by NUTS or Gibbs),
+  ``learning.comparison`` (MLE, EM, NUTS and Gibbs on one series) and
+  ``learning.posterior_shift`` (how far the collapsed likelihoods move the posterior).
 
 The filters and smoothers are ``jax.jit``-, ``jax.vmap``- and ``jax.grad``-able over
 ``SwitchingParams`` and the observations: the public functions validate at the boundary
 (every check on concrete values, only the static ones on tracers) and their results are
 pytrees of arrays. ``filters``' module docstring says which functions are not differentiable
 and why (the RBPF and the Gibbs sampler draw discrete modes; ``all_histories`` is static).
+
+Checked fronts and unchecked kernels, one spelling in the whole package: the public function
+``name`` validates its arguments on concrete values (a ``ValueError`` naming the argument,
+before any tracing), then calls ``name_unchecked``, the traceable kernel with no checks, a plain
+name for other modules and for use inside ``jit``/``vmap``/``grad`` (``imm_filter`` /
+``imm_filter_unchecked``, ``kim_smoother_moments`` / ``kim_smoother_moments_unchecked``,
+``rbpf`` / ``rbpf_unchecked``, ``switching_log_likelihood`` /
+``switching_log_likelihood_unchecked``, ...).
 """
 
 from .comparison import (
@@ -55,22 +73,20 @@ from .gibbs import (
 from .kalman import FilterResult, check_inputs, kalman_filter, kalman_predict, kalman_update
 from .learning import (
     LIKELIHOODS,
+    PosteriorShift,
     SwitchingFitResult,
+    SwitchingLearningComparison,
+    compare_switching_learning,
     expected_durations,
     fit_switching,
     hamilton_filter,
     information_criteria,
-    smoothed_regime_probabilities,
-    switching_log_likelihood,
-)
-from .learning_comparison import (
-    PosteriorShift,
-    SwitchingLearningComparison,
-    compare_switching_learning,
     posterior_shift,
+    smoothed_regime_probabilities,
     study_priors,
+    switching_log_likelihood,
+    switching_marginal_model,
 )
-from .marginal import switching_marginal_model
 from .particle import rbpf, systematic_resample
 from .smoothers import (
     SmootherMoments,

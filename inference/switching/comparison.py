@@ -228,22 +228,42 @@ def _run_gibbs(p: _Problem, key, opts) -> SwitchingFit:
 
 
 def _run_nuts(p: _Problem, key, opts) -> SwitchingFit:
-    jitter = opts.pop("jitter", _default_jitter(p.params))
+    """NUTS on ``switching_model``: ``opts`` holds the sampler's settings and the model's
+    options (``_NUTS_MODEL_OPTIONS``), which go to the model."""
+    model_kwargs = {n: opts.pop(n) for n in _NUTS_MODEL_OPTIONS if n in opts}
+    jitter = model_kwargs.setdefault("jitter", _default_jitter(p.params))
     opts.setdefault("init_values", _nuts_init(p.params, p.obs))
     tree, sec = _timed(
         run_nuts,
         key,
         switching_model,
-        p.obs,
-        params=p.params,
-        jitter=jitter,
-        dims=switching_dims(opts.get("priors")),
+        (p.obs,),
+        {"params": p.params, **model_kwargs},
+        dims=switching_dims(model_kwargs.get("priors")),
         posterior_predictive=False,
         **opts,
     )
     tree["posterior"].attrs["jitter"] = jitter
     return _sampler_fit(tree, p.num_modes, sec)
 
+
+def _keyword_only(fn, leave_out=()) -> tuple:
+    """The keyword-only parameters of ``fn`` but ``leave_out``."""
+    return tuple(
+        name
+        for name, p in inspect.signature(fn).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in leave_out
+    )
+
+
+# what ``gibbs_kwargs`` and ``nuts_kwargs`` may hold: the samplers' settings and, for NUTS, the
+# options of ``switching_model`` (the comparison passes the params, dims and no predictive)
+_GIBBS_OPTIONS = _keyword_only(run_switching_gibbs)
+_NUTS_MODEL_OPTIONS = _keyword_only(switching_model, leave_out=("params",))
+_NUTS_OPTIONS = (
+    *_keyword_only(run_nuts, leave_out=("dims", "posterior_predictive")),
+    *_NUTS_MODEL_OPTIONS,
+)
 
 # each registered method's runner: (problem, key or None, settings) -> SwitchingFit
 _RUNNERS = {
@@ -315,21 +335,14 @@ def compare_switching(
     states_true = _check_truth("states_true", states_true, (t_max, d))
     modes_true = _check_truth("modes_true", modes_true, (t_max,), integer=True, num_modes=m)
     max_histories = validation.check_positive_int("max_histories", max_histories)
-    for arg, value, takers in (
-        ("gibbs_kwargs", gibbs_kwargs, (run_switching_gibbs,)),
-        ("nuts_kwargs", nuts_kwargs, (run_nuts, switching_model)),
+    for arg, value, known, names in (
+        ("gibbs_kwargs", gibbs_kwargs, _GIBBS_OPTIONS, "run_switching_gibbs"),
+        ("nuts_kwargs", nuts_kwargs, _NUTS_OPTIONS, "run_nuts / switching_model"),
     ):
         if value is not None and not isinstance(value, dict):
             raise ValueError(f"{arg}: expected a dict of keyword arguments, got {value!r}")
-        known = {
-            name
-            for fn in takers
-            for name, p in inspect.signature(fn).parameters.items()
-            if p.kind is not inspect.Parameter.VAR_KEYWORD
-        }
-        unknown = sorted(set(value or {}) - known)
+        unknown = sorted(set(value or {}) - set(known))
         if unknown:
-            names = " / ".join(fn.__name__ for fn in takers)
             raise ValueError(f"{arg}: unknown keyword(s) {unknown} for {names}")
     if progress is not None and not callable(progress):
         raise ValueError(f"progress: expected a callable, got {progress!r}")

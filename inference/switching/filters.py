@@ -27,12 +27,12 @@ Tracing. Every filter and smoother is a pure JAX function of its parameters and 
 ``jax.jit``, ``jax.vmap`` (over a batch of series, of parameters, or both) and ``jax.grad``
 apply to the public functions themselves, whose results are pytrees of arrays. Each public
 function validates its inputs once, at the boundary, and hands checked arrays to an unchecked
-kernel (``_imm_filter``, ``_gpb2_filter``, ...). On concrete values every check runs and a bad
-input raises ``ValueError`` naming the argument (``check_params``: shapes, finite values,
-probability rows, PSD covariances; no +-inf observation). On tracers (the function is being
-jitted, vmapped or differentiated) only the static checks run: types, ranks, shapes, M, d and
-o consistent, real dtypes. Values are unknown while tracing, so invalid parameter values are
-then not refused: they come back as NaN or as wrong numbers. Call
+kernel (``imm_filter_unchecked``, ``gpb2_filter_unchecked``, ...). On concrete values every
+check runs and a bad input raises ``ValueError`` naming the argument (``check_params``: shapes,
+finite values, probability rows, PSD covariances; no +-inf observation). On tracers (the
+function is being jitted, vmapped or differentiated) only the static checks run: types, ranks,
+shapes, M, d and o consistent, real dtypes. Values are unknown while tracing, so invalid
+parameter values are then not refused: they come back as NaN or as wrong numbers. Call
 ``attnbayes.models.switching.check_params("params", params)`` on concrete parameters before
 transforming over them, and ``check_filter_result`` on the concrete result.
 
@@ -266,17 +266,23 @@ def _gpb2_step(params, carry, yu):
 
 
 @jax.jit
-def _imm_filter(params, observations, inputs=None):
+def imm_filter_unchecked(params, observations, inputs=None) -> FilterResult:
+    """``imm_filter`` on checked arrays (``check_inputs``); ``inputs`` (T, k) or None for a
+    model without inputs. Traceable (``jit``, ``vmap``, ``grad``)."""
     return _run(_imm_step, params, observations, no_inputs(params, observations, inputs))
 
 
 @jax.jit
-def _gpb1_filter(params, observations, inputs=None):
+def gpb1_filter_unchecked(params, observations, inputs=None) -> FilterResult:
+    """``gpb1_filter`` on checked arrays (``check_inputs``); ``inputs`` (T, k) or None for a
+    model without inputs. Traceable (``jit``, ``vmap``, ``grad``)."""
     return _run(_gpb1_step, params, observations, no_inputs(params, observations, inputs))
 
 
 @jax.jit
-def _gpb2_filter(params, observations, inputs=None):
+def gpb2_filter_unchecked(params, observations, inputs=None) -> FilterResult:
+    """``gpb2_filter`` on checked arrays (``check_inputs``); ``inputs`` (T, k) or None for a
+    model without inputs. Traceable (``jit``, ``vmap``, ``grad``)."""
     return _run(_gpb2_step, params, observations, no_inputs(params, observations, inputs))
 
 
@@ -314,19 +320,19 @@ def imm_filter(params, observations, *, inputs=None) -> FilterResult:
     mu_{i|j} = Pi_ij pi_i / c_j, (m0_j, P0_j) = collapse_i(mu_{i|j}, m_i, P_i), then predict
     with (F_j, b_j, Q_j) and update with (H_j, R_j); pi_j' ~ c_j N(y_t; H_j m_j^-, S_j).
     """
-    return _imm_filter(*check_inputs(params, observations, inputs=inputs))
+    return imm_filter_unchecked(*check_inputs(params, observations, inputs=inputs))
 
 
 def gpb1_filter(params, observations, *, inputs=None) -> FilterResult:
     """Generalised pseudo-Bayesian filter of order 1: collapse all modes to one Gaussian, then
     predict and update under each new mode j; pi_j' ~ c_j N(y_t; H_j m_j^-, S_j)."""
-    return _gpb1_filter(*check_inputs(params, observations, inputs=inputs))
+    return gpb1_filter_unchecked(*check_inputs(params, observations, inputs=inputs))
 
 
 def gpb2_filter(params, observations, *, inputs=None) -> FilterResult:
     """Generalised pseudo-Bayesian filter of order 2: M^2 Kalman updates (i -> j), weights
     w_ij ~ pi_i Pi_ij N(y_t; H_j m_ij^-, S_ij), then for each j collapse over i."""
-    return _gpb2_filter(*check_inputs(params, observations, inputs=inputs))
+    return gpb2_filter_unchecked(*check_inputs(params, observations, inputs=inputs))
 
 
 for _f in (imm_filter, gpb1_filter, gpb2_filter):
@@ -390,7 +396,9 @@ def one_step_log_predictive(params, observations, *, method: str = "imm", inputs
 
 
 @jax.jit
-def _exact_filter(params, observations, histories, inputs=None):
+def exact_filter_unchecked(params, observations, histories, inputs=None) -> FilterResult:
+    """``exact_filter`` on checked arrays (``check_inputs``) and the (M^T, T) mode
+    ``histories`` (``all_histories``, as a JAX array); ``inputs`` (T, k) or None."""
     inputs = no_inputs(params, observations, inputs)
     log_trans = log_probabilities(params.transition_matrix)
     m = params.initial_probs.shape[0]
@@ -484,7 +492,7 @@ def exact_filter(params, observations, *, max_histories: int = 2**16, inputs=Non
             f"observations: the exact filter needs M^T = {m}^{t} histories, more than "
             f"max_histories = {max_histories}; use gpb2_filter or imm_filter for long series"
         )
-    return _exact_filter(params, obs, jnp.asarray(all_histories(m, t)), inputs)
+    return exact_filter_unchecked(params, obs, jnp.asarray(all_histories(m, t)), inputs)
 
 
 # ----------------------------------------------------------------------------- result checks
@@ -686,7 +694,8 @@ def check_filter_result(result, *, name: str | None = None, params=None):
 
 
 @jax.jit
-def _attention_as_imm_step(hidden, w_query, w_key, w_value):
+def attention_as_imm_step_unchecked(hidden, w_query, w_key, w_value):
+    """``attention_as_imm_step`` on checked arrays of one dtype."""
     m, d = hidden.shape
     d_v = w_value.shape[1]
     # the note's eq. (2): A_ij = exp<H_i Wq, H_j Wk> / sum_i' exp<H_i' Wq, H_j Wk>, no 1/sqrt(d)
@@ -750,7 +759,7 @@ def attention_as_imm_step(hidden, w_query, w_key, w_value) -> jax.Array:
         if not validation.is_traced(arr):
             validation.check_finite(name, arr)
     dtype = jnp.result_type(hidden, *mats.values())
-    return _attention_as_imm_step(
+    return attention_as_imm_step_unchecked(
         jnp.asarray(hidden, dtype), *(jnp.asarray(a, dtype) for a in mats.values())
     )
 
@@ -760,14 +769,19 @@ __all__ = [
     "SmootherResult",
     "all_histories",
     "attention_as_imm_step",
+    "attention_as_imm_step_unchecked",
     "check_filter_result",
     "collapse",
     "exact_filter",
+    "exact_filter_unchecked",
     "exact_smoother",
     "fixed_modes_smoother",
     "gpb1_filter",
+    "gpb1_filter_unchecked",
     "gpb2_filter",
+    "gpb2_filter_unchecked",
     "imm_filter",
+    "imm_filter_unchecked",
     "imm_mixing",
     "kalman_filter",
     "kalman_predict",

@@ -27,6 +27,7 @@ from ...models.switching import (
     check_params,
     step_offsets,
 )
+from .linalg import chol, mm, mv, solve_lower, solve_lower_t, symmetrise, transpose
 
 
 class FilterResult(NamedTuple):
@@ -47,11 +48,6 @@ class FilterResult(NamedTuple):
     mean: jax.Array
     cov: jax.Array
     log_likelihood: jax.Array
-
-
-def symmetrise(a):
-    """(A + A^T) / 2 over the last two axes."""
-    return 0.5 * (a + jnp.swapaxes(a, -1, -2))
 
 
 def log_probabilities(probs):
@@ -94,75 +90,6 @@ def moment_match(weights, means, covs):
     return mean, symmetrise(cov)
 
 
-# Small dense linear algebra written out in fused jnp operations (no LAPACK calls): inside the
-# scans over time the matrices are d x d and o x o, and on the CPU one library call per product,
-# factorisation or triangular solve costs more than the arithmetic. Above ``_SMALL`` rows the
-# unrolled loops would grow the program (and the d^3 broadcast products the memory traffic), so
-# the helpers fall back to the library routines. The choice is static (by shape).
-_SMALL = 8
-
-
-def _mm(a, b):
-    """a @ b for small matrices, as a broadcast product and a sum: XLA fuses it into the scan's
-    loop body, while a dot of tiny matrices on the CPU is a library call costing far more."""
-    if a.shape[-1] > _SMALL:
-        return a @ b
-    return jnp.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
-
-
-def _mv(a, v):
-    """a @ v for a small matrix a and vector v (see ``_mm``)."""
-    if a.shape[-1] > _SMALL:
-        return a @ v
-    return jnp.sum(a * v[..., None, :], axis=-1)
-
-
-def _t(a):
-    return jnp.swapaxes(a, -1, -2)
-
-
-def _chol(a):
-    """Lower Cholesky factor of a PD matrix (n, n), column by column."""
-    n = a.shape[-1]
-    if n > _SMALL:
-        return jnp.linalg.cholesky(a)
-    below = jnp.arange(n)
-    cols = []
-    for j in range(n):
-        v = a[:, j]
-        for k in range(j):
-            v = v - cols[k] * cols[k][j]
-        cols.append(jnp.where(below >= j, v / jnp.sqrt(v[j]), 0.0))
-    return jnp.stack(cols, axis=1)
-
-
-def _solve_lower(l, b):
-    """L^-1 b for lower-triangular L (n, n) and b (n,) or (n, k), by forward substitution."""
-    if l.shape[-1] > _SMALL:
-        return jax.scipy.linalg.solve_triangular(l, b, lower=True)
-    rows = []
-    for i in range(l.shape[-1]):
-        v = b[i]
-        for k in range(i):
-            v = v - l[i, k] * rows[k]
-        rows.append(v / l[i, i])
-    return jnp.stack(rows, axis=0)
-
-
-def _solve_lower_t(l, b):
-    """L^-T b for lower-triangular L, by back substitution."""
-    n = l.shape[-1]
-    if n > _SMALL:
-        return jax.scipy.linalg.solve_triangular(l, b, lower=True, trans="T")
-    rows = [None] * n
-    for i in reversed(range(n)):
-        v = b[i]
-        for k in range(i + 1, n):
-            v = v - l[k, i] * rows[k]
-        rows[i] = v / l[i, i]
-    return jnp.stack(rows, axis=0)
-
-
 def kalman_predict(mean, cov, dynamics, bias, dynamics_cov):
     """x_{t+1} | y_{1:t} ~ N(F m + b, F P F^T + Q)."""
     return dynamics @ mean + bias, symmetrise(dynamics @ cov @ dynamics.T + dynamics_cov)
@@ -198,22 +125,24 @@ def kalman_update(mean, cov, y, emission, emission_cov):
     leaves (m, P) unchanged and contributes 0 to the log-likelihood. R may be singular where S
     stays positive definite (an exactly observed coordinate with a random prediction).
     For small matrices the products, the factorisation and the solves are written out in fused
-    elementwise operations (faster on the CPU inside a scan than library calls); every filter,
-    smoother, the RBPF and the Gibbs sampler use this one update. Differentiable in all its
-    arguments where S is positive definite.
+    elementwise operations (``linalg``: faster on the CPU inside a scan than library calls);
+    every filter, smoother, the RBPF and the Gibbs sampler use this one update. Differentiable
+    in all its arguments where S is positive definite.
     """
     y, emission, emission_cov, observed = mask_emission(y, emission, emission_cov)
-    h_cov = _mm(emission, cov)
-    chol = _chol(symmetrise(_mm(h_cov, _t(emission)) + emission_cov))
-    resid = y - _mv(emission, mean)
-    gain = _t(_solve_lower_t(chol, _solve_lower(chol, h_cov)))  # P H' S^-1
-    new_mean = mean + _mv(gain, resid)
-    factor = jnp.eye(mean.shape[0], dtype=mean.dtype) - _mm(gain, emission)
-    new_cov = symmetrise(_mm(_mm(factor, cov), _t(factor)) + _mm(_mm(gain, emission_cov), _t(gain)))
-    white = _solve_lower(chol, resid)
+    h_cov = mm(emission, cov)
+    factor_s = chol(symmetrise(mm(h_cov, transpose(emission)) + emission_cov))
+    resid = y - mv(emission, mean)
+    gain = transpose(solve_lower_t(factor_s, solve_lower(factor_s, h_cov)))  # P H' S^-1
+    new_mean = mean + mv(gain, resid)
+    factor = jnp.eye(mean.shape[0], dtype=mean.dtype) - mm(gain, emission)
+    new_cov = symmetrise(
+        mm(mm(factor, cov), transpose(factor)) + mm(mm(gain, emission_cov), transpose(gain))
+    )
+    white = solve_lower(factor_s, resid)
     log_lik = (
         -0.5 * jnp.sum(white**2)
-        - jnp.sum(jnp.log(jnp.diagonal(chol)))
+        - jnp.sum(jnp.log(jnp.diagonal(factor_s)))
         - 0.5 * jnp.sum(observed) * jnp.log(2.0 * jnp.pi)
     )
     missing = ~jnp.any(observed)
@@ -234,7 +163,9 @@ def no_inputs(params: SwitchingParams, observations, inputs=None):
 
 
 @jax.jit
-def _kalman_filter(params: SwitchingParams, observations, inputs=None):
+def kalman_filter_unchecked(params: SwitchingParams, observations, inputs=None) -> FilterResult:
+    """``kalman_filter`` on checked arrays (``check_inputs``), M = 1; ``inputs`` (T, k) or None
+    for a model without inputs. Traceable (``jit``, ``vmap``, ``grad``)."""
     inputs = no_inputs(params, observations, inputs)
     f, q = params.dynamics_matrices[0], params.dynamics_covs[0]
     h, r = params.emission_matrices[0], params.emission_covs[0]
@@ -318,13 +249,14 @@ def kalman_filter(params: SwitchingParams, observations, *, inputs=None) -> Filt
         observations: (T, o); a NaN coordinate is missing (the update uses the observed ones).
         inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
     """
-    return _kalman_filter(*check_inputs(params, observations, num_modes=1, inputs=inputs))
+    return kalman_filter_unchecked(*check_inputs(params, observations, num_modes=1, inputs=inputs))
 
 
 __all__ = [
     "FilterResult",
     "check_inputs",
     "kalman_filter",
+    "kalman_filter_unchecked",
     "kalman_predict",
     "kalman_update",
     "log_normalise",
@@ -333,5 +265,4 @@ __all__ = [
     "moment_match",
     "no_inputs",
     "normalise_log_weights",
-    "symmetrise",
 ]

@@ -69,9 +69,11 @@ def _summarise(log_w, log_q, means, covs):
 
 
 @functools.partial(jax.jit, static_argnames=("num_particles",))
-def _rbpf(
+def rbpf_unchecked(
     key, params: SwitchingParams, observations, num_particles: int, ess_threshold, inputs=None
-):
+) -> FilterResult:
+    """``rbpf`` on checked arrays (``check_inputs``), ``ess_threshold`` in the data dtype;
+    ``num_particles`` static. ``jit``- and ``vmap``-able (not differentiable: ``rbpf``)."""
     inputs = no_inputs(params, observations, inputs)
     n = num_particles
     d = params.initial_means.shape[1]
@@ -195,7 +197,9 @@ def rbpf(
     elif not 0.0 <= float(ess_threshold) <= 1.0:
         raise ValueError(f"ess_threshold: must be in [0, 1], got {ess_threshold}")
     params, obs, inputs = check_inputs(params, observations, inputs=inputs)
-    return _rbpf(key, params, obs, num_particles, jnp.asarray(ess_threshold, obs.dtype), inputs)
+    return rbpf_unchecked(
+        key, params, obs, num_particles, jnp.asarray(ess_threshold, obs.dtype), inputs
+    )
 
 
-__all__ = ["rbpf", "systematic_resample"]
+__all__ = ["rbpf", "rbpf_unchecked", "systematic_resample"]

@@ -13,9 +13,9 @@
 
 The RTS step is written as a sum of PSD terms,
 P_t|T = (I - G F) P_t (I - G F)^T + G Q G^T + G P_{t+1|T} G^T, with the gain
-G = P_t F^T (F P_t F^T + Q)^+ from a symmetric (pseudo-)solve, so a singular Q works and the
-smoothed covariances stay symmetric PSD. Mode probabilities are handled in the log domain;
-mixtures are collapsed by moment matching: mean = sum w m,
+G = P_t F^T (F P_t F^T + Q)^+ from a symmetric (pseudo-)solve (``linalg.psd_solve``), so a
+singular Q works and the smoothed covariances stay symmetric PSD. Mode probabilities are
+handled in the log domain; mixtures are collapsed by moment matching: mean = sum w m,
 cov = sum w (P + (m - mean)(m - mean)^T).
 """
 
@@ -31,8 +31,8 @@ from ... import validation
 from ...models.switching import SwitchingParams, step_offsets
 from .kalman import (
     FilterResult,
-    _kalman_filter,
     check_inputs,
+    kalman_filter_unchecked,
     kalman_predict,
     kalman_update,
     log_normalise,
@@ -40,8 +40,8 @@ from .kalman import (
     moment_match,
     no_inputs,
     normalise_log_weights,
-    symmetrise,
 )
+from .linalg import psd_solve, symmetrise
 
 
 class SmootherResult(NamedTuple):
@@ -97,47 +97,6 @@ class SmootherMoments(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- building blocks
-
-
-def _psd_pinv(a):
-    """The pseudo-inverse of a symmetric PSD matrix (d, d), by eigendecomposition: eigenvalues
-    below d * eps * max eigenvalue count as zero."""
-    eig, vec = jnp.linalg.eigh(symmetrise(a))
-    cutoff = a.shape[-1] * jnp.finfo(a.dtype).eps * jnp.max(eig)
-    keep = eig > cutoff
-    inv = jnp.where(keep, 1.0 / jnp.where(keep, eig, 1.0), 0.0)
-    return (vec * inv) @ vec.T
-
-
-@jax.custom_jvp
-def psd_solve(a, b):
-    """A^+ B for symmetric PSD A (d, d) and B (d, k), by eigendecomposition.
-
-    Eigenvalues below d * eps * max eigenvalue count as zero, so this is the exact solve when A
-    is positive definite and the pseudo-inverse solve when it is singular.
-
-    Its derivative is that of the pseudo-inverse at constant rank (Golub and Pereyra 1973):
-    d(A^+) = -A^+ dA A^+ + A^+ A^+ dA (I - A A^+) + (I - A A^+) dA A^+ A^+ (= -A^-1 dA A^-1
-    for PD A), not the derivative of ``eigh``, which is NaN where A has a repeated eigenvalue
-    (the isotropic and axis-symmetric covariances of the scenarios), although A^+ B is smooth
-    there.
-    """
-    eig, vec = jnp.linalg.eigh(symmetrise(a))
-    cutoff = a.shape[-1] * jnp.finfo(a.dtype).eps * jnp.max(eig)
-    keep = eig > cutoff
-    inv = jnp.where(keep, 1.0 / jnp.where(keep, eig, 1.0), 0.0)
-    return vec @ (inv[:, None] * (vec.T @ b))
-
-
-@psd_solve.defjvp
-def _psd_solve_jvp(primals, tangents):
-    a, b = primals
-    da, db = tangents
-    pinv = _psd_pinv(a)
-    da = symmetrise(da)
-    null = jnp.eye(a.shape[-1], dtype=a.dtype) - symmetrise(a) @ pinv  # onto the null space
-    d_pinv = -pinv @ da @ pinv + pinv @ pinv @ da @ null + null @ da @ pinv @ pinv
-    return psd_solve(a, b), d_pinv @ b + pinv @ db
 
 
 def _rts_gain_step(filt_mean, filt_cov, next_mean, next_cov, dynamics, bias, dynamics_cov):
@@ -235,9 +194,11 @@ def _rts(params: SwitchingParams, f_means, f_covs, next_modes, next_biases, cros
 
 
 @jax.jit
-def _kalman_smoother(params: SwitchingParams, observations, inputs=None) -> SmootherResult:
+def kalman_smoother_unchecked(params: SwitchingParams, observations, inputs=None) -> SmootherResult:
+    """``kalman_smoother`` on checked arrays (``check_inputs``), M = 1; ``inputs`` (T, k) or
+    None for a model without inputs. Traceable (``jit``, ``vmap``, ``grad``)."""
     inputs = no_inputs(params, observations, inputs)
-    filtered = _kalman_filter(params, observations, inputs)
+    filtered = kalman_filter_unchecked(params, observations, inputs)
     zeros = jnp.zeros(observations.shape[0] - 1, dtype=jnp.int32)
     dyn_off, _ = _offsets(params, inputs)
     means, covs = _rts(params, filtered.mean, filtered.cov, zeros, dyn_off[1:, 0])
@@ -275,7 +236,9 @@ def kalman_smoother(params: SwitchingParams, observations, *, inputs=None) -> Sm
             ones).
         inputs: (T, k) u_{1:T}, required when ``params`` has input weights.
     """
-    return _kalman_smoother(*check_inputs(params, observations, num_modes=1, inputs=inputs))
+    return kalman_smoother_unchecked(
+        *check_inputs(params, observations, num_modes=1, inputs=inputs)
+    )
 
 
 # ----------------------------------------------------------------------------- exact
@@ -300,7 +263,8 @@ def _log_history_prior(params: SwitchingParams, histories):
 
 
 @jax.jit
-def _exact_smoother(params: SwitchingParams, observations, inputs=None) -> SmootherResult:
+def exact_smoother_unchecked(params: SwitchingParams, observations, inputs=None) -> SmootherResult:
+    """``exact_smoother`` on checked arrays (``check_inputs``; M^T histories, static)."""
     inputs = no_inputs(params, observations, inputs)
     m = params.initial_probs.shape[0]
     t_max = observations.shape[0]
@@ -356,7 +320,7 @@ def exact_smoother(
     params, obs, inputs = _check_enumeration(
         params, observations, inputs, max_histories, "kim_smoother"
     )
-    return _exact_smoother(params, obs, inputs)
+    return exact_smoother_unchecked(params, obs, inputs)
 
 
 def _check_enumeration(params, observations, inputs, max_histories, instead: str):
@@ -373,7 +337,10 @@ def _check_enumeration(params, observations, inputs, max_histories, instead: str
 
 
 @jax.jit
-def _exact_moments(params: SwitchingParams, observations, inputs=None) -> SmootherMoments:
+def exact_smoother_moments_unchecked(
+    params: SwitchingParams, observations, inputs=None
+) -> SmootherMoments:
+    """``exact_smoother_moments`` on checked arrays (``check_inputs``; M^T histories)."""
     inputs = no_inputs(params, observations, inputs)
     m = params.initial_probs.shape[0]
     hist = _histories(m, observations.shape[0])  # (K, T)
@@ -439,16 +406,18 @@ def exact_smoother_moments(
     params, obs, inputs = _check_enumeration(
         params, observations, inputs, max_histories, "kim_smoother_moments"
     )
-    return _exact_moments(params, obs, inputs)
+    return exact_smoother_moments_unchecked(params, obs, inputs)
 
 
 # ----------------------------------------------------------------------------- known modes
 
 
 @jax.jit
-def _fixed_modes_smoother(
+def fixed_modes_smoother_unchecked(
     params: SwitchingParams, observations, modes, inputs=None
 ) -> SmootherResult:
+    """``fixed_modes_smoother`` on checked arrays (``check_inputs``) and int32 ``modes`` (T,)
+    in [0, M)."""
     inputs = no_inputs(params, observations, inputs)
     log_lik, means, covs = _history_smoother(params, observations, inputs, modes)
     m = params.initial_probs.shape[0]
@@ -506,7 +475,7 @@ def fixed_modes_smoother(
             raise ValueError(f"modes: values must be in [0, {m}) (M = {m} modes)")
     elif tuple(modes.shape) != (t_max,):
         raise ValueError(f"modes: expected shape ({t_max},) (T), got {tuple(modes.shape)}")
-    return _fixed_modes_smoother(params, obs, jnp.asarray(modes, jnp.int32), inputs)
+    return fixed_modes_smoother_unchecked(params, obs, jnp.asarray(modes, jnp.int32), inputs)
 
 
 # ----------------------------------------------------------------------------- Kim (1994)
@@ -570,7 +539,10 @@ def _kim_pass(params: SwitchingParams, filtered: FilterResult, inputs, moments: 
 
 
 @jax.jit
-def _kim_smoother(params: SwitchingParams, filtered: FilterResult, inputs=None) -> SmootherResult:
+def kim_smoother_unchecked(
+    params: SwitchingParams, filtered: FilterResult, inputs=None
+) -> SmootherResult:
+    """``kim_smoother`` on checked arrays (``check_inputs``) and a checked ``filtered``."""
     inputs = no_inputs(params, filtered.mean, inputs)
     log_probs, means, covs = _kim_pass(params, filtered, inputs, moments=False)
     probs = normalise_log_weights(log_probs)
@@ -579,7 +551,11 @@ def _kim_smoother(params: SwitchingParams, filtered: FilterResult, inputs=None) 
 
 
 @jax.jit
-def _kim_moments(params: SwitchingParams, filtered: FilterResult, inputs=None):
+def kim_smoother_moments_unchecked(
+    params: SwitchingParams, filtered: FilterResult, inputs=None
+) -> SmootherMoments:
+    """``kim_smoother_moments`` on checked arrays (``check_inputs``) and a checked
+    ``filtered``; EM's E-step calls it with the filter's result."""
     inputs = no_inputs(params, filtered.mean, inputs)
     log_probs, means, covs, pair, prev_means, prev_covs, cross = _kim_pass(
         params, filtered, inputs, moments=True
@@ -680,7 +656,7 @@ def kim_smoother(
     params, obs, inputs = check_inputs(params, observations, inputs=inputs)
     m, d = params.initial_means.shape
     filtered = _check_filtered(filtered, obs.shape[0], m, d, obs.dtype)
-    return _kim_smoother(params, filtered, inputs)
+    return kim_smoother_unchecked(params, filtered, inputs)
 
 
 def kim_smoother_moments(
@@ -726,7 +702,7 @@ def kim_smoother_moments(
     params, obs, inputs = check_inputs(params, observations, inputs=inputs)
     m, d = params.initial_means.shape
     filtered = _check_filtered(filtered, obs.shape[0], m, d, obs.dtype)
-    return _kim_moments(params, filtered, inputs)
+    return kim_smoother_moments_unchecked(params, filtered, inputs)
 
 
 __all__ = [
@@ -734,10 +710,15 @@ __all__ = [
     "SmootherResult",
     "exact_smoother",
     "exact_smoother_moments",
+    "exact_smoother_moments_unchecked",
+    "exact_smoother_unchecked",
     "fixed_modes_smoother",
+    "fixed_modes_smoother_unchecked",
     "kalman_smoother",
+    "kalman_smoother_unchecked",
     "kim_smoother",
     "kim_smoother_moments",
-    "psd_solve",
+    "kim_smoother_moments_unchecked",
+    "kim_smoother_unchecked",
     "rts_step",
 ]

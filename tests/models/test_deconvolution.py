@@ -5,10 +5,12 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 import pytest
 from numpyro import handlers
 from numpyro.infer import Predictive
 from numpyro.infer.util import log_density
+from raising import jax_frames
 from scipy import integrate, special, stats
 from scipy.special import logsumexp
 
@@ -467,3 +469,263 @@ def test_dp_bad_arguments(kwargs, pattern, scalar_data):
 def test_model_dims_bad_prior():
     with pytest.raises(ValueError, match="^prior: "):
         model_dims(True, prior="bogus")
+
+
+# ----------------------------------------------------------------------------- bad input (issue 12)
+#
+# ``simulate``, ``get_measure``, ``check_measure`` and the model against NaN/inf, empty, complex
+# and wrong-rank arrays and bad scalars (with the older catalogue of the first release): a
+# ValueError starting with the argument's name, raised before any JAX tracing.
+
+X1 = np.array([-1.0, 0.5, 2.0, 3.0])  # (N,) with N = 4
+A1 = np.array([-1.0, 2.0])
+W1 = np.array([0.5, 0.5])
+X2 = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0]])  # (N, p) = (3, 2)
+X1_HUGE = np.array([-1.0, 0.5, 2.0, 1e160])  # a spread whose squares overflow
+X1_COMPLEX = X1 + 0j
+X_3D = np.zeros((3, 2, 2))
+X_NAN = np.array([-1.0, np.nan, 2.0, 3.0])
+
+
+def _seeded_model(*args, **kwargs):
+    """Run ``deconvolution_model`` under a seed handler (so a call that passes validation
+    samples instead of failing for want of a PRNG key)."""
+    return numpyro.handlers.seed(deconvolution_model, 0)(*args, **kwargs)
+
+
+def _bad_input_cases():
+    """(id, callable, anchored pattern)."""
+    cases = []
+
+    def add(label, call, pattern):
+        cases.append((label, call, pattern))
+
+    add(
+        "check_measure-atoms-inf",
+        lambda: check_measure("measure", DiscreteMeasure(np.array([0.0, np.inf]), W1)),
+        r"^measure\.atoms: ",
+    )
+    add(
+        "simulate-sigma-nan",
+        lambda: simulate(jax.random.key(0), "three-atoms", np.nan, 3),
+        "^sigma: ",
+    )
+    add(
+        "model-atom_loc-nan",
+        lambda: _seeded_model(X1, sigma=1.0, num_atoms=2, atom_loc=np.nan),
+        "^atom_loc: ",
+    )
+    add(
+        "model-atom_scale-inf",
+        lambda: _seeded_model(X1, sigma=1.0, num_atoms=2, atom_scale=np.inf),
+        "^atom_scale: ",
+    )
+    add("model-sigma-inf", lambda: _seeded_model(X1, sigma=np.inf, num_atoms=2), "^sigma: ")
+    add(
+        "check_measure-atoms-empty",
+        lambda: check_measure("measure", DiscreteMeasure(np.zeros(0), np.zeros(0))),
+        r"^measure\.atoms: ",
+    )
+    add("model-x-empty", lambda: _seeded_model(np.zeros(0), sigma=1.0, num_atoms=2), "^x: ")
+    add(
+        "simulate-measure-atoms-complex",
+        lambda: simulate(jax.random.key(0), DiscreteMeasure(A1 + 1j, W1), 1.0, 3),
+        r"^measure\.atoms: ",
+    )
+    add("model-x-complex", lambda: _seeded_model(X1_COMPLEX, sigma=1.0, num_atoms=2), "^x: ")
+    add("model-sigma-complex", lambda: _seeded_model(X1, sigma=1j, num_atoms=2), "^sigma: ")
+    add(
+        "check_measure-atoms-rank3",
+        lambda: check_measure("measure", DiscreteMeasure(np.zeros((2, 1, 1)), W1)),
+        r"^measure\.atoms: ",
+    )
+    add("model-x-rank3", lambda: _seeded_model(X_3D, sigma=1.0, num_atoms=2), "^x: ")
+    add(
+        "model-atom_loc-shape",
+        lambda: _seeded_model(X2, sigma=1.0, num_atoms=2, atom_loc=np.zeros(3)),
+        "^atom_loc: ",
+    )
+    add(
+        "simulate-sigma-str", lambda: simulate(jax.random.key(0), "three-atoms", "1", 3), "^sigma: "
+    )
+    add(
+        "simulate-sigma-vector",
+        lambda: simulate(jax.random.key(0), "three-atoms", W1, 3),
+        "^sigma: ",
+    )
+    add("model-sigma-vector", lambda: _seeded_model(X1, sigma=W1, num_atoms=2), "^sigma: ")
+    add(
+        "model-sigma-underflow",
+        lambda: _seeded_model(X1, sigma=1e-200, num_atoms=2),
+        "^sigma: ",
+    )
+    add(
+        "simulate-sigma-overflow",
+        lambda: simulate(jax.random.key(0), "three-atoms", 1e308, 50),
+        "^sigma: ",
+    )
+    add(
+        "model-x-huge",
+        lambda: _seeded_model(X1_HUGE, sigma=1.0, num_atoms=2),
+        "^x: ",
+    )
+    # --- attnbayes.models.deconvolution: simulate, get_measure, DiscreteMeasure, the model
+    for label, n in (("zero", 0), ("negative", -2), ("float", 2.5), ("bool", True)):
+        add(
+            f"simulate-num_points-{label}",
+            lambda n=n: simulate(jax.random.key(0), "three-atoms", 1.0, n),
+            "^num_points: ",
+        )
+    for label, key in (
+        ("int", 0),
+        ("float", np.zeros(2)),
+        ("none", None),
+        ("batch", jax.random.split(jax.random.key(0))),
+    ):
+        add(
+            f"simulate-key-{label}",
+            lambda key=key: simulate(key, "three-atoms", 1.0, 3),
+            "^key: ",
+        )
+    add(
+        "simulate-measure-tuple",
+        lambda: simulate(jax.random.key(0), (A1, W1), 1.0, 3),
+        "^measure: ",
+    )
+    add(
+        "simulate-measure-weights-len",
+        lambda: simulate(jax.random.key(0), DiscreteMeasure(A1, np.ones(3) / 3), 1.0, 3),
+        r"^measure\.weights: ",
+    )
+    add("get_measure-ring-num_atoms", lambda: get_measure("ring", num_atoms=0), "^num_atoms: ")
+    add("get_measure-ring-radius", lambda: get_measure("ring", radius=-1.0), "^radius: ")
+    add(
+        "get_measure-sparse-num_nonzero",
+        lambda: get_measure("sparse-means", num_nonzero=5, num_points=2),
+        "^num_nonzero: ",
+    )
+    add(
+        "get_measure-sparse-num_points",
+        lambda: get_measure("sparse-means", num_points=0),
+        "^num_points: ",
+    )
+    add(
+        "get_measure-sparse-mean-nan",
+        lambda: get_measure("sparse-means", mean=np.nan),
+        "^mean: ",
+    )
+    add(
+        "get_measure-unknown-setting",
+        lambda: get_measure("three-atoms", radius=2.0),
+        "^radius: ",
+    )
+    add("check_measure-not-a-measure", lambda: check_measure("measure", None), "^measure: ")
+    add(
+        "check_measure-weights-rank2",
+        lambda: check_measure("measure", DiscreteMeasure(A1, W1[None, :])),
+        r"^measure\.weights: ",
+    )
+    for label, k in (("float", 2.5), ("bool", True), ("negative", -1)):
+        add(
+            f"model-num_atoms-{label}",
+            lambda k=k: _seeded_model(X1, sigma=1.0, num_atoms=k),
+            "^num_atoms: ",
+        )
+    add(
+        "model-num_points-mismatch",
+        lambda: _seeded_model(X1, sigma=1.0, num_atoms=2, num_points=7),
+        "^num_points: ",
+    )
+    add(
+        "model-num_points-zero",
+        lambda: _seeded_model(None, sigma=1.0, num_atoms=2, num_points=0),
+        "^num_points: ",
+    )
+    add("model-dim-mismatch", lambda: _seeded_model(X2, sigma=1.0, num_atoms=2, dim=3), "^dim: ")
+    add("model-dim-scalar-data", lambda: _seeded_model(X1, sigma=1.0, num_atoms=2, dim=2), "^dim: ")
+    add(
+        "model-dim-zero",
+        lambda: _seeded_model(None, sigma=1.0, num_atoms=2, num_points=3, dim=0),
+        "^dim: ",
+    )
+    add(
+        "model-atom_scale-zero",
+        lambda: _seeded_model(X1, sigma=1.0, num_atoms=2, atom_scale=0.0),
+        "^atom_scale: ",
+    )
+    add(
+        "model-prior-none",
+        lambda: _seeded_model(X1, sigma=1.0, num_atoms=2, prior=None),
+        "^prior: ",
+    )
+    # --- the older catalogue
+    for sigma in (np.nan, np.inf, 0.0, -2.0):
+        add(
+            f"simulate-sigma-{sigma!r}-of-10-points",
+            lambda s=sigma: simulate(jax.random.key(0), "three-atoms", s, 10),
+            "^sigma: ",
+        )
+    for label, call, pattern in [
+        ("simulate-measure", lambda: simulate(jax.random.key(0), "bogus", 1.0, 5), "^measure: "),
+        ("get_measure", lambda: get_measure("bogus"), "^measure: "),
+        ("get_measure-not-str", lambda: get_measure(3), "^measure: "),
+        (
+            "simulate-measure-weights",
+            lambda: simulate(jax.random.key(0), DiscreteMeasure(A1, np.array([0.5, 0.6])), 1.0, 5),
+            r"^measure\.weights: ",
+        ),
+        (
+            "model-prior",
+            lambda: deconvolution_model(X1, sigma=1.0, num_atoms=2, prior="bogus"),
+            "^prior: ",
+        ),
+        ("model-sigma", lambda: deconvolution_model(X1, sigma=0, num_atoms=2), "^sigma: "),
+        (
+            "model-num_atoms",
+            lambda: deconvolution_model(X1, sigma=1.0, num_atoms=0),
+            "^num_atoms: ",
+        ),
+        (
+            "model-num_points",
+            lambda: deconvolution_model(None, sigma=1.0, num_atoms=2),
+            "^num_points: ",
+        ),
+        ("model-x-nan", lambda: deconvolution_model(X_NAN, sigma=1.0, num_atoms=2), "^x: "),
+        (
+            "model-x-list-nan",
+            lambda: deconvolution_model([0.1, float("nan")], sigma=1.0, num_atoms=2),
+            "^x: ",
+        ),
+        (
+            "model-concentration",
+            lambda: deconvolution_model(X1, sigma=1.0, num_atoms=2, concentration=-1.0),
+            "^concentration: ",
+        ),
+        (
+            "model-ordered-vector",
+            lambda: deconvolution_model(X2, sigma=1.0, num_atoms=2, ordered=True),
+            "^ordered: ",
+        ),
+    ]:
+        add(label, call, pattern)
+    return cases
+
+
+BAD_INPUT_CASES = _bad_input_cases()
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@pytest.mark.parametrize(
+    ("call", "pattern"), [c[1:] for c in BAD_INPUT_CASES], ids=[c[0] for c in BAD_INPUT_CASES]
+)
+def test_bad_input_is_refused_before_jax(call, pattern):
+    with pytest.raises(ValueError, match=pattern) as excinfo:
+        call()
+    # a plain ValueError, raised before any tracing (no JAX frames on the way)
+    assert type(excinfo.value) is ValueError
+    assert not jax_frames(excinfo)
+
+
+def test_bad_input_case_ids_are_unique():
+    ids = [c[0] for c in BAD_INPUT_CASES]
+    assert len(ids) == len(set(ids))

@@ -1,5 +1,6 @@
 """The switching state-space model: parameters, scenario, simulate, the brute-force reference
-(``switching_bruteforce``) and the NumPyro program against it."""
+(``switching_bruteforce``) and the NumPyro program against it; bad input to the scenarios, the
+simulator and the program refused before tracing (``switching_inputs``)."""
 
 import jax
 import jax.numpy as jnp
@@ -16,20 +17,30 @@ from switching_bruteforce import (
     log_posterior_density,
     random_switching_params,
 )
+from switching_inputs import (
+    BAD_KEYS,
+    KEY,
+    P2,
+    Y,
+    bad_params,
+    check_refused,
+    parametrize_cases,
+)
 
 from attnbayes.inference.switching.kalman import kalman_filter
+from attnbayes.models.kinematics import coordinated_turn, white_noise_acceleration
 from attnbayes.models.switching import (
     SwitchingParams,
     SwitchingPriors,
     check_params,
     check_priors,
-    coordinated_turn,
+    get_scenario,
     maneuvering_target,
     simulate,
+    simulate_unchecked,
     switching_dims,
     switching_log_joint,
     switching_model,
-    white_noise_acceleration,
 )
 
 
@@ -91,10 +102,8 @@ def test_simulate_shapes_and_laws():
 
 
 def simulate_jit(key, params):
-    from attnbayes.models.switching import _simulate
-
     arrays = SwitchingParams(*(jax.numpy.asarray(a) for a in check_params("params", params)))
-    return _simulate(key, arrays, jax.numpy.zeros((400, 0)))
+    return simulate_unchecked(key, arrays, jax.numpy.zeros((400, 0)))
 
 
 def test_simulate_public_entry_and_bad_input():
@@ -435,3 +444,75 @@ def test_priors_validation(priors, match):
     if isinstance(priors, SwitchingPriors):
         with pytest.raises(ValueError, match=match):
             check_priors("priors", priors, 2)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+# scenarios, the simulator, the NumPyro program (issue 12): refused before tracing, naming the
+# argument (``switching_inputs``)
+BAD_INPUT = [
+    (f"get_scenario-name-{label}", lambda n=name: get_scenario(n), ValueError, "^name: ")
+    for label, name in {"unknown": "bogus", "int": 3, "list": ["x"], "none": None}.items()
+]
+BAD_INPUT += [
+    (
+        f"get_scenario-{option}-{value!r}",
+        lambda o=option, v=value: get_scenario("maneuvering-target", **{o: v}),
+        ValueError,
+        f"^{option}: ",
+    )
+    for option, values in {
+        "measurement_sigma": (0.0, -1.0, np.nan, np.inf, "10"),
+        "dt": (0.0, -1.0, np.nan),
+        "sigma_a": ((0.1,), (0.1, -1.0), (0.1, np.nan), "ab", 0.5),
+        "turn_rate_deg": (np.nan, "3"),
+        "turn_rates_deg": ((3.0, np.inf), "3", 3.0),
+        "process_noise": ("bogus", None),
+    }.items()
+    for value in values
+]
+BAD_INPUT += [
+    (
+        "get_scenario-unknown-option",
+        lambda: get_scenario("maneuvering-target", bogus=1),
+        TypeError,
+        "^bogus: not an option of scenario 'maneuvering-target'",
+    ),
+    *(
+        (f"simulate-key-{label}", lambda k=key: simulate(k, P2, 3), ValueError, "^key: ")
+        for label, key in BAD_KEYS.items()
+    ),
+    *(
+        (f"simulate-num_steps-{n!r}", lambda n=n: simulate(KEY, P2, n), ValueError, "^num_steps: ")
+        for n in (0, -3, 2.0, True, None)
+    ),
+    *(
+        (f"simulate-params-{label}", lambda b=bad: simulate(KEY, b, 3), ValueError, pattern)
+        for label, (bad, pattern) in bad_params(P2).items()
+    ),
+    (
+        "switching_model-params-transition",
+        lambda: switching_model(Y, params=bad_params(P2)["transition-rows-sum"][0]),
+        ValueError,
+        r"^params\.transition_matrix: ",
+    ),
+]
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@parametrize_cases(BAD_INPUT)
+def test_bad_input_raises_before_jax(call, error, pattern):
+    """Every case refused before tracing (``switching_inputs``), naming the argument."""
+    check_refused(call, error, pattern)
+
+
+def test_scenario_options_still_work():
+    """The checks on maneuvering_target's options leave valid values alone."""
+    three = get_scenario("maneuvering-target", turn_rates_deg=[3.0, -3.0], sigma_a=[0.2, 0.0])
+    assert np.asarray(three.transition_matrix).shape == (3, 3)
+    np.testing.assert_allclose(
+        three.dynamics_covs[0],
+        0.04 * get_scenario("maneuvering-target", sigma_a=(1.0, 1.0)).dynamics_covs[0],
+    )
+    one = get_scenario("maneuvering-target-cwna", turn_rates_deg=(), dt=np.float64(0.5))
+    assert np.asarray(one.initial_probs).shape == (1,)

@@ -1,12 +1,17 @@
 """Softmax, sparsemax and entmax as regularised argmax over the simplex: known vectors, the
-variational problem against an independent solver, the LP limit, and custom JVPs."""
+variational problem against an independent solver, the LP limit, and custom JVPs; bad input
+(issue 12)."""
+
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from bad_values import BAD_ALPHAS, BAD_NAMES, BAD_TEMPERATURES, bad_arrays
 from jax.test_util import check_grads
+from raising import jax_frames
 from scipy.optimize import minimize
 
 from attnbayes.inference.attention.simplex import (
@@ -14,6 +19,7 @@ from attnbayes.inference.attention.simplex import (
     entmax_bisect,
     regularised_argmax,
     regularised_objective,
+    regulariser_value,
     softmax,
     sparsemax,
 )
@@ -183,3 +189,202 @@ def test_regularised_argmax_jits_over_the_temperature():
     s = jnp.array([0.3, 1.2, -0.5])
     jitted = jax.jit(lambda t: regularised_argmax(s, "gini", temperature=t))
     np.testing.assert_allclose(jitted(0.7), regularised_argmax(s, "gini", temperature=0.7))
+
+
+# ----------------------------------------------------------------------------- bad input (issue 12)
+#
+# Every weight map of this module against NaN / inf, empty, wrong-rank, complex and non-numeric
+# scores, bad temperatures, alphas, axes, names and scores whose division by the temperature
+# overflows: refused with a ValueError naming the argument before any JAX tracing (finding 4:
+# ``regularised_argmax`` refuses empty and complex scores by name; a fully masked row gets zero
+# weights at temperature 0 as at temperature > 0).
+
+S = np.array([-2.0, 0.0, 0.5])  # scores (K,) = (3,)
+P3 = np.array([0.2, 0.3, 0.5])  # a point of the simplex
+
+
+def _simplex_maps():
+    """Every weight map of attnbayes.inference.attention.simplex, as f(scores, temperature=...,
+    axis=...)."""
+    return {
+        "softmax": softmax,
+        "sparsemax": sparsemax,
+        "entmax15": entmax15,
+        "entmax_bisect": lambda s, **kw: entmax_bisect(s, 1.3, **kw),
+        "regularised_argmax-shannon": lambda s, **kw: regularised_argmax(s, "shannon", **kw),
+        "regularised_argmax-gini": lambda s, **kw: regularised_argmax(s, "gini", **kw),
+        "regularised_argmax-tsallis": lambda s, **kw: regularised_argmax(s, "tsallis", 1.5, **kw),
+        "regularised_argmax-t0": lambda s, **kw: regularised_argmax(
+            s, "gini", **{"temperature": 0.0, **kw}
+        ),
+    }
+
+
+def _cases():
+    """(id, callable, anchored pattern)."""
+    cases = []
+
+    def add(label, call, pattern):
+        cases.append((label, call, pattern))
+
+    # -------------------------------------------------------- attnbayes.inference.attention.simplex
+    for fn_name, fn in _simplex_maps().items():
+        for label, s in bad_arrays(S, wrong_rank=np.float64(1.0), neg_inf_allowed=True).items():
+            if label == "ragged":
+                continue
+            add(f"{fn_name}-scores-{label}", lambda fn=fn, s=s: fn(s), "^scores: ")
+        for label, t in BAD_TEMPERATURES.items():
+            add(
+                f"{fn_name}-temperature-{label}",
+                lambda fn=fn, t=t: fn(S, temperature=t),
+                "^temperature: ",
+            )
+        add(f"{fn_name}-axis-range", lambda fn=fn: fn(S, axis=3), "^axis: ")
+        add(f"{fn_name}-axis-float", lambda fn=fn: fn(S, axis=0.5), "^axis: ")
+        add(f"{fn_name}-axis-none", lambda fn=fn: fn(S, axis=None), "^axis: ")
+        if fn_name != "regularised_argmax-t0":
+            # float32 scores whose division by the temperature overflows float32
+            big = np.array([3e38, 0.0], np.float32)
+            add(
+                f"{fn_name}-temperature-overflow",
+                lambda fn=fn, big=big: fn(big, temperature=0.5),
+                "^temperature: .*float32",
+            )
+            # a temperature below the smallest normal number is flushed to zero by XLA
+            add(
+                f"{fn_name}-temperature-subnormal",
+                lambda fn=fn: fn(np.zeros(3), temperature=1e-320),
+                "^temperature: ",
+            )
+    for fn_name in ("softmax", "sparsemax", "entmax15", "entmax_bisect"):
+        fn = _simplex_maps()[fn_name]
+        add(f"{fn_name}-temperature-zero", lambda fn=fn: fn(S, temperature=0.0), "^temperature: ")
+    for label, a in BAD_ALPHAS.items():
+        add(f"entmax_bisect-alpha-{label}", lambda a=a: entmax_bisect(S, a), "^alpha: ")
+        add(
+            f"regularised_argmax-alpha-{label}",
+            lambda a=a: regularised_argmax(S, "tsallis", a),
+            "^alpha: ",
+        )
+        add(
+            f"regularised_objective-alpha-{label}",
+            lambda a=a: regularised_objective(P3, S, "tsallis", a),
+            "^alpha: ",
+        )
+        add(
+            f"regulariser_value-alpha-{label}",
+            lambda a=a: regulariser_value(P3, "tsallis", a),
+            "^alpha: ",
+        )
+    add("regularised_argmax-alpha-missing", lambda: regularised_argmax(S, "tsallis"), "^alpha: ")
+    add(
+        "regularised_argmax-alpha-unused",
+        lambda: regularised_argmax(S, "shannon", alpha=2.0),
+        "^alpha: ",
+    )
+    for label, n in {"zero": 0, "negative": -2, "float": 2.5, "bool": True, "str": "5"}.items():
+        add(
+            f"entmax_bisect-num_iters-{label}",
+            lambda n=n: entmax_bisect(S, 1.5, num_iters=n),
+            "^num_iters: ",
+        )
+    for label, name in BAD_NAMES.items():
+        add(
+            f"regularised_argmax-regulariser-{label}",
+            lambda name=name: regularised_argmax(S, name),
+            "^regulariser: ",
+        )
+        add(
+            f"regularised_argmax-regulariser-{label}-t0",
+            lambda name=name: regularised_argmax(S, name, temperature=0.0),
+            "^regulariser: ",
+        )
+        add(
+            f"regularised_objective-regulariser-{label}",
+            lambda name=name: regularised_objective(P3, S, name),
+            "^regulariser: ",
+        )
+        add(
+            f"regularised_objective-regulariser-{label}-t0",
+            lambda name=name: regularised_objective(P3, S, name, temperature=0.0),
+            "^regulariser: ",
+        )
+        add(
+            f"regulariser_value-regulariser-{label}",
+            lambda name=name: regulariser_value(P3, name),
+            "^regulariser: ",
+        )
+    for label, p in bad_arrays(P3, wrong_rank=np.float64(0.5)).items():
+        if label == "ragged":
+            continue
+        add(f"regularised_objective-p-{label}", lambda p=p: regularised_objective(p, S), "^p: ")
+        add(f"regulariser_value-p-{label}", lambda p=p: regulariser_value(p), "^p: ")
+    add("regularised_objective-p-shape", lambda: regularised_objective(P3[:2], S), "^p: ")
+    for label, s in bad_arrays(S, wrong_rank=np.float64(1.0), neg_inf_allowed=True).items():
+        if label == "ragged":
+            continue
+        add(
+            f"regularised_objective-scores-{label}",
+            lambda s=s: regularised_objective(P3, s),
+            "^scores: ",
+        )
+    for label, t in BAD_TEMPERATURES.items():
+        add(
+            f"regularised_objective-temperature-{label}",
+            lambda t=t: regularised_objective(P3, S, temperature=t),
+            "^temperature: ",
+        )
+    add("regulariser_value-axis", lambda: regulariser_value(P3, axis=2), "^axis: ")
+    return cases
+
+
+CASES = _cases()
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@pytest.mark.parametrize(("call", "pattern"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_before_jax(call, pattern):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NumPy's ComplexWarning and the like: not the point
+        with pytest.raises(ValueError, match=pattern) as excinfo:
+            call()
+    # A plain ValueError (not one of JAX's subclasses), raised before JAX ran.
+    assert type(excinfo.value) is ValueError
+    assert not jax_frames(excinfo)
+
+
+def test_case_ids_are_unique():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize(
+    ("regulariser", "alpha"),
+    [("shannon", None), ("gini", None), ("tsallis", 1.5), ("tsallis", 1.3)],
+)
+def test_fully_masked_row_gets_zero_weights_at_every_temperature(regulariser, alpha):
+    """All zeros, as the maps document for temperature > 0 (at 0 the vertex was e_0)."""
+    s = np.array([[-np.inf, -np.inf, -np.inf], [0.0, -np.inf, 1.0], [2.0, 2.0, -np.inf]])
+    expected = np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    vertex = np.asarray(regularised_argmax(s, regulariser, alpha, temperature=0.0))
+    np.testing.assert_array_equal(vertex, expected)
+    warm = np.asarray(regularised_argmax(s, regulariser, alpha, temperature=0.7))
+    np.testing.assert_array_equal(warm[0], vertex[0])
+    # along another axis too
+    vertex_t = np.asarray(regularised_argmax(s.T, regulariser, alpha, temperature=0.0, axis=0))
+    np.testing.assert_array_equal(vertex_t, expected.T)
+
+
+@pytest.mark.parametrize(
+    ("scores", "pattern"),
+    [
+        (np.zeros(0), "^scores: "),
+        (np.zeros((2, 0)), "^scores: "),
+        (np.array([1.0 + 1j, 0.0]), "^scores: "),
+    ],
+)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_regularised_argmax_refuses_empty_and_complex_scores(scores, pattern, temperature):
+    with pytest.raises(ValueError, match=pattern) as excinfo:
+        regularised_argmax(scores, "gini", temperature=temperature)
+    assert type(excinfo.value) is ValueError

@@ -1,66 +1,19 @@
-"""Permutation-invariant summaries and the side-by-side comparison table."""
+"""The side-by-side comparison of deconvolution methods: the tidy table, its argument checks,
+James-Stein, the held-out predictive density, and the 1-D Wasserstein distance."""
 
-import arviz as az
-import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from raising import jax_frames
+from scipy.stats import wasserstein_distance
 
 from attnbayes.inference.deconvolution import em
-from attnbayes.inference.deconvolution.comparison import METHODS, compare_deconvolution
-from attnbayes.inference.deconvolution.invariants import add_invariants, measure_cdf
+from attnbayes.inference.deconvolution.comparison import (
+    METHODS,
+    compare_deconvolution,
+    wasserstein1,
+)
 from attnbayes.models.deconvolution import DiscreteMeasure
-
-
-def _fake_posterior(atoms, weights):
-    """A DataTree whose every draw is the same measure (chains x draws = 2 x 2000)."""
-    reps = (2, 2000)
-    return az.from_dict(
-        {
-            "posterior": {
-                "atoms": np.broadcast_to(atoms, (*reps, *atoms.shape)).copy(),
-                "weights": np.broadcast_to(weights, (*reps, *weights.shape)).copy(),
-            }
-        },
-        dims={"atoms": ["atom"], "weights": ["atom"]},
-    )
-
-
-def test_measure_cdf_brute_force():
-    rng = np.random.default_rng(1)
-    atoms, w = rng.normal(size=(4, 6)), rng.dirichlet(np.ones(6), size=4)
-    t = np.linspace(-3, 3, 17)
-    expected = np.array([[w[s][atoms[s] <= ti].sum() for ti in t] for s in range(4)])
-    np.testing.assert_allclose(measure_cdf(atoms, w, t), expected, atol=1e-14)
-
-
-def test_add_invariants_per_draw_quantities():
-    x = np.array([-2.5, -0.3, 0.2, 2.9, 3.4])
-    atoms, weights = np.array([-2.0, 0.0, 3.0]), np.array([0.5, 0.3, 0.2])
-    dt = add_invariants(_fake_posterior(atoms, weights), x, 1.0, jax.random.PRNGKey(0))
-    post = dt["posterior"]
-    zm = np.asarray(em.posterior_mean(x, atoms, weights, 1.0))
-    np.testing.assert_allclose(post["z_mean"].values, np.broadcast_to(zm, (2, 2000, 5)))
-    np.testing.assert_allclose(
-        post["nu_cdf"].values[0, 0], measure_cdf(atoms, weights, post["cdf_point"].values)
-    )
-    # z_draw ~ sum_k A_ik delta(mu_k): frequencies within 4 binomial standard errors
-    resp = np.asarray(em.responsibilities(x, atoms, weights, 1.0))
-    draws = post["z_draw"].values.reshape(-1, 5)
-    for i in range(5):
-        freq = np.array([(draws[:, i] == a).mean() for a in atoms])
-        se = np.sqrt(resp[i] * (1 - resp[i]) / draws.shape[0]) + 1e-12
-        assert np.all(np.abs(freq - resp[i]) <= 4 * se + 1e-3), i
-    assert "log_lik_total" not in post  # no log_likelihood group in this fake
-
-
-def test_add_invariants_vector_data_shapes():
-    x = np.random.default_rng(2).normal(size=(7, 2))
-    atoms, weights = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([0.4, 0.6])
-    dt = add_invariants(_fake_posterior(atoms, weights), x, 0.7, jax.random.PRNGKey(1))
-    assert dt["posterior"]["z_mean"].dims == ("chain", "draw", "point", "coord")
-    assert "nu_cdf" not in dt["posterior"]
-    with pytest.raises(ValueError, match="^x"):
-        add_invariants(_fake_posterior(atoms, weights), x[:, :1], 0.7, jax.random.PRNGKey(1))
 
 
 @pytest.mark.slow  # statistical; shares the slow three-atom comparison
@@ -214,3 +167,68 @@ def test_method_kwargs_checked():
         compare_deconvolution(None, x[:3], 1.0, methods="james-stein")
     with pytest.raises(ValueError, match="^num_atoms_dp"):
         compare_deconvolution(None, x, 1.0, methods="james-stein", num_atoms_dp=1)
+
+
+COMPARE_X1 = np.array([-1.0, 0.5, 2.0, 3.0])
+COMPARE_BAD_CALLS = {  # the older bad-input catalogue's cases of the comparison
+    "compare-methods": (
+        lambda: compare_deconvolution(None, COMPARE_X1, 1.0, methods=("bogus",)),
+        "^methods: ",
+    ),
+    "compare-nuts-key": (
+        lambda: compare_deconvolution(None, COMPARE_X1, 1.0, methods=("nuts",)),
+        "^key: ",
+    ),
+    "compare-oracle": (
+        lambda: compare_deconvolution(None, COMPARE_X1, 1.0, methods=("oracle",)),
+        "^true_measure: ",
+    ),
+    "compare-x-nan": (
+        lambda: compare_deconvolution(None, np.array([-1.0, np.nan, 2.0, 3.0]), 1.0),
+        "^x: ",
+    ),
+}
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@pytest.mark.parametrize("label", list(COMPARE_BAD_CALLS))
+def test_bad_input_is_refused_before_jax(label):
+    """A ValueError naming the argument, raised before JAX runs."""
+    call, pattern = COMPARE_BAD_CALLS[label]
+    with pytest.raises(ValueError, match=pattern) as excinfo:
+        call()
+    assert type(excinfo.value) is ValueError
+    assert not jax_frames(excinfo)
+
+
+# ----------------------------------------------------------------------------- wasserstein1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_wasserstein1_matches_scipy(seed):
+    rng = np.random.default_rng(seed)
+    ka, kb = rng.integers(1, 8, size=2)
+    a = rng.normal(0, 2, ka)
+    b = rng.normal(0.5, 1, kb)
+    if seed % 2:  # shared atoms (ties across the two measures)
+        b[: min(ka, kb)] = a[: min(ka, kb)]
+    wa = rng.dirichlet(np.ones(ka))
+    wb = rng.dirichlet(np.ones(kb))
+    expected = wasserstein_distance(a, b, wa, wb)
+    np.testing.assert_allclose(wasserstein1(a, wa, b, wb), expected, rtol=1e-12, atol=1e-14)
+    # Symmetric, zero on itself, accepts (K, 1) atoms and JAX arrays.
+    np.testing.assert_allclose(wasserstein1(b, wb, a, wa), expected, rtol=1e-12, atol=1e-14)
+    assert wasserstein1(a, wa, a, wa) == 0.0
+    np.testing.assert_allclose(
+        wasserstein1(jnp.asarray(a[:, None]), jnp.asarray(wa), b[:, None], wb),
+        expected,
+        rtol=1e-12,
+        atol=1e-14,
+    )
+
+
+def test_wasserstein1_point_masses():
+    assert wasserstein1([1.0], [1.0], [3.5], [1.0]) == pytest.approx(2.5, rel=1e-15)
+    # Moving mass 0.3 from 0 to 2: W1 = 0.6.
+    got = wasserstein1([0.0, 2.0], [1.0, 0.0], [0.0, 2.0], [0.7, 0.3])
+    assert got == pytest.approx(0.6, rel=1e-14)

@@ -743,7 +743,7 @@ def test_gibbs_agrees_with_nuts_on_invariants(three_atom_data, three_atom_compar
         assert layout[group] == actual[group], group
     assert layout["posterior"] == {k: actual["posterior"][k] for k in ("atoms", "weights")}
     assert layout["sample_stats"]["lp"] == actual["sample_stats"]["lp"]
-    dt = add_invariants(dt, x, 1.0, jax.random.PRNGKey(12))
+    dt = add_invariants(jax.random.PRNGKey(12), dt, x, 1.0)
     invariants = [v for v in INVARIANT_NAMES if v in nuts["posterior"]]
     assert set(invariants) == {"z_mean", "nu_cdf", "log_lik_total"}
     diag = diagnostics(dt, var_names=invariants)

@@ -9,10 +9,12 @@ two problem shapes (1-D: N = 200, G = 40; 2-D: N = 150, G = 40) so each solver c
 import jax
 import numpy as np
 import pytest
+from raising import jax_frames
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 from scipy.stats import norm
 
+from attnbayes import validation
 from attnbayes.inference.deconvolution import em
 from attnbayes.inference.deconvolution.kiefer_wolfowitz import (
     NPMLEResult,
@@ -358,3 +360,253 @@ def test_bad_input_names_the_argument(label):
     call, name = BAD_CALLS[label]
     with pytest.raises(ValueError, match=rf"^{name}: "):
         call()
+
+
+# ----------------------------------------------------------------------------- bad input (issue 12)
+#
+# Every public function of ``kiefer_wolfowitz`` against huge values (finding 2: spreads whose
+# squared distances overflow), NaN/inf, empty, complex and wrong-rank arrays and bad scalars:
+# a ValueError starting with the argument's name, raised before any JAX tracing.
+
+# the NPMLE's share of the bad-input catalogue of issue 12 (as ``test_em``'s, for EM)
+A1 = np.array([-1.0, 2.0])
+W1 = np.array([0.5, 0.5])
+A2 = np.array([[0.0, 0.0], [1.0, 1.0]])
+GRID1 = INSIDE
+FIT1 = FIT
+HUGE64 = 1e160
+HUGE32 = np.float32(1e20)
+X1_HUGE = np.array([-1.0, 0.5, 2.0, HUGE64])
+X1_HUGE32 = np.array([-1.0, 0.5, 2.0, HUGE32], np.float32)
+X1_COMPLEX = X1 + 0j
+X_3D = np.zeros((3, 2, 2))
+
+
+def _x64_off(fn, *args, **kwargs):
+    """Call ``fn`` with jax_enable_x64 off (float64 input is then computed in float32)."""
+    with jax.enable_x64(False):
+        return fn(*args, **kwargs)
+
+
+def _data_entry_points(x, sigma):
+    """Every public NPMLE function that takes data and sigma (and makes its own grid)."""
+    return {
+        "npmle": lambda: npmle(x, sigma, max_iters=2),
+        "npmle-em": lambda: npmle(x, sigma, method="em", max_iters=2),
+        "npmle_posterior": lambda: npmle_posterior(x, sigma, FIT1),
+    }
+
+
+# bad sigma where the older catalogue does not look
+BAD_SIGMAS = {
+    "zero": 0.0,
+    "negative": -1.0,
+    "nan": np.nan,
+    "str": "1.0",
+    "vector": np.ones(2),
+    "bool": True,
+    "none": None,
+    "underflow": 1e-300,
+}
+
+
+def _bad_input_cases():
+    """(id, callable, anchored pattern)."""
+    cases = []
+
+    def add(label, call, pattern):
+        cases.append((label, call, pattern))
+
+    x_nan = np.array([-1.0, np.nan, 2.0, 3.0])
+    beyond = np.array([1e39, 1e39, 1e39])  # beyond float32's range, computed in float32
+    for fn, call in _data_entry_points(X1_HUGE, 1.0).items():
+        add(f"{fn}-x-huge", call, r"^x: spread .* exceeds")
+    for fn, call in _data_entry_points(X1_HUGE32, 1.0).items():
+        add(f"{fn}-x-huge-float32", call, r"^x: spread .* exceeds .* for float32")
+    # sigma small enough that the spread in units of sigma overflows (1 / sigma^2 is finite)
+    for fn, call in _data_entry_points(X1, 1e-153).items():
+        add(f"{fn}-x-spread-by-sigma", call, r"^x: spread .* exceeds")
+    add(
+        "npmle_gradient-x-huge",
+        lambda: npmle_gradient(X1_HUGE, 1.0, GRID1, np.full(5, 0.2)),
+        "^x: spread",
+    )
+    add(
+        "npmle_gradient-grid-huge",
+        lambda: npmle_gradient(X1, 1.0, np.array([0.0, HUGE64]), W1),
+        "^grid: spread",
+    )
+    add(
+        "npmle_posterior-result-atoms-huge",
+        lambda: npmle_posterior(
+            X1, 1.0, FIT1._replace(atoms=np.array([0.0, 1.0, 2.0, 3.0, HUGE64]))
+        ),
+        r"^result\.atoms: spread",
+    )
+    add(
+        "default_grid-x-spread-overflows",
+        lambda: default_grid(np.array([-1e308, 1e308])),
+        "^x: ",
+    )
+    add("npmle-x-beyond-float32", lambda: _x64_off(npmle, beyond, 1.0), "^x: values")
+    add(
+        "npmle_gradient-grid-beyond-float32",
+        lambda: _x64_off(npmle_gradient, X1, 1.0, np.array([0.0, 1e39]), W1),
+        "^grid: values",
+    )
+    add("npmle-x-inf", lambda: npmle(np.append(X1, np.inf), 1.0), "^x: ")
+    add("npmle-sigma-inf", lambda: npmle(X1, np.inf), "^sigma: ")
+    add("npmle_gradient-x-nan", lambda: npmle_gradient(x_nan, 1.0, GRID1, np.full(5, 0.2)), "^x: ")
+    add("npmle_gradient-grid-inf", lambda: npmle_gradient(X1, 1.0, [0.0, np.inf], W1), "^grid: ")
+    add(
+        "npmle_gradient-weights-nan",
+        lambda: npmle_gradient(X1, 1.0, A1, [np.nan, 1.0]),
+        "^weights: ",
+    )
+    add("npmle_posterior-x-nan", lambda: npmle_posterior(x_nan, 1.0, FIT1), "^x: ")
+    add(
+        "npmle_posterior-result-atoms-nan",
+        lambda: npmle_posterior(X1, 1.0, FIT1._replace(atoms=np.append(GRID1[:-1], np.nan))),
+        r"^result\.atoms: ",
+    )
+    add(
+        "npmle_posterior-result-weights-nan",
+        lambda: npmle_posterior(
+            X1, 1.0, FIT1._replace(weights=np.append(np.full(4, 0.25), np.nan))
+        ),
+        r"^result\.weights: ",
+    )
+    add(
+        "npmle_posterior-probs-nan",
+        lambda: npmle_posterior(X1, 1.0, FIT1, probs=(np.nan,)),
+        "^probs: ",
+    )
+    add("default_grid-x-nan", lambda: default_grid(x_nan), "^x: ")
+    add("default_grid-x-inf-2d", lambda: default_grid(np.array([[0.0, np.inf]])), "^x: ")
+    add("npmle-x-empty-2d", lambda: npmle(np.zeros((0, 2)), 1.0), "^x: ")
+    add(
+        "npmle_gradient-grid-empty",
+        lambda: npmle_gradient(X1, 1.0, np.zeros(0), np.zeros(0)),
+        "^grid: ",
+    )
+    add("npmle_posterior-x-empty", lambda: npmle_posterior(np.zeros(0), 1.0, FIT1), "^x: ")
+    add("default_grid-x-empty", lambda: default_grid(np.zeros(0)), "^x: ")
+    add("npmle-x-complex", lambda: npmle(X1_COMPLEX, 1.0), "^x: ")
+    add("npmle-grid-complex", lambda: npmle(X1, 1.0, grid=GRID1 + 0j), "^grid: ")
+    add(
+        "npmle_gradient-weights-complex", lambda: npmle_gradient(X1, 1.0, A1, W1 + 0j), "^weights: "
+    )
+    add("npmle_posterior-x-complex", lambda: npmle_posterior(X1_COMPLEX, 1.0, FIT1), "^x: ")
+    add("default_grid-x-complex", lambda: default_grid(X1_COMPLEX), "^x: ")
+    add("npmle_gradient-x-rank3", lambda: npmle_gradient(X_3D, 1.0, A2, W1), "^x: ")
+    add(
+        "npmle_gradient-grid-rank3",
+        lambda: npmle_gradient(X2, 1.0, np.zeros((2, 2, 1)), W1),
+        "^grid: ",
+    )
+    add(
+        "npmle_gradient-weights-rank2",
+        lambda: npmle_gradient(X1, 1.0, A1, W1[None, :]),
+        "^weights: ",
+    )
+    add("npmle_posterior-x-rank3", lambda: npmle_posterior(X_3D, 1.0, FIT1), "^x: ")
+    add(
+        "npmle_posterior-x-2d-for-1d-fit",
+        lambda: npmle_posterior(X2, 1.0, FIT1),
+        r"^result\.atoms: ",
+    )
+    add("default_grid-x-rank3", lambda: default_grid(X_3D), "^x: ")
+    for label, m in (("float", 2.5), ("bool", True), ("negative", -3)):
+        add(f"npmle-max_iters-{label}", lambda m=m: npmle(X1, 1.0, max_iters=m), "^max_iters: ")
+    for label, t in (("negative", -1.0), ("inf", np.inf), ("str", "1e-6"), ("bool", True)):
+        add(f"npmle-tol-{label}", lambda t=t: npmle(X1, 1.0, tol=t), "^tol: ")
+    for label, g in (("one", 1), ("zero", 0), ("float", 2.5), ("bool", True), ("str", "30")):
+        add(f"default_grid-grid_size-{label}", lambda g=g: default_grid(X1, g), "^grid_size: ")
+    add("npmle-grid_size-bool", lambda: npmle(X1, 1.0, grid_size=True), "^grid_size: ")
+    add("npmle-grid-str", lambda: npmle(X1, 1.0, grid="auto"), "^grid: ")
+    add("npmle-grid-rank3", lambda: npmle(X2, 1.0, grid=np.zeros((2, 2, 1))), "^grid: ")
+    add("npmle-method-none", lambda: npmle(X1, 1.0, method=None), "^method: ")
+    add(
+        "npmle-target-str",
+        lambda: npmle(X1, 1.0, target_log_likelihood="0"),
+        "^target_log_likelihood: ",
+    )
+    add("npmle_gradient-grid-str", lambda: npmle_gradient(X1, 1.0, "auto", W1), "^grid: ")
+    for label, probs in (("zero", (0.0,)), ("one", (1.0,)), ("bool", (True,)), ("str", ("0.5",))):
+        add(
+            f"npmle_posterior-probs-{label}",
+            lambda probs=probs: npmle_posterior(X1, 1.0, FIT1, probs=probs),
+            "^probs: ",
+        )
+    add(
+        "npmle_posterior-probs-scalar",
+        lambda: npmle_posterior(X1, 1.0, FIT1, probs=0.5),
+        "^probs: ",
+    )
+    add("npmle_posterior-result-none", lambda: npmle_posterior(X1, 1.0, None), "^result: ")
+    for label, sigma in BAD_SIGMAS.items():
+        add(
+            f"npmle_gradient-sigma-{label}",
+            lambda s=sigma: npmle_gradient(X1, s, A1, W1),
+            "^sigma: ",
+        )
+        add(
+            f"npmle_posterior-sigma-{label}",
+            lambda s=sigma: npmle_posterior(X1, s, FIT1),
+            "^sigma: ",
+        )
+    return cases
+
+
+BAD_INPUT_CASES = _bad_input_cases()
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@pytest.mark.parametrize(
+    ("call", "pattern"), [c[1:] for c in BAD_INPUT_CASES], ids=[c[0] for c in BAD_INPUT_CASES]
+)
+def test_bad_input_is_refused_before_jax(call, pattern):
+    with pytest.raises(ValueError, match=pattern) as excinfo:
+        call()
+    # a plain ValueError, raised before any tracing (no JAX frames on the way)
+    assert type(excinfo.value) is ValueError
+    assert not jax_frames(excinfo)
+
+
+def test_bad_input_case_ids_are_unique():
+    ids = [c[0] for c in BAD_INPUT_CASES]
+    assert len(ids) == len(set(ids))
+
+
+def _finite(tree) -> bool:
+    """Every numeric leaf finite (method names and flags skipped)."""
+    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
+    return all(np.all(np.isfinite(a)) for a in leaves if np.issubdtype(a.dtype, np.number))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dim", [1, 2])
+def test_just_inside_the_spread_limit_every_npmle_entry_point_is_finite(dtype, dim):
+    """At 0.9 times the limit sqrt(finfo.max / (4 N p)) nothing overflows in the NPMLE (EM's
+    entry points: ``test_em``): the safety factor
+    covers the sum over p coordinates and the log-likelihood's sum over N points, even with
+    every point far from the only atom (log p(x) about -N p D^2 / 2 = -0.1 finfo.max)."""
+    n = 4
+    d = 0.9 * validation.max_scaled_spread(dtype, n, dim)
+    x = np.zeros((n, dim), dtype)
+    x[:, 0] = [0.0, 0.5, 1.0, d]
+    far_atom = np.full((1, dim), 0.0, dtype)
+    far_atom[0, 0] = d
+    bulk = x[:3]
+    atoms = x[[0, 3]]
+    if dim == 1:
+        x, far_atom, bulk, atoms = x[:, 0], far_atom[:, 0], bulk[:, 0], atoms[:, 0]
+    w = np.array([0.5, 0.5], dtype)
+    results = {
+        "npmle-em": npmle(x, 1.0, method="em", max_iters=5),
+        "npmle-squarem": npmle(x, 1.0, method="squarem", max_iters=5),
+        "npmle_gradient": npmle_gradient(bulk, 1.0, far_atom, np.ones(1)),
+        "npmle_posterior": npmle_posterior(x, 1.0, NPMLEResult(atoms, w, 0.0, 0, True, 0.0)),
+    }
+    for name, result in results.items():
+        assert _finite(result), name

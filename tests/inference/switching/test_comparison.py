@@ -1,11 +1,12 @@
 """compare_switching: every filter, smoother and sampler on one short series; NUTS and Gibbs
-against the exact smoothing posterior."""
+against the exact smoothing posterior; bad input refused before tracing (``switching_inputs``)."""
 
 import arviz as az
 import jax
 import numpy as np
 import pytest
 from switching_bruteforce import enumerate_posterior, random_switching_params
+from switching_inputs import P2, Y, check_refused, entry_point_cases, parametrize_cases
 
 from attnbayes.inference.switching import compare_switching
 from attnbayes.inference.switching.comparison import SWITCHING_METHODS, default_switching_methods
@@ -125,3 +126,43 @@ def test_default_methods_and_bad_input():
         compare_switching(None, params, y, states_true=np.zeros((20, 3)), methods=("imm",))
     with pytest.raises(ValueError, match="^modes_true: expected integer"):
         compare_switching(None, params, y, modes_true=np.zeros(20), methods=("imm",))
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _compare(key=None, **kwargs):
+    """``compare_switching`` on the tiny model, IMM only unless ``kwargs`` say otherwise."""
+    return lambda: compare_switching(key, P2, Y, **({"methods": ("imm",)} | kwargs))
+
+
+BAD_INPUT = [
+    *entry_point_cases(
+        "compare_switching", lambda p, y: compare_switching(None, p, y, methods=("imm",)), P2
+    ),
+]
+# what it refuses today (see the report for what it does not)
+BAD_INPUT += [
+    (f"compare_switching-{label}", call, ValueError, pattern)
+    for label, (call, pattern) in {
+        "methods-unknown": (_compare(methods=("bogus",)), "^methods: "),
+        "methods-empty": (_compare(methods=()), "^methods: "),
+        "methods-exact-too-long": (_compare(methods=("exact",), max_histories=4), "^methods: "),
+        "key-missing": (_compare(methods=("rbpf",)), "^key: "),
+        "key-int": (_compare(methods=("rbpf",), key=0), "^key: "),
+        "states_true-shape": (_compare(states_true=np.zeros((3, 3))), "^states_true: "),
+        "states_true-nan": (_compare(states_true=np.full((3, 2), np.nan)), "^states_true: "),
+        "states_true-strings": (_compare(states_true=[["a", "b"]] * 3), "^states_true: "),
+        "modes_true-float": (_compare(modes_true=np.zeros(3)), "^modes_true: "),
+        "modes_true-shape": (_compare(modes_true=np.zeros(4, int)), "^modes_true: "),
+        "known-modes-without-modes": (_compare(methods=("known-modes",)), "^modes_true: "),
+        "num_particles-0": (_compare(num_particles=0), "^num_particles: "),
+    }.items()
+]
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@parametrize_cases(BAD_INPUT)
+def test_bad_input_raises_before_jax(call, error, pattern):
+    """Every case refused before tracing (``switching_inputs``), naming the argument."""
+    check_refused(call, error, pattern)

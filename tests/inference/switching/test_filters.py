@@ -1,23 +1,47 @@
-"""Filters of the switching state-space model against brute force."""
+"""Filters of the switching state-space model against brute force; their bad input (refused
+before tracing, naming the argument: ``switching_inputs``) and ``check_filter_result`` on
+overflowed results."""
 
 import jax
 import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
+from switching_inputs import (
+    P1,
+    P2,
+    Y,
+    bad_params,
+    check_refused,
+    entry_point_cases,
+    filtered,
+    parametrize_cases,
+)
 
 from attnbayes.inference.attention import softmax_attention
 from attnbayes.inference.switching.filters import (
     FilterResult,
     attention_as_imm_step,
+    check_filter_result,
     exact_filter,
     gpb1_filter,
     gpb2_filter,
     imm_filter,
     kalman_filter,
+    one_step_log_predictive,
+)
+from attnbayes.inference.switching.kalman import kalman_filter_unchecked
+from attnbayes.inference.switching.particle import rbpf
+from attnbayes.inference.switching.smoothers import (
+    SmootherResult,
+    exact_smoother,
+    fixed_modes_smoother,
+    kalman_smoother,
+    kim_smoother,
 )
 from attnbayes.models.switching import (
     SwitchingParams,
     check_params,
+    get_scenario,
     maneuvering_target,
     simulate,
 )
@@ -165,10 +189,8 @@ def test_kalman_filter_on_the_turning_mode_of_the_scenario():
 
 
 def kalman_filter_jit(params, obs):
-    from attnbayes.inference.switching.kalman import _kalman_filter
-
     checked = check_params("params", params)
-    return _kalman_filter(SwitchingParams(*(jax.numpy.asarray(a) for a in checked)), obs)
+    return kalman_filter_unchecked(SwitchingParams(*(jax.numpy.asarray(a) for a in checked)), obs)
 
 
 def test_kalman_filter_bad_input():
@@ -444,3 +466,389 @@ def test_exact_filter_log_likelihood_equals_the_model_density():
         float(log_joint) - log_posterior_density(params, y, x),
         rtol=1e-10,
     )
+
+
+# ----------------------------------------------------------------------------- bad input
+
+BAD_INPUT = [
+    *entry_point_cases("imm_filter", imm_filter, P2),
+    *entry_point_cases("gpb1_filter", gpb1_filter, P2),
+    *entry_point_cases("gpb2_filter", gpb2_filter, P2),
+    *entry_point_cases("exact_filter", exact_filter, P2),
+    *entry_point_cases("kalman_filter", kalman_filter, P1),
+    *entry_point_cases("one_step_log_predictive", one_step_log_predictive, P2),
+    (
+        "kalman_filter-params-two-modes",
+        lambda: kalman_filter(P2, Y),
+        ValueError,
+        "^params: expected 1",
+    ),
+    *(
+        (
+            f"exact_filter-max_histories-{h!r}",
+            lambda h=h: exact_filter(P2, Y, max_histories=h),
+            ValueError,
+            "^max_histories: ",
+        )
+        for h in (0, -1, 2.5, True)
+    ),
+    # 2^20 histories > 2^16
+    (
+        "exact_filter-too-long",
+        lambda: exact_filter(P2, np.zeros((20, 1))),
+        ValueError,
+        "^observations: ",
+    ),
+    *(
+        (
+            f"one_step_log_predictive-method-{method!r}",
+            lambda m=method: one_step_log_predictive(P2, Y, method=m),
+            ValueError,
+            "^method: ",
+        )
+        for method in ("exact", None, 3, ["imm"])
+    ),
+]
+
+# attention_as_imm_step
+_EYE = np.eye(2)
+BAD_INPUT += [
+    (
+        f"attention_as_imm_step-hidden-{label}",
+        lambda h=h: attention_as_imm_step(h, _EYE, _EYE, _EYE),
+        ValueError,
+        "^hidden: ",
+    )
+    for label, h in {
+        "rank-1": np.ones(3),
+        "rank-3": np.ones((2, 2, 2)),
+        "empty": np.zeros((0, 2)),
+        "complex": _EYE + 1j,
+        "inf": np.array([[np.inf, 0.0], [0.0, 1.0]]),
+        "nan": np.full((2, 2), np.nan),
+        "none": None,
+        "strings": [["a", "b"]],
+    }.items()
+]
+BAD_INPUT += [
+    (
+        f"attention_as_imm_step-{label}",
+        lambda w=weights: attention_as_imm_step(_EYE, *w),
+        ValueError,
+        pattern,
+    )
+    for label, (weights, pattern) in {
+        "w_query-rows": ((np.ones((3, 2)), _EYE, _EYE), "^w_query: expected shape"),
+        "w_query-complex": ((_EYE + 1j, _EYE, _EYE), "^w_query: expected real"),
+        "w_query-inf": ((np.full((2, 2), np.inf), _EYE, _EYE), "^w_query: contains"),
+        "w_key-rank": ((_EYE, np.ones(2), _EYE), "^w_key: expected shape"),
+        "w_key-columns": ((_EYE, np.ones((2, 3)), _EYE), "^w_key: 3 columns"),
+        "w_value-rows": ((_EYE, _EYE, np.ones((3, 2))), "^w_value: expected shape"),
+        "w_value-nan": ((_EYE, _EYE, np.full((2, 2), np.nan)), "^w_value: contains"),
+    }.items()
+]
+
+# check_filter_result's own arguments
+_FILT = filtered(3, 2)
+BAD_INPUT += [
+    (
+        "check_filter_result-result-tuple",
+        lambda: check_filter_result(tuple(_FILT)),
+        TypeError,
+        "^result: expected a FilterResult or SmootherResult",
+    ),
+    (
+        "check_filter_result-result-none",
+        lambda: check_filter_result(None),
+        TypeError,
+        "^result: expected a FilterResult or SmootherResult",
+    ),
+    (
+        "check_filter_result-name",
+        lambda: check_filter_result(_FILT, name=3),
+        TypeError,
+        "^name: expected a string",
+    ),
+    (
+        "check_filter_result-params",
+        lambda: check_filter_result(_FILT, params=bad_params(P2)["transition-rows-sum"][0]),
+        ValueError,
+        r"^params\.transition_matrix: ",
+    ),
+    (
+        "check_filter_result-params-modes",
+        lambda: check_filter_result(_FILT, params=P1),
+        ValueError,
+        "^params: M = 1 modes and d = 2 do not match the result's M = 2, d = 2",
+    ),
+    (
+        "check_filter_result-shapes",
+        lambda: check_filter_result(_FILT._replace(means=np.zeros((4, 2, 2)))),
+        ValueError,
+        r"^result\.means: ",
+    ),
+    (
+        "check_filter_result-strings",
+        lambda: check_filter_result(_FILT._replace(mean=[["a", "b"]] * 3)),
+        ValueError,
+        r"^result\.mean: expected numbers",
+    ),
+]
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@parametrize_cases(BAD_INPUT)
+def test_bad_input_raises_before_jax(call, error, pattern):
+    """Every case refused before tracing (``switching_inputs``), naming the argument."""
+    check_refused(call, error, pattern)
+
+
+def test_a_partly_missing_row_updates_on_its_observed_coordinate():
+    """A NaN coordinate is missing and the other coordinate is used: the step differs from a
+    wholly missing (predict-only) row, adds one density term to the log-likelihood, and
+    differs from the row observed in full with any value in place of the NaN."""
+    params = get_scenario("maneuvering-target")
+    y = 10.0 * np.random.default_rng(2).normal(size=(6, 2))
+    partly, whole = y.copy(), y.copy()
+    partly[3, 1] = np.nan
+    whole[3] = np.nan
+    for f in (imm_filter, lambda p, o: kalman_smoother(p, o)):
+        p = params if f is imm_filter else one_mode(params, 0)
+        a, b = f(p, partly), f(p, whole)
+        assert not np.allclose(a.mean[3], b.mean[3])
+        assert float(a.log_likelihood) < float(b.log_likelihood)  # one more density term
+        for stand_in in (0.0, 1e3):
+            other = partly.copy()
+            other[3, 1] = stand_in
+            c = f(p, other)
+            assert not np.allclose(c.mean[3], a.mean[3])
+
+
+# ----------------------------------------------------------------------------- overflow
+
+# Finding 8 of issue 12: on valid but explosive dynamics the filters overflow and, running
+# compiled, cannot raise; ``check_filter_result`` raises ``FloatingPointError`` naming the first
+# non-finite step. The step is computed independently (a NumPy recursion of the variance that the
+# observations do not reach) and checked for every filter, the smoothers and the RBPF. A model that
+# is explosive along observed directions stays finite, which is why there is no refusing input
+# check on the spectral radius.
+
+
+def explosive(rate: float, num_modes: int = 2, *, observed: bool = False, p0: float = 4.0):
+    """d = 2, o = 1: coordinate 0 grows by ``rate`` per step in every mode, coordinate 1 is
+    stable (0.5, -0.5 by mode); the observation sees coordinate 1 (or 0 when ``observed``).
+
+    Everything is diagonal, so the variance of coordinate 0 does not depend on the data when it
+    is not observed: v_1 = p0, v_t = rate^2 v_{t-1} + 1 (the law of ``first_overflow_step``).
+    """
+    m = num_modes
+    h = np.array([[1.0, 0.0]]) if observed else np.array([[0.0, 1.0]])
+    return SwitchingParams(
+        initial_probs=np.full(m, 1.0 / m),
+        transition_matrix=np.full((m, m), 1.0 / m),
+        initial_means=np.tile([1.0, 0.0], (m, 1)),
+        initial_covs=np.tile(np.diag([p0, 1.0]), (m, 1, 1)),
+        dynamics_matrices=np.stack([np.diag([rate, 0.5 * (-1) ** j]) for j in range(m)]),
+        dynamics_biases=np.zeros((m, 2)),
+        dynamics_covs=np.tile(np.diag([1.0, 0.1]), (m, 1, 1)),
+        emission_matrices=np.tile(h, (m, 1, 1)),
+        emission_covs=np.tile(np.eye(1), (m, 1, 1)),
+    )
+
+
+def first_overflow_step(rate: float, p0: float = 4.0, dtype=np.float64) -> int:
+    """The 1-based step at which v_1 = p0, v_t = rate^2 v_{t-1} + 1 leaves ``dtype``'s range,
+    by a NumPy loop (independent of the library). The chosen p0 keeps the last finite variance
+    below half the largest number, so no rounding in the library's order of operations (it
+    symmetrises, P = (P + P^T) / 2) can move the step."""
+    rate, v, one = dtype(rate), dtype(p0), dtype(1.0)
+    big = np.finfo(dtype).max
+    with np.errstate(over="ignore"):
+        for t in range(1, 100_000):
+            nxt = rate * (rate * v) + one
+            if not np.isfinite(nxt):
+                assert v < big / 2  # the margin the docstring promises
+                return t + 1
+            v = nxt
+    raise AssertionError("no overflow")
+
+
+RNG = np.random.default_rng(8)
+Y400 = RNG.normal(size=(400, 1))
+STEP_10 = first_overflow_step(10.0)  # 155: 4 * 100^154 > 1.8e308
+STEP_1E15 = first_overflow_step(1e15)  # 12: 4 * 1e30^11 > 1.8e308
+
+
+def test_the_independent_overflow_steps():
+    assert STEP_10 == 155 and STEP_1E15 == 12
+    assert first_overflow_step(10.0, dtype=np.float32) == 20  # 4 * 100^19 > 3.4e38
+    # the growth-rate estimate: log(max / p0) / (2 log rate) steps after step 1
+    assert STEP_10 == 1 + int(np.ceil(np.log(np.finfo(np.float64).max / 4.0) / (2 * np.log(10))))
+
+
+FILTERS_10 = {
+    "imm": lambda p, y: imm_filter(p, y),
+    "gpb1": lambda p, y: gpb1_filter(p, y),
+    "gpb2": lambda p, y: gpb2_filter(p, y),
+    "rbpf": lambda p, y: rbpf(jax.random.key(1), p, y, 8),
+}
+
+
+@pytest.fixture(scope="module")
+def overflowed():
+    """(explosive, stable, short): each filter on the explosive model (rate 10, T = 400), each
+    on the same series with rate 0.9 (same shapes, so nothing recompiles), and IMM on the
+    explosive model one step short of the overflow."""
+    runs, stable = {}, {}
+    for rate, out in ((10.0, runs), (0.9, stable)):
+        params, one = explosive(rate), explosive(rate, 1)
+        out |= {name: (f(params, Y400), params) for name, f in FILTERS_10.items()}
+        out["kalman"] = (kalman_filter(one, Y400), one)
+        out["exact-m1"] = (exact_filter(one, Y400), one)  # M^T = 1 history
+    short = imm_filter(explosive(10.0), Y400[: STEP_10 - 1])
+    return runs, stable, short
+
+
+@pytest.mark.parametrize("name", [*FILTERS_10, "kalman", "exact-m1"])
+def test_check_filter_result_names_the_first_overflowed_step(overflowed, name):
+    result, params = overflowed[0][name]
+    with pytest.raises(FloatingPointError) as excinfo:
+        check_filter_result(result)
+    message = str(excinfo.value)
+    assert message.startswith(
+        f"filter: non-finite values (NaN or inf) from step {STEP_10} of 400 "
+        f"({400 - STEP_10 + 1} step(s) affected), first in "
+    )
+    assert "covs" in message.split("first in ")[1].split(";")[0]
+    assert "check params.dynamics_matrices, params.dynamics_covs, params.emission_covs" in message
+    assert "\n" not in message
+    # with params: the spectral radius and the unobserved direction
+    with pytest.raises(FloatingPointError) as excinfo:
+        check_filter_result(result, name=name, params=params)
+    message = str(excinfo.value)
+    assert message.startswith(f"{name}: non-finite values (NaN or inf) from step {STEP_10} ")
+    modes = (
+        "dynamics_matrices[0], [1] are"
+        if params.initial_probs.shape[0] == 2
+        else ("dynamics_matrices[0] is")
+    )
+    assert f"{modes} 10 > 1 (along a direction the emission matrix does not observe" in message
+
+
+@pytest.mark.parametrize("name", [*FILTERS_10, "kalman", "exact-m1"])
+def test_a_finite_result_passes_silently(overflowed, name):
+    result, params = overflowed[1][name]
+    assert check_filter_result(result) is result
+    assert check_filter_result(result, name=name, params=params) is result
+
+
+def test_one_step_short_of_the_overflow_passes(overflowed):
+    short = overflowed[2]
+    assert short.mean.shape == (STEP_10 - 1, 2)
+    assert check_filter_result(short, params=explosive(10.0)) is short
+
+
+def test_exact_filter_and_smoothers_on_explosive_dynamics():
+    params = explosive(1e15)
+    y = Y400[:STEP_1E15]  # 2^12 histories; the overflow comes at the last step
+    filtered = exact_filter(params, y)
+    with pytest.raises(FloatingPointError, match=rf"^filter: .* from step {STEP_1E15} of 12 "):
+        check_filter_result(filtered, params=params)
+    # a smoother carries the overflow back to step 1 and says where to look
+    one = explosive(10.0, 1)
+    smoothers = {
+        "exact_smoother": (exact_smoother(params, y), params),
+        "kalman_smoother": (kalman_smoother(one, Y400), one),
+        "fixed_modes_smoother": (fixed_modes_smoother(params, y, np.zeros(12, int)), params),
+    }
+    for name, (result, p) in smoothers.items():
+        assert isinstance(result, SmootherResult)
+        t = result.mode_probs.shape[0]
+        with pytest.raises(FloatingPointError) as excinfo:
+            check_filter_result(result, params=p)
+        message = str(excinfo.value)
+        assert message.startswith(f"smoother: non-finite values (NaN or inf) from step 1 of {t}")
+        assert "run check_filter_result on the filter of the same series" in message, name
+
+
+def test_kim_smoother_refuses_an_overflowed_filter_and_its_result_is_checked(overflowed):
+    result, params = overflowed[0]["imm"]
+    with pytest.raises(
+        ValueError, match=rf"^filtered\.means: contains .* the first at step {STEP_10}; "
+    ):
+        kim_smoother(params, Y400, result)
+    # on a finite filter Kim's smoother is finite and passes; a non-finite one is named
+    short = overflowed[2]
+    smooth = kim_smoother(params, Y400[: STEP_10 - 1], short)
+    assert check_filter_result(smooth) is smooth
+    broken = smooth._replace(
+        mean=np.where(np.arange(STEP_10 - 1)[:, None] == 9, np.inf, smooth.mean)
+    )
+    with pytest.raises(
+        FloatingPointError,
+        match=r"^Kim's smoother: non-finite values .* from step 10 of 154 "
+        r"\(1 step\(s\) affected\), first in mean; ",
+    ):
+        check_filter_result(broken, name="Kim's smoother")
+
+
+def test_float32_overflows_earlier_and_is_named():
+    params = explosive(10.0)
+    result = imm_filter(params, Y400[:40].astype(np.float32))
+    assert result.mean.dtype == np.float32
+    step = first_overflow_step(10.0, dtype=np.float32)
+    with pytest.raises(FloatingPointError, match=rf"^filter: .* from step {step} of 40 "):
+        check_filter_result(result)
+
+
+def test_explosive_but_observed_dynamics_stay_finite_and_pass():
+    """Spectral radius 10 over 400 steps (10^400 is far past any dtype) along a direction that
+    is observed at every step: the filter stays finite. A check refusing radius^T > sqrt(max)
+    would refuse this valid model, so none is offered; runs of missing rows do overflow, and the
+    message then says so."""
+    params = explosive(10.0, observed=True)
+    result = imm_filter(params, Y400)
+    assert check_filter_result(result, params=params) is result
+    missing = Y400.copy()
+    missing[100:] = np.nan  # from step 101 on, predict only: the variance grows like 10^(2t)
+    with pytest.raises(FloatingPointError) as excinfo:
+        check_filter_result(imm_filter(params, missing), params=params)
+    message = str(excinfo.value)
+    assert message.startswith("filter: non-finite values (NaN or inf) from step ")
+    assert (
+        "dynamics_matrices[0], [1] are 10 > 1 (the emission matrix observes it, but a run of "
+        "missing rows lets the variance grow like 10^(2t))"
+    ) in message
+
+
+def test_a_non_finite_log_likelihood_alone_is_named():
+    """An observation 1e160 from the predicted mean: its squared residual overflows, the
+    moments stay finite; no dynamics matrix is explosive, so the message points at the data."""
+    y = np.array([[0.1], [1e160], [-0.3]])
+    result = imm_filter(P2, y)
+    assert np.all(np.isfinite(result.mean)) and not np.isfinite(result.log_likelihood)
+    with pytest.raises(FloatingPointError) as excinfo:
+        check_filter_result(result, params=P2)
+    message = str(excinfo.value)
+    assert message.startswith("filter: log_likelihood is nan although every step is finite")
+    assert "no dynamics matrix has spectral radius > 1" in message
+
+
+def test_batched_results_name_the_series():
+    """A vmapped result: the earliest bad step over the batch and its series."""
+    params = explosive(10.0, observed=True)
+    missing = np.full((200, 1), np.nan)
+    batch = jax.vmap(lambda obs: imm_filter(params, obs))(np.stack([Y400[:200], missing]))
+    with pytest.raises(FloatingPointError) as excinfo:
+        check_filter_result(batch)
+    message = str(excinfo.value)
+    assert f"from step {STEP_10} of 200 " in message
+    assert "of series 1 (1 of 2 series affected)" in message
+
+
+def test_check_filter_result_refuses_traced_results():
+    def inside(y):
+        return check_filter_result(imm_filter(P2, y)).mean
+
+    with pytest.raises(TypeError, match="^result: holds traced arrays"):
+        jax.jit(inside)(Y)

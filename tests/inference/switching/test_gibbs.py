@@ -1,4 +1,5 @@
-"""Gibbs sampling of the switching state-space model (``attnbayes.inference.switching.gibbs``).
+"""Gibbs sampling of the switching state-space model (``attnbayes.inference.switching.gibbs``
+and its conditionals, ``gibbs_conditionals``).
 
 Checked against dense Gaussian computations written out here in NumPy/SciPy: the collapsed
 single-site conditionals p(s_t | s_{-t}, y) against normalising p(s, y) over s_t (log p(y | s)
@@ -14,6 +15,7 @@ conditional and ``fixed_modes_smoother``, ``lp`` against SciPy and ``log_joint_d
 conjugate laws exactly; the public kernel and run with inputs at the sizes of the tests above
 (the same compiled sampler). Slow: the maneuvering-target scenario (R-hat of every state
 coordinate), and with priors on Pi, c, r the posterior means against NUTS on ``switching_model``.
+Bad input to ``run_switching_gibbs`` is refused before tracing (``switching_inputs``).
 """
 
 import functools
@@ -33,10 +35,13 @@ from switching_bruteforce import (
     log_joint_density,
     random_switching_params,
 )
+from switching_inputs import KEY, P2, check_refused, entry_point_cases, parametrize_cases
+from switching_inputs import Y as Y_TINY
 
 from attnbayes.inference.diagnostics import diagnostics
 from attnbayes.inference.mcmc import run_nuts
 from attnbayes.inference.switching import gibbs as sg
+from attnbayes.inference.switching import gibbs_conditionals as gc
 from attnbayes.inference.switching.kalman import kalman_update
 from attnbayes.inference.switching.smoothers import fixed_modes_smoother
 from attnbayes.models.switching import (
@@ -150,7 +155,7 @@ def small_input_problem():
 
 
 def _model(params, y, inputs=None):
-    return sg._prepare(*sg._check_data(params, y, inputs))
+    return gc.prepare_model(*sg._check_data(params, y, inputs))
 
 
 def _theta(params, trans=None, c=(1.0, 1.0), r=(1.0, 1.0)):
@@ -299,22 +304,22 @@ def log_joint_scipy(p: SwitchingParams, y, hist, x, theta=None, priors=None, inp
 @functools.cache
 def _collapsed_fn():
     """The collapsed pass (sample: traced flag; False keeps every s_t)."""
-    return jax.jit(sg._collapsed_pass)
+    return jax.jit(gc.collapsed_pass)
 
 
 @functools.cache
 def _ffbs_fn():
-    return jax.jit(jax.vmap(sg._sample_states, (0, None, None, None)))
+    return jax.jit(jax.vmap(gc.sample_states, (0, None, None, None)))
 
 
 @functools.cache
 def _log_joint_fn():
-    return jax.jit(sg._log_joint)
+    return jax.jit(gc.log_joint)
 
 
 @functools.cache
 def _parameters_fn():
-    return jax.jit(jax.vmap(sg._sample_parameters, (0, None, None, None, None, None)))
+    return jax.jit(jax.vmap(gc.sample_parameters, (0, None, None, None, None, None)))
 
 
 @functools.cache
@@ -335,12 +340,11 @@ def _run(mode_sampler: str, singular: bool):
 # ----------------------------------------------------------------------------- building blocks
 
 
-def test_kalman_update_and_psd_factor_match_references():
+def test_kalman_update_matches_the_textbook_update():
     """``kalman.kalman_update`` (the one update, written out for small matrices) equals the
     textbook update in NumPy (gain, Joseph form, log N(y; H m, S)); with a NaN coordinate it
-    is the update by the observed one, and a NaN row leaves (m, P) unchanged and adds 0. The
-    semidefinite factor reproduces singular PSD matrices to round-off (and ``_psd_solve`` is a
-    generalised inverse of them)."""
+    is the update by the observed one, and a NaN row leaves (m, P) unchanged and adds 0. (The
+    semidefinite factor of the sampler's draws: ``test_linalg.py``.)"""
     rng = np.random.default_rng(0)
     a = rng.normal(size=(3, 3))
     cov, h = a @ a.T + 0.1 * np.eye(3), rng.normal(size=(2, 3))
@@ -367,13 +371,6 @@ def test_kalman_update_and_psd_factor_match_references():
     missing = update(mean, cov, np.array([np.nan, np.nan]), h, r)
     for got, ref in zip(missing, (mean, cov, 0.0), strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
-    g = rng.normal(size=(4, 2))
-    for mat in (g @ g.T, np.zeros((4, 4)), cov, maneuvering_target().dynamics_covs[1]):
-        c = np.asarray(jax.jit(sg._psd_factor)(jnp.asarray(mat)))
-        np.testing.assert_allclose(c @ c.T, mat, rtol=0, atol=1e-14 * max(1.0, np.abs(mat).max()))
-        b = mat @ rng.normal(size=(len(mat), 2))  # in the range of mat
-        gb = np.asarray(jax.jit(sg._psd_solve)(jnp.asarray(mat), jnp.asarray(b)))
-        np.testing.assert_allclose(mat @ gb, b, rtol=0, atol=1e-12 * max(1.0, np.abs(mat).max()))
 
 
 @pytest.mark.parametrize("problem", list(PROBLEMS))
@@ -482,7 +479,7 @@ def test_conditional_mode_draws_match_enumeration():
     marg = probs @ hists
     assert np.sum((marg > 0.1) & (marg < 0.9)) >= 3  # the test has something to test
     n = 20_000
-    fn = jax.jit(jax.vmap(sg._conditional_modes, (0, None, None, None)))
+    fn = jax.jit(jax.vmap(gc.conditional_modes, (0, None, None, None)))
     keys = jax.random.split(jax.random.key(2), n)
     draws = np.asarray(fn(keys, jnp.asarray(states), model, _theta(close)))
     assert np.all(np.abs(draws.mean(0) - marg) <= 5 * np.sqrt(marg * (1 - marg) / n))
@@ -585,20 +582,20 @@ ALL_HISTORIES = np.array(list(itertools.product(range(2), repeat=T)))
 
 
 def _input_problem_program(keys, histories, ffbs_modes, modes, states, data, theta, priors):
-    """The internals the input-problem tests check, in one compiled program (``_prepare`` of
+    """The internals the input-problem tests check, in one compiled program (``prepare_model`` of
     the checked ``data`` included): the collapsed conditionals log p(s_t | s_{-t}, theta, y)
     of every history (H, T, M), FFBS draws of x | ffbs_modes (keys, T, d), lp of (x, s) for
     every history s (H,), and the laws of theta | x, s at the simulated modes. The collapsed
     pass and FFBS run in ``lax.map`` loops: vmapped, they compile for seconds longer."""
-    model = sg._prepare(*data)
+    model = gc.prepare_model(*data)
     conditionals = jax.lax.map(
-        lambda h: sg._collapsed_pass(keys[0], h, model, theta, False)[3], histories
+        lambda h: gc.collapsed_pass(keys[0], h, model, theta, False)[3], histories
     )
-    draws = jax.lax.map(lambda k: sg._sample_states(k, ffbs_modes, model, theta), keys)
-    lps = jax.vmap(sg._log_joint, (0, None, None, None, None))(
+    draws = jax.lax.map(lambda k: gc.sample_states(k, ffbs_modes, model, theta), keys)
+    lps = jax.vmap(gc.log_joint, (0, None, None, None, None))(
         histories, states, model, theta, priors
     )
-    return conditionals, draws, lps, sg._parameter_laws(modes, states, model, theta, priors)
+    return conditionals, draws, lps, gc.parameter_laws(modes, states, model, theta, priors)
 
 
 @functools.cache
@@ -988,9 +985,8 @@ def test_priors_agree_with_nuts():
     nuts = run_nuts(
         jax.random.key(22),
         switching_model,
-        y,
-        params=params,
-        priors=priors,
+        (y,),
+        {"params": params, "priors": priors},
         num_warmup=1000,
         num_samples=2000,
         num_chains=4,
@@ -1007,3 +1003,56 @@ def test_priors_agree_with_nuts():
         )
         err = np.abs(g.values.mean(axis=(0, 1)) - n.values.mean(axis=(0, 1)))
         assert np.all(err <= 5 * se), (name, err / se)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _gibbs(**kwargs):
+    """``run_switching_gibbs`` on the tiny model with one short chain, ``kwargs`` overriding."""
+    sizes = {"num_warmup": 1, "num_samples": 1, "num_chains": 1} | kwargs
+    params, key = sizes.pop("params", P2), sizes.pop("key", KEY)
+    return lambda: sg.run_switching_gibbs(key, params, Y_TINY, **sizes)
+
+
+BAD_INPUT = [
+    *entry_point_cases(
+        "run_switching_gibbs",
+        lambda p, y: sg.run_switching_gibbs(KEY, p, y, num_warmup=1, num_samples=1, num_chains=1),
+        P2,
+    ),
+]
+BAD_INPUT += [
+    (f"run_switching_gibbs-{label}", call, ValueError, pattern)
+    for label, (call, pattern) in {
+        "key": (_gibbs(key=0), "^key: "),
+        "num_samples-0": (_gibbs(num_samples=0), "^num_samples: "),
+        "num_samples-float": (_gibbs(num_samples=2.0), "^num_samples: "),
+        "num_chains-0": (_gibbs(num_chains=0), "^num_chains: "),
+        "num_warmup-negative": (_gibbs(num_warmup=-1), "^num_warmup: "),
+        "mode_sampler": (_gibbs(mode_sampler="x"), "^mode_sampler: "),
+        "init_modes-name": (_gibbs(init_modes="x"), "^init_modes: "),
+        "init_modes-range": (_gibbs(init_modes=[0, 5, 0]), "^init_modes: "),
+        "init_modes-shape": (_gibbs(init_modes=[0, 1]), "^init_modes: "),
+        "init_modes-fraction": (_gibbs(init_modes=[0.5, 0, 0]), "^init_modes: "),
+        "init_modes-bool": (_gibbs(init_modes=np.array([True, False, True])), "^init_modes: "),
+        "priors-type": (_gibbs(priors="x"), "^priors: "),
+        "priors-shape": (
+            _gibbs(priors=SwitchingPriors(np.ones((3, 3)))),
+            r"^priors\.transition_concentration: ",
+        ),
+        "conditional-singular-q": (
+            _gibbs(
+                params=P2._replace(dynamics_covs=np.zeros((2, 2, 2))), mode_sampler="conditional"
+            ),
+            r"^params\.dynamics_covs: ",
+        ),
+    }.items()
+]
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@parametrize_cases(BAD_INPUT)
+def test_bad_input_raises_before_jax(call, error, pattern):
+    """Every case refused before tracing (``switching_inputs``), naming the argument."""
+    check_refused(call, error, pattern)

@@ -1,10 +1,20 @@
 """Rao-Blackwellised particle filter against the Kalman filter (M = 1) and against exact
-filtering by enumeration (M = 2), within Monte Carlo error."""
+filtering by enumeration (M = 2), within Monte Carlo error; its bad input is refused before
+tracing, naming the argument (``switching_inputs``)."""
 
 import jax
 import numpy as np
 import pytest
 from switching_bruteforce import enumerate_posterior, random_switching_params
+from switching_inputs import (
+    BAD_KEYS,
+    KEY,
+    P2,
+    Y,
+    check_refused,
+    entry_point_cases,
+    parametrize_cases,
+)
 
 from attnbayes.inference.switching.kalman import FilterResult, kalman_filter
 from attnbayes.inference.switching.particle import rbpf, systematic_resample
@@ -136,3 +146,39 @@ def test_rbpf_bad_input(two_mode_problem):
         rbpf(0, params, y, 10)
     with pytest.raises(ValueError, match="^params.initial_probs"):
         rbpf(key, params._replace(initial_probs=np.array([0.7, 0.7])), y, 10)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+BAD_INPUT = [
+    *entry_point_cases("rbpf", lambda p, y: rbpf(KEY, p, y, 4), P2),
+    *(
+        (
+            f"rbpf-num_particles-{n!r}",
+            lambda n=n: rbpf(KEY, P2, Y, n),
+            ValueError,
+            "^num_particles: ",
+        )
+        for n in (0, -1, 2.5, True, None)
+    ),
+    *(
+        (
+            f"rbpf-ess_threshold-{e!r}",
+            lambda e=e: rbpf(KEY, P2, Y, 4, ess_threshold=e),
+            ValueError,
+            "^ess_threshold: ",
+        )
+        for e in (-0.1, 1.5, np.nan, "half")
+    ),
+    *(
+        (f"rbpf-key-{label}", lambda k=key: rbpf(k, P2, Y, 4), ValueError, "^key: ")
+        for label, key in BAD_KEYS.items()
+    ),
+]
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@parametrize_cases(BAD_INPUT)
+def test_bad_input_raises_before_jax(call, error, pattern):
+    """Every case refused before tracing (``switching_inputs``), naming the argument."""
+    check_refused(call, error, pattern)

@@ -3,7 +3,8 @@
 kalman_smoother against dense Gaussian conditioning of the joint, exact_smoother against the
 NumPy enumeration of ``switching_bruteforce``, kim_smoother (Kim 1994) fed exact filtered
 moments: equal to RTS when M = 1, exact mode probabilities in the HMM limit, and close to the
-exact smoother on the maneuvering target.
+exact smoother on the maneuvering target. Their bad input is refused before tracing, naming
+the argument (``switching_inputs``).
 """
 
 import jax
@@ -11,6 +12,15 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 from switching_bruteforce import enumerate_posterior, random_switching_params
+from switching_inputs import (
+    P1,
+    P2,
+    Y,
+    check_refused,
+    entry_point_cases,
+    filtered,
+    parametrize_cases,
+)
 
 from attnbayes.inference.switching.kalman import FilterResult, kalman_filter
 from attnbayes.inference.switching.smoothers import (
@@ -352,3 +362,83 @@ def test_smoothers_bad_input(three_mode_problem):
         kim_smoother(one, y1, filt._replace(mode_probs=np.full((7, 1), 0.5)))
     with pytest.raises(ValueError, match="^params.transition_matrix"):
         kim_smoother(one._replace(transition_matrix=np.full((1, 1), 2.0)), y1, filt)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+_FILT = filtered(3, 2)
+BAD_INPUT = [
+    *entry_point_cases("kim_smoother", lambda p, y: kim_smoother(p, y, filtered(3, 2)), P2),
+    *entry_point_cases("exact_smoother", exact_smoother, P2),
+    *entry_point_cases("kalman_smoother", kalman_smoother, P1),
+    *entry_point_cases(
+        "fixed_modes_smoother", lambda p, y: fixed_modes_smoother(p, y, np.zeros(3, int)), P2
+    ),
+    (
+        "kalman_smoother-params-two-modes",
+        lambda: kalman_smoother(P2, Y),
+        ValueError,
+        "^params: expected 1",
+    ),
+    *(
+        (
+            f"exact_smoother-max_histories-{h!r}",
+            lambda h=h: exact_smoother(P2, Y, max_histories=h),
+            ValueError,
+            "^max_histories: ",
+        )
+        for h in (0, -1, 2.5, True)
+    ),
+    # 2^20 histories > 2^16
+    (
+        "exact_smoother-too-long",
+        lambda: exact_smoother(P2, np.zeros((20, 1))),
+        ValueError,
+        "^observations: ",
+    ),
+]
+BAD_INPUT += [
+    (f"kim_smoother-filtered-{label}", lambda b=bad: kim_smoother(P2, Y, b), ValueError, pattern)
+    for label, (bad, pattern) in {
+        "tuple": (tuple(_FILT), "^filtered: expected a FilterResult"),
+        "none": (None, "^filtered: expected a FilterResult"),
+        "wrong-steps": (filtered(4, 2), r"^filtered\.mode_probs: expected shape \(3, 2\)"),
+        "wrong-modes": (filtered(3, 1), r"^filtered\.mode_probs: expected shape \(3, 2\)"),
+        "nan-covs": (
+            _FILT._replace(
+                covs=np.where(np.arange(3)[:, None, None, None] == 1, np.nan, _FILT.covs)
+            ),
+            r"^filtered\.covs: contains 8 non-finite value\(s\) \(NaN or inf\), the first at "
+            r"step 2; .*check_filter_result",
+        ),
+        "probs-rows": (
+            _FILT._replace(mode_probs=np.full((3, 2), 0.7)),
+            r"^filtered\.mode_probs: rows must be probability vectors",
+        ),
+        "complex-means": (
+            _FILT._replace(means=_FILT.means + 0j),
+            r"^filtered\.means: expected real",
+        ),
+    }.items()
+]
+BAD_INPUT += [
+    (
+        f"fixed_modes_smoother-modes-{label}",
+        lambda s=modes: fixed_modes_smoother(P2, Y, s),
+        ValueError,
+        "^modes: ",
+    )
+    for label, modes in {
+        "out-of-range": np.array([0, 2, 0]),
+        "negative": np.array([0, -1, 0]),
+        "float": np.zeros(3),
+        "shape": np.zeros(4, int),
+    }.items()
+]
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@parametrize_cases(BAD_INPUT)
+def test_bad_input_raises_before_jax(call, error, pattern):
+    """Every case refused before tracing (``switching_inputs``), naming the argument."""
+    check_refused(call, error, pattern)

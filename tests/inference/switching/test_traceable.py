@@ -40,7 +40,7 @@ from attnbayes.inference.switching.filters import (
     rbpf,
 )
 from attnbayes.inference.switching.gibbs import switching_gibbs_init, switching_gibbs_step
-from attnbayes.inference.switching.kalman import _kalman_filter, check_inputs
+from attnbayes.inference.switching.kalman import check_inputs, kalman_filter_unchecked
 from attnbayes.models.switching import SwitchingParams, check_params, simulate
 
 jax.config.update("jax_enable_x64", True)
@@ -179,17 +179,25 @@ def test_vmap_over_params_and_series_of_the_kalman_filter():
 
 HIST = jnp.asarray(all_histories(2, SHORT))
 # unchecked kernels: (params, y) -> the log-likelihood. one_step_log_predictive sums to
-# _imm_filter's and kalman_smoother's is _kalman_filter's (the same code), so they are not
-# repeated here: compiling a gradient is the slow part of this file.
+# imm_filter_unchecked's and kalman_smoother's is kalman_filter_unchecked's (the same code), so
+# they are not repeated here: compiling a gradient is the slow part of this file.
 KERNELS = {
-    "kalman_filter": (lambda p, y: _kalman_filter(p, y).log_likelihood, P1),
-    "gpb1_filter": (lambda p, y: filters._gpb1_filter(p, y).log_likelihood, P2),
-    "gpb2_filter": (lambda p, y: filters._gpb2_filter(p, y).log_likelihood, P2),
-    "imm_filter": (lambda p, y: filters._imm_filter(p, y).log_likelihood, P2),
-    "exact_filter": (lambda p, y: filters._exact_filter(p, y[:SHORT], HIST).log_likelihood, P2),
-    "exact_smoother": (lambda p, y: smoothers._exact_smoother(p, y[:SHORT]).log_likelihood, P2),
+    "kalman_filter": (lambda p, y: kalman_filter_unchecked(p, y).log_likelihood, P1),
+    "gpb1_filter": (lambda p, y: filters.gpb1_filter_unchecked(p, y).log_likelihood, P2),
+    "gpb2_filter": (lambda p, y: filters.gpb2_filter_unchecked(p, y).log_likelihood, P2),
+    "imm_filter": (lambda p, y: filters.imm_filter_unchecked(p, y).log_likelihood, P2),
+    "exact_filter": (
+        lambda p, y: filters.exact_filter_unchecked(p, y[:SHORT], HIST).log_likelihood,
+        P2,
+    ),
+    "exact_smoother": (
+        lambda p, y: smoothers.exact_smoother_unchecked(p, y[:SHORT]).log_likelihood,
+        P2,
+    ),
     "fixed_modes_smoother": (
-        lambda p, y: smoothers._fixed_modes_smoother(p, y, jnp.asarray(MODES)).log_likelihood,
+        lambda p, y: (
+            smoothers.fixed_modes_smoother_unchecked(p, y, jnp.asarray(MODES)).log_likelihood
+        ),
         P2,
     ),
 }
@@ -247,36 +255,11 @@ def test_grad_of_smoothed_moments_at_repeated_eigenvalues():
     The RTS smoother of one mode keeps the compilation short."""
 
     def moments(p, y):
-        out = smoothers._kalman_smoother(p, y)
+        out = smoothers.kalman_smoother_unchecked(p, y)
         return jnp.sum(out.mean * jnp.arange(1.0, 3.0)) + jnp.sum(out.cov)
 
     params = jax.tree.map(jnp.asarray, one_mode(PISO))
     _check_gradient(jax.jit(jax.value_and_grad(moments, argnums=(0, 1))), params, YISO, seed=1)
-
-
-def test_psd_solve_derivative_is_the_pseudo_inverse_one():
-    """``psd_solve``'s custom JVP against central differences: positive definite A, a repeated
-    eigenvalue, and a singular A moved at constant rank (B in its range)."""
-    rng = np.random.default_rng(0)
-    g = rng.normal(size=(3, 2))
-    cases = {
-        "pd": (np.diag([2.0, 1.0, 0.5]) + 0.1, rng.normal(size=(3, 2)), 3),
-        "repeated": (np.eye(3), rng.normal(size=(3, 2)), 3),
-        "singular": (g @ g.T, g @ rng.normal(size=(2, 2)), 2),
-    }
-    jvp = jax.jit(lambda a, b, da, db: jax.jvp(smoothers.psd_solve, (a, b), (da, db))[1])
-    for label, (a, b, rank) in cases.items():
-        if rank == 3:
-            da, db = rng.normal(size=(3, 3)), rng.normal(size=(3, 2))
-            da = da + da.T
-        else:  # stay in the range of A: da = G H' + H G', db = G C
-            h = rng.normal(size=(3, 2))
-            da, db = g @ h.T + h @ g.T, g @ rng.normal(size=(2, 2))
-        fd = (
-            smoothers.psd_solve(a + EPS * da, b + EPS * db)
-            - smoothers.psd_solve(a - EPS * da, b - EPS * db)
-        ) / (2 * EPS)
-        np.testing.assert_allclose(jvp(a, b, da, db), fd, rtol=RTOL, atol=1e-8, err_msg=label)
 
 
 def test_public_grad_equals_kernel_grad_and_covers_observations():

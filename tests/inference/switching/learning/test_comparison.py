@@ -8,14 +8,14 @@ import jax
 import numpy as np
 import pytest
 
-from attnbayes.inference.switching.learning import switching_log_likelihood
-from attnbayes.inference.switching.learning_comparison import (
+from attnbayes.inference.switching.learning import (
     GIBBS_FREE,
     compare_switching_learning,
     numpyro_priors,
     posterior_shift,
     sample_theta_posterior,
     study_priors,
+    switching_log_likelihood,
 )
 from attnbayes.models.markov_switching import markov_switching_regression
 from attnbayes.models.switching import SwitchingParams, SwitchingPriors, simulate

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from attnbayes.inference.switching import learning
 from attnbayes.inference.switching.filters import FilterResult, imm_filter, kalman_filter
+from attnbayes.inference.switching.learning import em as learning_em
 from attnbayes.inference.switching.learning import (
     fit_switching,
+    parameters,
     select_num_regimes,
     switching_log_likelihood,
 )
@@ -25,7 +26,11 @@ from attnbayes.inference.switching.smoothers import (
     exact_smoother_moments,
     kim_smoother_moments,
 )
-from attnbayes.models.markov_switching import markov_switching_ar, switching_state_space
+from attnbayes.models.markov_switching import (
+    build_params,
+    markov_switching_ar,
+    switching_state_space,
+)
 from attnbayes.models.switching import SwitchingParams, get_scenario, simulate
 
 
@@ -137,8 +142,8 @@ def _em_moments(params, y, u, likelihood):
     """The E-step ``fit_switching(method="em")`` runs, at the params' own values."""
     spec = switching_state_space(params, y, inputs=u)
     theta = {n: jnp.asarray(v) for n, v in spec.theta.items()}
-    key = learning._spec_key(spec._replace(theta=theta))
-    return learning._state_space_moments(key, likelihood, theta, y, u)
+    key = parameters.register_spec(spec._replace(theta=theta))
+    return learning_em._state_space_moments(key, likelihood, theta, y, u)
 
 
 def test_one_mode_moments_equal_dense_gaussian_conditioning(one_mode_data):
@@ -188,8 +193,8 @@ def test_one_mode_em_trace_is_non_decreasing(one_mode_data):
     )
     fit = fit_switching(
         jax.random.key(0),
-        y,
         start,
+        y,
         method="em",
         likelihood="kalman",
         inputs=u,
@@ -249,29 +254,29 @@ FISHER_FREE = tuple(
 def _fisher_grad_q(spec_key, theta, moments, y, u):
     """grad Q(theta' | theta) at theta' = theta in the unconstrained coordinates of
     ``FISHER_FREE`` (the E-step's ``moments`` at theta)."""
-    spec = learning._SPECS[spec_key]
+    spec = parameters.registered_spec(spec_key)
     fixed = {n: v for n, v in theta.items() if n not in FISHER_FREE}
     constants = (
-        learning._state_space_factors(FISHER_FREE, fixed, y, True),
-        learning._state_space_sums(moments, y),
+        learning_em._state_space_factors(FISHER_FREE, fixed, y, True),
+        learning_em._state_space_sums(moments, y),
     )
 
     def q(z):
         args = (spec, FISHER_FREE, z, fixed, moments, y, u, True, constants)
-        return -learning._negative_q(*args) * y.shape[0]
+        return -learning_em._negative_q(*args) * y.shape[0]
 
-    return jax.grad(q)(learning._unconstrain(spec, FISHER_FREE, theta))
+    return jax.grad(q)(parameters.unconstrain(spec, FISHER_FREE, theta))
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _moved_params(spec_key, theta, step, direction):
     """The ``SwitchingParams`` at the unconstrained coordinates of theta (``FISHER_FREE``)
     moved by step * direction."""
-    spec = learning._SPECS[spec_key]
+    spec = parameters.registered_spec(spec_key)
     fixed = {n: v for n, v in theta.items() if n not in FISHER_FREE}
-    z = learning._unconstrain(spec, FISHER_FREE, theta)
+    z = parameters.unconstrain(spec, FISHER_FREE, theta)
     z = {n: z[n] + step * direction[n] for n in z}
-    return learning.build_params(spec.structure, learning._constrain(spec, FISHER_FREE, fixed, z))
+    return build_params(spec.structure, parameters.constrain(spec, FISHER_FREE, fixed, z))
 
 
 @pytest.mark.parametrize("singular", [False, True])
@@ -292,9 +297,9 @@ def test_expected_log_likelihood_satisfies_fishers_identity(singular):
     theta = {n: jnp.asarray(v) for n, v in spec.theta.items()}
     theta["dynamics_cov_scale"] = jnp.array([0.7, 1.3])
     theta["emission_cov_scale"] = jnp.array([1.2, 0.8])
-    assert learning._partly_missing(y)
-    moments = exact_smoother_moments(learning.build_params(spec.structure, theta), y, inputs=u)
-    key = learning._spec_key(spec._replace(theta=theta))
+    assert learning_em._partly_missing(y)
+    moments = exact_smoother_moments(build_params(spec.structure, theta), y, inputs=u)
+    key = parameters.register_spec(spec._replace(theta=theta))
     grad_q = _fisher_grad_q(key, theta, moments, y, u)
 
     def log_lik(h, direction):  # exact, by the enumeration's compiled kernel
@@ -324,7 +329,7 @@ def test_expected_log_likelihood_satisfies_fishers_identity(singular):
     if singular:
         with pytest.raises(ValueError, match=r"^free: EM cannot fit \['dynamics_biases'\]"):
             fit_switching(
-                jax.random.key(0), y, params, method="em", inputs=u, free=["dynamics_biases"]
+                jax.random.key(0), params, y, method="em", inputs=u, free=["dynamics_biases"]
             )
 
 
@@ -349,8 +354,8 @@ def test_exact_em_trace_is_non_decreasing_for_general_dynamics():
     )
     fit = fit_switching(
         jax.random.key(0),
-        y,
         start,
+        y,
         method="em",
         likelihood="exact",
         inputs=u,
@@ -447,7 +452,7 @@ def test_em_trace_is_non_decreasing_when_the_collapse_is_exact(sensor_series):
     """F_j = 0, M = 2, T = 200: the IMM filter and Kim's smoother are exact, so EM is exact EM
     and its log-likelihood trace never decreases (it climbs by tens of nats)."""
     truth, y = sensor_series[0.0]
-    fit = fit_switching(jax.random.key(0), y, _start(truth), method="em", max_iterations=40)
+    fit = fit_switching(jax.random.key(0), _start(truth), y, method="em", max_iterations=40)
     trace = fit.log_likelihood
     assert len(trace) > 10
     assert np.all(np.diff(trace) >= -1e-9 * np.abs(trace[1:])), np.diff(trace).min()
@@ -471,7 +476,7 @@ def sensor_fits(sensor_series):
     truth, y = sensor_series[0.8]
     start = _start(truth)
     began = time.perf_counter()
-    em = fit_switching(jax.random.key(0), y, start, method="em")
+    em = fit_switching(jax.random.key(0), start, y, method="em")
     em_seconds = time.perf_counter() - began
     spec = switching_state_space(start, y)
 
@@ -547,14 +552,14 @@ def test_em_against_fit_switching_mle(sensor_series, sensor_fits):
     MLE's (both include compilation, which dominates the MLE's)."""
     truth, y = sensor_series[0.8]
     em, em_seconds, _, ref_log_lik, _ = sensor_fits
-    mle = fit_switching(jax.random.key(1), y, _start(truth), num_starts=4)
+    mle = fit_switching(jax.random.key(1), _start(truth), y, num_starts=4)
     assert abs(mle.log_likelihood[-1] - ref_log_lik) < 1e-3
     est, want = np.asarray(_vector(em.theta)), np.asarray(_vector(mle.theta))
     se = np.asarray(_vector(mle.stderr))
     assert np.all(np.isfinite(se))
     assert np.all(np.abs(est - want) < 2.5 * se), (est, want, se)
     assert mle.log_likelihood[-1] - 1.5 < em.log_likelihood[-1] <= mle.log_likelihood[-1] + 1e-6
-    again = fit_switching(jax.random.key(0), y, _start(truth), method="em")
+    again = fit_switching(jax.random.key(0), _start(truth), y, method="em")
     print(
         f"EM: {len(em.log_likelihood)} iterations, {em_seconds:.2f} s (compiled: "
         f"{again.seconds:.2f} s); MLE: {len(mle.log_likelihood)} L-BFGS iterations, "
@@ -570,21 +575,21 @@ def test_bad_input_to_state_space_em(one_mode_data, sensor_series):
     """What EM on a state-space model refuses, with a ValueError naming the argument."""
     truth, y = sensor_series[0.0]
     with pytest.raises(ValueError, match=r"^likelihood: 'exact' enumerates M\^T = 2\^200"):
-        fit_switching(jax.random.key(0), y, truth, method="em", likelihood="exact")
+        fit_switching(jax.random.key(0), truth, y, method="em", likelihood="exact")
     with pytest.raises(ValueError, match=r"^likelihood: 'kalman' needs a one-mode model"):
-        fit_switching(jax.random.key(0), y, truth, method="em", likelihood="kalman")
+        fit_switching(jax.random.key(0), truth, y, method="em", likelihood="kalman")
     params, y1, u1 = one_mode_data  # its Q is singular (rank 1)
     with pytest.raises(ValueError, match=r"^free: 'dynamics_covs' is singular in init"):
-        fit_switching(jax.random.key(0), y1, params, method="em", inputs=u1, free=["dynamics_covs"])
+        fit_switching(jax.random.key(0), params, y1, method="em", inputs=u1, free=["dynamics_covs"])
     with pytest.raises(ValueError, match=r"^free: 'dynamics_covs' is singular in init"):
-        fit_switching(jax.random.key(0), y1, params, inputs=u1, free=["dynamics_covs"])
+        fit_switching(jax.random.key(0), params, y1, inputs=u1, free=["dynamics_covs"])
     with pytest.raises(
         ValueError, match=r"^free: EM cannot fit \['dynamics_matrices', 'dynamics_biases'\]"
     ):
         fit_switching(
             jax.random.key(0),
-            y1,
             params,
+            y1,
             method="em",
             likelihood="kalman",
             inputs=u1,
@@ -593,7 +598,7 @@ def test_bad_input_to_state_space_em(one_mode_data, sensor_series):
     ar = markov_switching_ar(np.sin(np.arange(60.0)), 1)
     unordered = ar._replace(theta=ar.theta | {"means": np.array([1.0, 0.5])})
     with pytest.raises(ValueError, match=r"^free: 'means' starts outside or on the boundary"):
-        fit_switching(jax.random.key(0), None, unordered, method="em")
+        fit_switching(jax.random.key(0), unordered, method="em")
     with pytest.raises(ValueError, match="^observations: T = 200 steps with M = 2"):
         exact_smoother_moments(truth, y)
     with pytest.raises(ValueError, match="^filtered: expected a FilterResult"):
@@ -620,7 +625,7 @@ def test_select_num_regimes_checks_its_key():
         with pytest.raises(ValueError, match="^key: expected a"):
             select_num_regimes(bad, make_spec, endog)
     with pytest.raises(ValueError, match="^key: expected a"):
-        fit_switching(0, None, markov_switching_ar(endog, 1))
+        fit_switching(0, markov_switching_ar(endog, 1))
 
 
 def test_em_undoes_a_step_that_lowers_the_approximate_log_likelihood():
@@ -631,7 +636,7 @@ def test_em_undoes_a_step_that_lowers_the_approximate_log_likelihood():
     params = get_scenario("maneuvering-target-cwna")
     _, _, y = simulate(jax.random.key(1), params, 60)
     spec = switching_state_space(params, np.asarray(y))
-    fit = fit_switching(jax.random.key(0), None, spec, method="em")
+    fit = fit_switching(jax.random.key(0), spec, method="em")
     assert not fit.converged
     at_result = switching_log_likelihood(spec, fit.theta, likelihood="imm")
     np.testing.assert_allclose(fit.log_likelihood[-1], at_result, rtol=1e-12)

@@ -175,10 +175,8 @@ def msar1_fits(gdp):
     mod = sm.tsa.MarkovAutoregression(gdp, k_regimes=2, order=1, switching_ar=False)
     ref = mod.fit(search_reps=20, rng=1234)
     spec = markov_switching_ar(gdp, 1)
-    mle = fit_switching(jax.random.key(0), None, spec, likelihood="exact", num_starts=4)
-    em = fit_switching(
-        jax.random.key(0), None, spec, method="em", likelihood="exact", tolerance=1e-12
-    )
+    mle = fit_switching(jax.random.key(0), spec, likelihood="exact", num_starts=4)
+    em = fit_switching(jax.random.key(0), spec, method="em", likelihood="exact", tolerance=1e-12)
     return ref, mle, em
 
 
@@ -248,11 +246,11 @@ def test_bad_input_to_the_learning_functions(gdp):
     with pytest.raises(ValueError, match=r"^theta: expected the parameters"):
         switching_log_likelihood(spec, {"means": np.zeros(2)})
     with pytest.raises(ValueError, match="^method: "):
-        fit_switching(jax.random.key(0), None, spec, method="newton")
+        fit_switching(jax.random.key(0), spec, method="newton")
     with pytest.raises(ValueError, match="^free: unknown"):
-        fit_switching(jax.random.key(0), None, spec, free=["nope"])
+        fit_switching(jax.random.key(0), spec, free=["nope"])
     with pytest.raises(ValueError, match="^init: expected a SwitchingSpec"):
-        fit_switching(jax.random.key(0), None, {"a": 1})
+        fit_switching(jax.random.key(0), {"a": 1})
     with pytest.raises(ValueError, match="^order: "):
         markov_switching_ar(gdp, 0)
     with pytest.raises(ValueError, match="^num_regimes: "):

@@ -14,7 +14,7 @@ from numpyro.infer import Predictive
 from numpyro.infer.util import initialize_model, log_density, potential_energy
 
 from attnbayes.inference.mcmc import run_nuts
-from attnbayes.inference.switching.marginal import switching_marginal_model
+from attnbayes.inference.switching.learning.marginal import switching_marginal_model
 from attnbayes.models.markov_switching import (
     OrderedNormal,
     default_priors,
@@ -170,10 +170,8 @@ def test_nuts_with_an_approximate_likelihood_agrees_with_exact_nuts():
         tree = run_nuts(
             jax.random.key(7),
             switching_marginal_model,
-            spec.observations,
-            spec=spec,
-            likelihood=lik,
-            inputs=spec.inputs,
+            (spec.observations,),
+            {"spec": spec, "likelihood": lik, "inputs": spec.inputs},
             num_warmup=500,
             num_samples=1500,
             num_chains=2,

@@ -19,10 +19,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpyro
 
-from ...models.markov_switching import SwitchingSpec, build_params, default_priors
-from ...models.switching import simulate
-from .kalman import check_inputs
-from .learning import _check_free, _check_likelihood, _check_spec, _mode_filter
+from ....models.markov_switching import SwitchingSpec, build_params, default_priors
+from ....models.switching import simulate
+from ..kalman import check_inputs
+from .likelihood import check_likelihood, mode_filter
+from .parameters import check_free, check_spec
 
 
 def switching_marginal_model(
@@ -59,8 +60,8 @@ def switching_marginal_model(
     The log density is a pure JAX function of the unconstrained parameters (NUTS,
     ``numpyro.infer.util.log_density`` and its gradient; tested against finite differences).
     """
-    spec = _check_spec("spec", spec)
-    free = _check_free(spec, free)
+    spec = check_spec("spec", spec)
+    free = check_free(spec, free)
     chosen = default_priors(spec) | dict(priors or {})
     missing = [n for n in free if n not in chosen]
     if missing:
@@ -87,9 +88,9 @@ def switching_marginal_model(
         numpyro.deterministic("modes", modes)
         numpyro.deterministic("observations", obs)
         return
-    likelihood = _check_likelihood(likelihood, spec.structure, t)
+    likelihood = check_likelihood(likelihood, spec.structure, t)
     params, obs, u = check_inputs(params, observations, inputs=inputs)
-    log_lik, _ = _mode_filter(spec.structure, likelihood, params, obs, u)
+    log_lik, _ = mode_filter(spec.structure, likelihood, params, obs, u)
     numpyro.factor("log_likelihood", log_lik)
 
 

@@ -39,24 +39,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import validation
-from . import em
-from .comparison import compare_deconvolution
-from .kiefer_wolfowitz import npmle, npmle_posterior
+from .... import validation
+from .. import em
+from ..comparison import compare_deconvolution
+from ..estep import posterior_mean_unchecked, posterior_unchecked
+from ..kiefer_wolfowitz import npmle, npmle_posterior
 from .training import (
     HELDOUT_FAMILIES,
     TaskPrior,
     Tasks,
-    _mse_and_oracle,
-    _task_mse,
     check_task_prior,
     heldout_tasks,
     oracle_posterior_mean,
+    task_mse,
+    task_regret_unchecked,
 )
 from .unrolled import (
     UnrolledEMParams,
-    _forward,
     check_params,
+    forward,
     init_unrolled_em,
     pretrained_unrolled_em,
 )
@@ -84,10 +85,10 @@ class LearnedComparison(NamedTuple):
 
 @jax.jit
 def _stack_on_tasks(params, x, mask):
-    return jax.vmap(lambda xi, mi: _forward(params, xi, mi))(x, mask)
+    return jax.vmap(lambda xi, mi: forward(params, xi, mi))(x, mask)
 
 
-_forward_jit = jax.jit(_forward, static_argnums=3)
+_forward_jit = jax.jit(forward, static_argnums=3)
 
 
 def _stack_streamed(params, x, block_size):
@@ -98,7 +99,7 @@ def _stack_streamed(params, x, block_size):
 def _em_converged(x):
     def one(xi):
         fit = em.fit_em(xi, 1.0, max_iters=500, tol=1e-8)
-        return em._posterior(xi, fit.atoms, fit.weights, jnp.ones((), xi.dtype))[0]
+        return posterior_unchecked(xi, fit.atoms, fit.weights, jnp.ones((), xi.dtype))[0]
 
     return jax.vmap(one)(x)
 
@@ -162,7 +163,7 @@ def _nuts_estimates(key, x, prior: TaskPrior, nuts_kwargs):
 
 
 def _regret_row(family, method, estimate, tasks: Tasks, oracle_mse, seconds, learned=None):
-    mse = np.asarray(_task_mse(jnp.asarray(estimate), tasks))
+    mse = np.asarray(task_mse(jnp.asarray(estimate), tasks))
     oracle_mse = np.asarray(oracle_mse)[: mse.shape[0]]
     regret = mse - oracle_mse
     n = regret.shape[0]
@@ -273,7 +274,7 @@ def compare_learned_attention(
     for f_index, family in enumerate(families):
         fkey = jax.random.fold_in(key, HELDOUT_FAMILIES.index(family))
         tasks = heldout_tasks(fkey, family, num_tasks, num_points, prior)
-        learned_mse, oracle_mse = _mse_and_oracle(params, tasks)
+        learned_mse, oracle_mse = task_regret_unchecked(params, tasks)
         learned = np.asarray(learned_mse - oracle_mse)
         for method in methods:
             if method in ("learned", "em-steps"):
@@ -350,7 +351,7 @@ def length_generalisation(
     for n in sizes:
         tasks = heldout_tasks(jax.random.fold_in(key, n), family, num_tasks, n, prior)
         oracle = oracle_posterior_mean(tasks) if n < stream_from else _streamed_oracle(tasks)
-        oracle_mse = _task_mse(oracle, tasks)
+        oracle_mse = task_mse(oracle, tasks)
         for method in methods:
             if method in ("learned", "em-steps"):
                 p = params if method == "learned" else em_params
@@ -375,7 +376,7 @@ def length_generalisation(
 def _streamed_oracle(tasks: Tasks):
     return jnp.stack(
         [
-            em._streamed_posterior_mean(x, a, w, jnp.ones((), x.dtype), 1024)
+            posterior_mean_unchecked(x, a, w, jnp.ones((), x.dtype), 1024)
             for x, a, w in zip(tasks.x, tasks.atoms, tasks.weights, strict=True)
         ]
     )

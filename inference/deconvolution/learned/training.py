@@ -42,12 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ... import validation
-from . import em
+from .... import validation
+from ..estep import posterior_unchecked
 from .unrolled import (
     UnrolledEMParams,
-    _forward,
     check_params,
+    forward,
     init_unrolled_em,
 )
 
@@ -294,19 +294,19 @@ def _strong(tree):
 
 def oracle_posterior_mean(tasks: Tasks) -> jax.Array:
     """E[z_i | x_i, nu] under each task's true measure (B, N, p): the oracle Bayes rule."""
-    return jax.vmap(lambda x, a, w: em._posterior(x, a, w, jnp.ones((), x.dtype))[0])(
+    return jax.vmap(lambda x, a, w: posterior_unchecked(x, a, w, jnp.ones((), x.dtype))[0])(
         tasks.x, tasks.atoms, tasks.weights
     )
 
 
-def _task_mse(estimate, tasks: Tasks):
-    """(B,) mean over a task's real points of |estimate_i - z_i|^2."""
+def task_mse(estimate, tasks: Tasks):
+    """(B,) mean over a task's real points of |estimate_i - z_i|^2 (``estimate`` (B, N, p))."""
     err = jnp.sum((estimate - tasks.z) ** 2, axis=-1) * tasks.mask
     return jnp.sum(err, axis=-1) / jnp.sum(tasks.mask, axis=-1)
 
 
 def _stack_moments(params, tasks: Tasks):
-    return jax.vmap(lambda x, m: _forward(params, x, m))(tasks.x, tasks.mask)
+    return jax.vmap(lambda x, m: forward(params, x, m))(tasks.x, tasks.mask)
 
 
 def _loss(params, tasks: Tasks, second_moment_weight):
@@ -314,20 +314,21 @@ def _loss(params, tasks: Tasks, second_moment_weight):
     target = (tasks.z - jax.lax.stop_gradient(mean)) ** 2
     var_err = jnp.sum((var - target) ** 2, axis=-1) * tasks.mask
     var_loss = jnp.sum(var_err, axis=-1) / jnp.sum(tasks.mask, axis=-1)
-    return jnp.mean(_task_mse(mean, tasks) + second_moment_weight * var_loss)
+    return jnp.mean(task_mse(mean, tasks) + second_moment_weight * var_loss)
 
 
 @jax.jit
-def _mse_and_oracle(params, tasks: Tasks):
+def task_regret_unchecked(params, tasks: Tasks):
+    """The kernel of ``task_regret``, for parameters already checked (``check_params``)."""
     mean, _ = _stack_moments(params, tasks)
-    return _task_mse(mean, tasks), _task_mse(oracle_posterior_mean(tasks), tasks)
+    return task_mse(mean, tasks), task_mse(oracle_posterior_mean(tasks), tasks)
 
 
 def task_regret(params: UnrolledEMParams, tasks: Tasks) -> tuple[jax.Array, jax.Array]:
     """Per task: (MSE of the stack's posterior mean, MSE of the oracle Bayes rule), both (B,),
     in units of sigma^2. The regret is their difference."""
     params = check_params("params", params, dim=tasks.x.shape[-1], dtype=tasks.x.dtype)
-    return _mse_and_oracle(params, tasks)
+    return task_regret_unchecked(params, tasks)
 
 
 # ----------------------------------------------------------------------------- training
@@ -405,11 +406,11 @@ def train_unrolled_em(
     def chunk(params, opt_state, chunk_index):
         keys = jax.random.split(jax.random.fold_in(train_key, chunk_index), callback_every)
         (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), keys)
-        mse, _ = _mse_and_oracle(params, heldout)
+        mse, _ = task_regret_unchecked(params, heldout)
         return params, opt_state, losses, jnp.mean(mse)
 
     opt_state = optimizer.init(params)
-    losses, held = [], [float(jnp.mean(_mse_and_oracle(params, heldout)[0]))]
+    losses, held = [], [float(jnp.mean(task_regret_unchecked(params, heldout)[0]))]
     for c in range(num_chunks):
         params, opt_state, chunk_losses, held_loss = chunk(params, opt_state, c)
         chunk_losses = np.asarray(chunk_losses)

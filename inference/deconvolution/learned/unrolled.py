@@ -22,10 +22,10 @@ M_k is the atom's mass (M_k = 1 before the first layer); a = 1 gives Kiefer-Wolf
 weights w_k = M_k / N, a = 0 EM's fixed weights 1 / N.
 
 At ``init_unrolled_em``'s values (W = I, beta = 1, c = 0, a = 0, b_v = 0, eta = 1, g = 0) the
-stack is exactly L steps of K = N EM (``em.em_step``) followed by the posterior mean and the
-posterior variance under the fitted discrete measure (``em.posterior``). Trained on tasks from
-a prior over mixing measures with squared error to z (``attnbayes.inference.deconvolution.
-training``), its target is the Bayes posterior mean under that prior.
+stack is exactly L steps of K = N EM (``attnbayes.inference.deconvolution.em.em_step``)
+followed by the posterior mean and the posterior variance under the fitted discrete measure
+(``em.posterior``). Trained on tasks from a prior over mixing measures with squared error to z
+(``training``), its target is the Bayes posterior mean under that prior.
 
 Streaming. ``block_size=B`` runs every layer in two passes over blocks of B points and B atoms
 (row log-sum-exp, then column sums), as ``em.em_step`` does, and the read-out as streamed
@@ -40,6 +40,9 @@ points (tested).
 Tracing. ``unrolled_em``, ``unrolled_em_moments`` and ``init_unrolled_em``'s result are
 jit/vmap/grad-able in the parameters, x and sigma; ``num_layers``, ``block_size`` are static.
 The checks on concrete inputs are ``em.check_problem``'s (finite x, sigma > 0 in range).
+``unrolled_em_moments_unchecked`` is the traceable kernel of ``unrolled_em_moments``, and
+``forward`` the stack itself in standardised units (what ``training`` and the learned
+``comparison`` batch over tasks).
 """
 
 from __future__ import annotations
@@ -53,9 +56,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import validation
-from ..attention import streamed_softmax_attention
-from . import em
+from .... import validation
+from ...attention import scored_attention_unchecked
+from ..checks import checked_problem
+from ..estep import block_sums, weighted_differences
 
 FORMAT_VERSION = 1
 
@@ -203,7 +207,7 @@ def _dense_layer(u, atoms, log_mass, mask, layer: LayerParams):
     scores = scores + _key_bias(k, log_mass, mask, layer.key_norm, layer.mass_weight)[None, :]
     resp = jax.nn.softmax(scores, axis=-1) * mask[:, None]
     mass = jnp.sum(resp, axis=0)
-    shift = em._weighted_differences(resp, u, atoms)
+    shift = weighted_differences(resp, u, atoms)
     return _layer_update(atoms, mass, shift, layer), _log_mass(mass, u.dtype)
 
 
@@ -222,8 +226,8 @@ def _streamed_layer(u, atoms, log_mass, mask, layer: LayerParams, block_size):
     q, k = u @ layer.query.T, atoms @ layer.key.T
     bias = _key_bias(k, log_mass, mask, layer.key_norm, layer.mass_weight)
     beta = layer.inverse_temperature
-    _, lse = streamed_softmax_attention(
-        _score_fn, beta, q, k, jnp.zeros((n, 1), u.dtype), bias, block_size
+    _, _, lse = scored_attention_unchecked(
+        _score_fn, beta, q, k, jnp.zeros((n, 1), u.dtype), bias, block_size, False
     )
     lse = jnp.where(mask, lse, jnp.inf)  # masked rows contribute nothing
     pad = (-n) % b
@@ -245,7 +249,7 @@ def _streamed_layer(u, atoms, log_mass, mask, layer: LayerParams, block_size):
             qb, ub, lse_b = row
             s = _sq_dist(qb, kb, beta) + bias_b[None, :]
             a = jnp.exp(s - lse_b[:, None])
-            block_mass, block_shift = em._block_sums(a, ub, mb)
+            block_mass, block_shift = block_sums(a, ub, mb)
             return (mass + block_mass, shift + block_shift), None
 
         init = (jnp.zeros((b,), u.dtype), jnp.zeros((b, p), u.dtype))
@@ -279,7 +283,7 @@ def _readout(u, atoms, log_mass, mask, readout: ReadoutParams, block_size):
     n_real = jnp.maximum(jnp.sum(mask), 1)
     centre = jnp.sum(jnp.where(mask[:, None], u, 0.0), axis=0) / n_real
     centred = values - centre
-    out, _ = streamed_softmax_attention(
+    out, _, _ = scored_attention_unchecked(
         _score_fn,
         readout.inverse_temperature,
         q,
@@ -287,14 +291,18 @@ def _readout(u, atoms, log_mass, mask, readout: ReadoutParams, block_size):
         jnp.concatenate([centred, centred**2], axis=-1),
         bias,
         block_size,
+        False,
     )
     p = u.shape[1]
     mean_c, m2 = out[:, :p], out[:, p:]
     return mean_c + centre, jnp.maximum(jnp.maximum(m2 - mean_c**2, 0.0) + extra, 0.0)
 
 
-def _forward(params: UnrolledEMParams, u, mask, block_size=None):
-    """The stack on standardised points u (N, p) with ``mask`` (N,): (mean, variance)."""
+def forward(params: UnrolledEMParams, u, mask, block_size=None):
+    """The stack on standardised points u = x / sigma (N, p) with ``mask`` (N,): the posterior
+    (mean, variance) of z / sigma, each (N, p); dense, or streamed with ``block_size``. No
+    checks: the kernel beneath ``unrolled_em_moments_unchecked``, traceable and differentiable
+    in the parameters and u."""
     atoms = u
     log_mass = jnp.zeros(u.shape[:1], u.dtype)
 
@@ -309,8 +317,10 @@ def _forward(params: UnrolledEMParams, u, mask, block_size=None):
 
 
 @functools.partial(jax.jit, static_argnames=("block_size",))
-def _moments(params, x, sigma, mask, block_size=None):
-    mean, var = _forward(params, x / sigma, mask, block_size)
+def unrolled_em_moments_unchecked(params, x, sigma, mask, block_size=None):
+    """The kernel of ``unrolled_em_moments``: (mean, variance) (N, p) in x's units, for x (N, p),
+    a boolean ``mask`` (N,) and parameters already checked (``check_params``)."""
+    mean, var = forward(params, x / sigma, mask, block_size)
     return mean * sigma, var * sigma**2
 
 
@@ -387,7 +397,7 @@ def _check_mask(mask, n):
 
 
 def _prepare(params, x, sigma, mask, block_size):
-    xs, _, _, s, scalar = em._check_problem(x, None, None, sigma)
+    xs, _, _, s, scalar = checked_problem(x, None, None, sigma)
     params = check_params("params", params, dim=xs.shape[1], dtype=xs.dtype)
     mask = _check_mask(mask, xs.shape[0])
     if block_size is not None:
@@ -414,7 +424,7 @@ def unrolled_em_moments(
         ``PosteriorMoments(mean, variance)``; ``.second_moment`` is E[z^2 | x].
     """
     params, xs, s, mask, block_size, scalar = _prepare(params, x, sigma, mask, block_size)
-    mean, var = _moments(params, xs, s, mask, block_size)
+    mean, var = unrolled_em_moments_unchecked(params, xs, s, mask, block_size)
     return PosteriorMoments(
         validation.restore_shape(mean, scalar), validation.restore_shape(var, scalar)
     )
@@ -504,7 +514,7 @@ PRETRAINED_FILE = "unrolled_em_v1.npz"
 
 
 def pretrained_unrolled_em(*, metadata: bool = False):
-    """The stack shipped with attnbayes (``pretrained/MODEL_CARD.md``: scalar data, units
+    """The stack shipped with attnbayes (``learned/pretrained/MODEL_CARD.md``: scalar data, units
     of sigma, trained on ``TaskPrior()`` at N = 20..200 by
     ``scripts/train_pretrained_unrolled_em.py``).
 

@@ -1,0 +1,182 @@
+"""Forecasts of a fitted switching model: k-step-ahead predictive distributions of
+y_{T+1..T+H} given y_{1:T} and theta, by simulation from the filtered distribution at T, with
+central intervals and the exact regime probabilities (the filtered ones times Pi^h).
+statsmodels has no out-of-sample forecast for its Markov-switching models.
+
+``forecast_switching`` is a Python-level driver (validation, quantiles in NumPy) over a compiled
+kernel, not traceable.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .... import validation
+from ....models.markov_switching import SwitchingSpec, build_params, regime_probabilities
+from ....models.switching import psd_factor, step_offsets
+from ..kalman import log_probabilities
+from .likelihood import check_likelihood, filter_unchecked, hamilton_filter
+from .parameters import check_data, check_spec, check_theta, register_spec, registered_spec
+
+
+class SwitchingForecast(NamedTuple):
+    """k-step-ahead predictive distributions of y_{T+1..T+H} given y_{1:T} and theta.
+
+    Attributes:
+        mean: (H, o) E[y_{T+h} | y_{1:T}] (Monte Carlo).
+        levels: (L,) the central interval levels, e.g. (0.5, 0.9).
+        lower, upper: (L, H, o) the interval bounds (the (1 -+ level) / 2 quantiles of the
+            draws).
+        regime_probs: (H, M) P(s_{T+h} = j | y_{1:T}) (exact: filtered mode probabilities
+            propagated by Pi^h, summed over the modes of each regime).
+        draws: (num_draws, H, o) the simulated paths.
+    """
+
+    mean: np.ndarray
+    levels: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    regime_probs: np.ndarray
+    draws: np.ndarray
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _forecast_paths(spec_key, likelihood, horizon, num_draws, key, theta, obs, u, future):
+    spec = registered_spec(spec_key)
+    structure = spec.structure
+    params = build_params(structure, theta)
+    if likelihood == "exact" and structure.kind != "state_space":
+        _, probs = hamilton_filter(params, obs, u)
+        m = params.initial_probs.shape[0]
+        d = params.initial_means.shape[1]
+        means, covs = jnp.zeros((m, d), obs.dtype), jnp.zeros((m, d, d), obs.dtype)
+        last_probs = probs[-1]
+    else:
+        res = filter_unchecked(params, obs, u, likelihood)
+        last_probs, means, covs = res.mode_probs[-1], res.means[-1], res.covs[-1]
+    order = structure.order if structure.kind == "ar" else 0
+    # the last p values of the series (most recent first): y_T, then u_T's first p - 1 lags
+    history = jnp.concatenate([obs[-1, :1], u[-1, : max(order - 1, 0)]])[:order]
+
+    chol_q, chol_r, chol_p = (
+        psd_factor(params.dynamics_covs),
+        psd_factor(params.emission_covs),
+        psd_factor(covs),
+    )
+
+    def one_path(key):
+        key_s, key_x, key_steps = jax.random.split(key, 3)
+        s = jax.random.categorical(key_s, log_probabilities(last_probs))
+        x = means[s] + chol_p[s] @ jax.random.normal(key_x, means.shape[1:], obs.dtype)
+
+        def step(carry, inp):
+            s, x, lags = carry
+            key, u_future = inp
+            k_s, k_x, k_y = jax.random.split(key, 3)
+            u_t = lags if order else u_future
+            dyn, emi = step_offsets(params, u_t)
+            s = jax.random.categorical(k_s, log_probabilities(params.transition_matrix[s]))
+            x = params.dynamics_matrices[s] @ x + dyn[s]
+            x = x + chol_q[s] @ jax.random.normal(k_x, x.shape, obs.dtype)
+            eps = jax.random.normal(k_y, (obs.shape[1],), obs.dtype)
+            y = params.emission_matrices[s] @ x + emi[s] + chol_r[s] @ eps
+            lags = jnp.concatenate([y[:1], lags[:-1]])[:order] if order else lags
+            return (s, x, lags), y
+
+        keys = jax.random.split(key_steps, horizon)
+        _, ys = jax.lax.scan(step, (s, x, history), (keys, future))
+        return ys
+
+    paths = jax.vmap(one_path)(jax.random.split(key, num_draws))
+    trans_h = jax.lax.scan(
+        lambda p, _: (p @ params.transition_matrix, p @ params.transition_matrix),
+        last_probs,
+        None,
+        length=horizon,
+    )[1]
+    return paths, regime_probabilities(structure, trans_h)
+
+
+def forecast_switching(
+    key,
+    spec: SwitchingSpec,
+    theta=None,
+    horizon: int = 8,
+    *,
+    future_inputs=None,
+    likelihood: str = "imm",
+    num_draws: int = 4000,
+    levels=(0.5, 0.9),
+) -> SwitchingForecast:
+    """k-step-ahead forecasts of y_{T+1..T+H} with central intervals, by simulation from the
+    filtered distribution at T.
+
+    Each path draws (s_T, x_T) from the filter's mode probabilities and per-mode Gaussians at
+    T (exact for the econometric models; the named filter's approximation otherwise), then
+    runs the model forward: s_{t+1} ~ Pi[s_t], x_{t+1} = F x_t + b + B u_{t+1} + noise,
+    y_{t+1} = H x_{t+1} + d + D u_{t+1} + noise. For MS-AR the inputs are the lags, taken from
+    the series and then from the path itself (so the intervals carry the regime and the
+    autoregressive uncertainty); other models with inputs need ``future_inputs`` (H, k).
+    The regime probabilities are exact: the filtered ones times Pi^h. (statsmodels has no
+    out-of-sample forecast for its Markov-switching models.)
+
+    Args:
+        key: a ``jax.random`` key.
+        spec: ``SwitchingSpec`` with its data (the forecast origin is its last step).
+        theta: the parameters (default ``spec.theta``, e.g. ``fit.theta``).
+        horizon: H >= 1.
+        future_inputs: (H, k) u_{T+1..T+H} for a regression or state-space model with inputs.
+        likelihood: the filter at T ("exact", "gpb2", "imm", "gpb1", "kalman").
+        num_draws: simulated paths.
+        levels: central interval levels in (0, 1).
+
+    Not traceable: a Python-level driver (validation, quantiles in NumPy) over the compiled
+    kernel ``_forecast_paths``; ``jit``/``vmap`` the filters or ``switching_log_likelihood``
+    instead.
+    """
+    validation.check_key("key", key)
+    spec = check_spec("spec", spec)
+    theta = check_theta("theta", spec, theta)
+    obs, u = check_data(spec, None, None)
+    likelihood = check_likelihood(likelihood, spec.structure, obs.shape[0])
+    horizon = validation.check_positive_int("horizon", horizon)
+    num_draws = validation.check_positive_int("num_draws", num_draws)
+    levels_arr = validation.as_float_array("levels", levels).reshape(-1)
+    if levels_arr.size == 0 or np.any((levels_arr <= 0) | (levels_arr >= 1)):
+        raise ValueError(f"levels: expected numbers in (0, 1), got {levels}")
+    k = spec.inputs.shape[1]
+    if spec.structure.kind == "ar" or k == 0:
+        if future_inputs is not None and spec.structure.kind == "ar":
+            raise ValueError("future_inputs: an MS-AR model's inputs are its own lags")
+        future = np.zeros((horizon, k), obs.dtype)
+    else:
+        if future_inputs is None:
+            raise ValueError(
+                f"future_inputs: required (shape ({horizon}, {k})), the model has inputs"
+            )
+        future = validation.as_float_array("future_inputs", future_inputs)
+        if future.shape != (horizon, k):
+            raise ValueError(f"future_inputs: expected shape ({horizon}, {k}), got {future.shape}")
+        validation.check_finite("future_inputs", future)
+    paths, regimes = _forecast_paths(
+        register_spec(spec), likelihood, horizon, num_draws, key, theta, obs, u, future
+    )
+    paths = np.asarray(paths)
+    lower = np.stack([np.quantile(paths, (1 - lv) / 2, axis=0) for lv in levels_arr])
+    upper = np.stack([np.quantile(paths, (1 + lv) / 2, axis=0) for lv in levels_arr])
+    return SwitchingForecast(
+        mean=paths.mean(axis=0),
+        levels=levels_arr,
+        lower=lower,
+        upper=upper,
+        regime_probs=np.asarray(regimes),
+        draws=paths,
+    )
+
+
+__all__ = ["SwitchingForecast", "forecast_switching"]
