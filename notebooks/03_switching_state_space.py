@@ -72,9 +72,9 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
     warnings.filterwarnings("ignore", message="IProgress not found")
     from attnbayes.app.cache import enable_compilation_cache
     from attnbayes.inference.attention import softmax_attention
-    from attnbayes.inference.switching import compare_switching
-    from attnbayes.inference.switching.filters import (
+    from attnbayes.inference.switching import (
         attention_as_imm_step,
+        compare_switching,
         exact_filter,
         exact_smoother,
         gpb1_filter,

@@ -73,6 +73,13 @@ VIOLATIONS = [
     ("models/deconvolution.py", "from . import switching", "Model families are independent"),
     ("inference/deconvolution/em.py", "from . import invariants", "No import cycles"),
     ("inference/mcmc.py", "import matplotlib.pyplot", "Only the app plots"),
+    ("inference/switching/kalman.py", "from . import filters", "The switching rooms"),
+    ("inference/switching/learning/parameters.py", "from . import mle", "The learning rooms"),
+    ("inference/deconvolution/estep.py", "from . import gibbs", "The deconvolution rooms"),
+    ("inference/deconvolution/learned/unrolled.py", "from . import training", "The learned rooms"),
+    ("inference/kernel_regression/kernels.py", "from . import estimator", "The kernel-regression"),
+    ("inference/attention/simplex.py", "from . import scores", "The attention rooms"),
+    ("app/user_data.py", "from . import runs", "The app's rooms"),
 ]
 
 

@@ -15,8 +15,8 @@ Gaussians): collapse({w_k, m_k, P_k}) = (sum w m, sum w (P + (m - mean)(m - mean
 - ``rbpf``: particles over modes with a Kalman filter in each
   (``attnbayes.inference.switching.particle``).
 
-The smoothers (``attnbayes.inference.switching.smoothers``: ``kalman_smoother``, ``exact_smoother``,
-Kim's ``kim_smoother``, ``fixed_modes_smoother``) are re-exported here.
+The smoothers (``kalman_smoother``, ``exact_smoother``, Kim's ``kim_smoother``,
+``fixed_modes_smoother``) live in ``attnbayes.inference.switching.smoothers``.
 
 All take ``(params, observations (T, o))`` and return ``FilterResult``; time runs in ``lax.scan``;
 mode probabilities live in the log domain, so an observation hundreds of sigmas out leaves them
@@ -99,14 +99,7 @@ from .kalman import (
     no_inputs,
     normalise_log_weights,
 )
-from .particle import rbpf
-from .smoothers import (
-    SmootherResult,
-    exact_smoother,
-    fixed_modes_smoother,
-    kalman_smoother,
-    kim_smoother,
-)
+from .smoothers import SmootherResult
 
 # ----------------------------------------------------------------------------- building blocks
 
@@ -774,8 +767,6 @@ __all__ = [
     "collapse",
     "exact_filter",
     "exact_filter_unchecked",
-    "exact_smoother",
-    "fixed_modes_smoother",
     "gpb1_filter",
     "gpb1_filter_unchecked",
     "gpb2_filter",
@@ -785,9 +776,6 @@ __all__ = [
     "imm_mixing",
     "kalman_filter",
     "kalman_predict",
-    "kalman_smoother",
     "kalman_update",
-    "kim_smoother",
     "one_step_log_predictive",
-    "rbpf",
 ]

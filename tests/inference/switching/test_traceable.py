@@ -28,19 +28,21 @@ from attnbayes.inference.switching.filters import (
     all_histories,
     check_filter_result,
     exact_filter,
-    exact_smoother,
-    fixed_modes_smoother,
     gpb1_filter,
     gpb2_filter,
     imm_filter,
     kalman_filter,
-    kalman_smoother,
-    kim_smoother,
     one_step_log_predictive,
-    rbpf,
 )
 from attnbayes.inference.switching.gibbs import switching_gibbs_init, switching_gibbs_step
 from attnbayes.inference.switching.kalman import check_inputs, kalman_filter_unchecked
+from attnbayes.inference.switching.particle import rbpf
+from attnbayes.inference.switching.smoothers import (
+    exact_smoother,
+    fixed_modes_smoother,
+    kalman_smoother,
+    kim_smoother,
+)
 from attnbayes.models.switching import SwitchingParams, check_params, simulate
 
 jax.config.update("jax_enable_x64", True)
