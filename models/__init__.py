@@ -6,8 +6,14 @@
   program, simulator and tracking scenarios;
 - ``markov_switching``: parametrised switching models (``SwitchingSpec``): Markov-switching
   regression, Hamilton's MS-AR(p), a generic ``SwitchingParams`` with free fields;
+- ``kinematics``: the tracking blocks the scenarios are built of (constant velocity, the
+  coordinated turn, white-noise and continuous white-noise acceleration);
 - ``kernel_joint``: the kernel density estimate of a joint density, whose conditional mean is
   Nadaraya-Watson regression.
+
+A simulator or log-density used inside traced programs comes as a pair: ``name`` checks its
+arguments on concrete values (a ValueError naming the argument) and calls ``name_unchecked``,
+the traceable kernel without checks.
 """
 
 import sys

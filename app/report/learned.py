@@ -304,7 +304,7 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames) -> None:
             "parameters per layer are 'a flexible unrolling of EM'. The shipped stack "
             f"(pretrained_unrolled_em: {meta.get('num_steps')} Adam steps on simulated tasks of "
             "N = 20..200 from a DP prior and three named families, in units of sigma; "
-            "inference/deconvolution/pretrained/MODEL_CARD.md) starts as EM itself (its "
+            "inference/deconvolution/learned/pretrained/MODEL_CARD.md) starts as EM itself (its "
             "initialisation reproduces 6 steps of K = N EM and the posterior mean to round-off) "
             "and is trained on squared error to z, whose minimiser is the Bayes posterior mean "
             "under the task prior. Regret = MSE - MSE of the oracle Bayes rule E[z | x, nu] (which "

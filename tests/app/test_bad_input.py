@@ -15,11 +15,8 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
-import arviz as az
-import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -37,13 +34,6 @@ from attnbayes.app.user_data import InputError, params_document
 from attnbayes.inference.deconvolution.comparison import (
     DeconvolutionComparison,
     compare_deconvolution,
-)
-from attnbayes.inference.diagnostics import diagnostics
-from attnbayes.inference.mcmc import (
-    MIN_CHAINS,
-    MIN_DRAWS_PER_CHAIN,
-    MIN_TOTAL_DRAWS_LOO,
-    check_sampler_sizes,
 )
 from attnbayes.models.switching import get_scenario
 
@@ -369,63 +359,6 @@ def test_filter_gibbs_refuses_too_few_draws(track_csv, out, capsys, no_computati
     assert code == 1 and "computation started" in err  # no LOO here: 2 x 12 draws pass
 
 
-def test_compare_deconvolution_checks_sizes_before_sampling(monkeypatch):
-    monkeypatch.setattr(
-        attnbayes.inference.deconvolution.comparison,
-        "run_nuts",
-        _raiser(AssertionError("sampling")),
-    )
-    monkeypatch.setattr(
-        attnbayes.inference.deconvolution.comparison,
-        "run_gibbs",
-        _raiser(AssertionError("sampling")),
-    )
-    x = np.linspace(-2.0, 2.0, 30)
-    key = jax.random.PRNGKey(0)
-    for method, kwargs, pattern in (
-        ("nuts", {"nuts_kwargs": {"num_samples": 2}}, "^num_samples/num_chains: nuts: "),
-        ("nuts", {"nuts_kwargs": {"num_chains": 1}}, "at least 2 chains"),
-        ("gibbs", {"method_kwargs": {"gibbs": {"num_samples": 6}}}, "PSIS-LOO"),
-        ("nuts-dp", {"nuts_kwargs": {"num_samples": 10}}, "^num_samples/num_chains: nuts-dp"),
-    ):
-        with pytest.raises(ValueError, match=pattern):
-            compare_deconvolution(key, x, 1.0, methods=(method,), **kwargs)
-
-
-def _tree(chains, draws, rng, loo=False):
-    groups = {"posterior": {"a": rng.normal(size=(chains, draws))}}
-    if loo:
-        groups["log_likelihood"] = {"x": rng.normal(size=(chains, draws, 20))}
-        groups["observed_data"] = {"x": np.zeros(20)}
-    return az.from_dict(groups)
-
-
-def test_the_size_bounds_are_where_arviz_stops_working():
-    """At the smallest accepted sizes R-hat, ESS and PSIS-LOO are finite; one below, ArviZ
-    returns NaN or raises (so the bounds are neither too strict nor too loose)."""
-    rng = np.random.default_rng(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ok = diagnostics(_tree(MIN_CHAINS, MIN_DRAWS_PER_CHAIN, rng))
-        assert np.isfinite(ok.max_r_hat) and np.isfinite(ok.min_ess_bulk)
-        assert np.isfinite(ok.min_ess_tail)
-        check_sampler_sizes(MIN_DRAWS_PER_CHAIN, MIN_CHAINS)
-        assert np.isnan(float(az.rhat(_tree(MIN_CHAINS - 1, 200, rng))["a"]))
-        with pytest.raises(ValueError, match="chains"):
-            check_sampler_sizes(200, MIN_CHAINS - 1)
-        assert np.isnan(float(az.ess(_tree(MIN_CHAINS, MIN_DRAWS_PER_CHAIN - 1, rng))["a"]))
-        with pytest.raises(ValueError, match="draws per chain"):
-            check_sampler_sizes(MIN_DRAWS_PER_CHAIN - 1, MIN_CHAINS)
-        for chains in (2, 5):
-            draws = -(-MIN_TOTAL_DRAWS_LOO // chains)
-            assert np.isfinite(float(az.loo(_tree(chains, draws, rng, loo=True)).elpd))
-            check_sampler_sizes(draws, chains, loo=True)
-        with pytest.raises(ValueError, match="n_draws_tail"):
-            az.loo(_tree(1, MIN_TOTAL_DRAWS_LOO - 1, rng, loo=True))
-        with pytest.raises(ValueError, match="PSIS-LOO"):
-            check_sampler_sizes(12, 2, loo=True)
-
-
 # ----------------------------------------------------------------------------- 7. interrupts
 
 
@@ -710,65 +643,3 @@ def test_a_signal_dropped_in_a_gc_callback_still_stops_the_run(dec_csv, out, cap
     code, _, err = run(["deconvolve", dec_csv, "--sigma", 1, "--out", out], capsys)
     assert code == 143 and one_line(err) == "attnbayes: terminated; nothing written"
     assert listing(out) == ["keep.txt"]
-
-
-# ----------------------------------------------------------------------------- library harnesses
-
-
-@pytest.fixture(scope="module")
-def explosive_series():
-    """The maneuvering target with dynamics scaled by 10, observed twice then lost for 200
-    steps: every filter overflows from about step 155 (variance ~ 10^(2t))."""
-    params = get_scenario("maneuvering-target")
-    params = params._replace(dynamics_matrices=10.0 * np.asarray(params.dynamics_matrices))
-    y = np.full((202, 2), np.nan)
-    y[:2] = [[0.0, 0.0], [1.0, 1.0]]
-    return params, y
-
-
-COMPARE_SWITCHING_CASES = {
-    "modes-out-of-range": (
-        {"modes_true": np.array([0, 5, 0]), "methods": ("imm",)},
-        "^modes_true: ",
-    ),
-    "modes-negative": ({"modes_true": np.array([0, -1, 0]), "methods": ("imm",)}, "^modes_true: "),
-    "max-histories-text": ({"max_histories": "a"}, "^max_histories: "),
-    "max-histories-float": ({"max_histories": 2.5}, "^max_histories: "),
-    "gibbs-kwargs-int": ({"gibbs_kwargs": 3}, "^gibbs_kwargs: expected a dict"),
-    "gibbs-kwargs-unknown": ({"gibbs_kwargs": {"bogus": 1}}, r"^gibbs_kwargs: unknown .*bogus"),
-    "nuts-kwargs-list": ({"nuts_kwargs": [1]}, "^nuts_kwargs: expected a dict"),
-    "progress-int": ({"progress": 3}, "^progress: "),
-    "gibbs-too-few-draws": (
-        {"methods": ("gibbs",), "gibbs_kwargs": {"num_samples": 2}},
-        "^num_samples/num_chains: gibbs: ",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", list(COMPARE_SWITCHING_CASES))
-def test_compare_switching_refuses_bad_arguments_before_running(case, monkeypatch):
-    from attnbayes.inference.switching.comparison import compare_switching
-
-    for module, name in (
-        (attnbayes.inference.switching.filters, "imm_filter"),
-        (attnbayes.inference.switching.filters, "gpb1_filter"),
-        (attnbayes.inference.switching.filters, "gpb2_filter"),
-        (attnbayes.inference.switching.filters, "exact_filter"),
-        (attnbayes.inference.switching.particle, "rbpf"),
-    ):
-        monkeypatch.setattr(module, name, _raiser(AssertionError("ran")), raising=True)
-    params = get_scenario("maneuvering-target")
-    kwargs, pattern = COMPARE_SWITCHING_CASES[case]
-    key = kwargs.pop("key", jax.random.PRNGKey(0))
-    with pytest.raises(ValueError, match=pattern):
-        compare_switching(key, params, np.zeros((3, 2)), **kwargs)
-
-
-def test_compare_switching_refuses_to_tabulate_an_overflowed_filter(explosive_series):
-    from attnbayes.inference.switching.comparison import compare_switching
-
-    params, y = explosive_series
-    with pytest.raises(FloatingPointError, match=r"^imm: non-finite .* from step 15\d"):
-        compare_switching(None, params, y, methods=("imm",))
-    with pytest.raises(FloatingPointError, match=r"^gpb2: non-finite .* dynamics_matrices"):
-        compare_switching(None, params, y, methods=("kim-gpb2",))

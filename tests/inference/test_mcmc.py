@@ -1,6 +1,8 @@
 """NUTS runner and diagnostics: a conjugate model against its closed form, DataTree layout,
 LOO, and recovery of the three-atom measure on permutation-invariant quantities."""
 
+import warnings
+
 import arviz as az
 import jax
 import jax.numpy as jnp
@@ -10,7 +12,13 @@ import numpyro.distributions as dist
 import pytest
 
 from attnbayes.inference.diagnostics import diagnostics
-from attnbayes.inference.mcmc import run_nuts
+from attnbayes.inference.mcmc import (
+    MIN_CHAINS,
+    MIN_DRAWS_PER_CHAIN,
+    MIN_TOTAL_DRAWS_LOO,
+    check_sampler_sizes,
+    run_nuts,
+)
 from attnbayes.models.deconvolution import three_atoms
 
 GROUPS = ("posterior", "sample_stats", "log_likelihood", "posterior_predictive", "observed_data")
@@ -197,3 +205,37 @@ def test_nuts_converges_on_invariant_quantities(three_atom_comparison):
     assert d.max_r_hat < 1.01
     assert d.min_ess_bulk > 400 and d.min_ess_tail > 400
     assert np.isfinite(az.loo(dt).elpd)
+
+
+def _tree(chains, draws, rng, loo=False):
+    groups = {"posterior": {"a": rng.normal(size=(chains, draws))}}
+    if loo:
+        groups["log_likelihood"] = {"x": rng.normal(size=(chains, draws, 20))}
+        groups["observed_data"] = {"x": np.zeros(20)}
+    return az.from_dict(groups)
+
+
+def test_the_size_bounds_are_where_arviz_stops_working():
+    """At the smallest accepted sizes R-hat, ESS and PSIS-LOO are finite; one below, ArviZ
+    returns NaN or raises (so the bounds are neither too strict nor too loose)."""
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ok = diagnostics(_tree(MIN_CHAINS, MIN_DRAWS_PER_CHAIN, rng))
+        assert np.isfinite(ok.max_r_hat) and np.isfinite(ok.min_ess_bulk)
+        assert np.isfinite(ok.min_ess_tail)
+        check_sampler_sizes(MIN_DRAWS_PER_CHAIN, MIN_CHAINS)
+        assert np.isnan(float(az.rhat(_tree(MIN_CHAINS - 1, 200, rng))["a"]))
+        with pytest.raises(ValueError, match="chains"):
+            check_sampler_sizes(200, MIN_CHAINS - 1)
+        assert np.isnan(float(az.ess(_tree(MIN_CHAINS, MIN_DRAWS_PER_CHAIN - 1, rng))["a"]))
+        with pytest.raises(ValueError, match="draws per chain"):
+            check_sampler_sizes(MIN_DRAWS_PER_CHAIN - 1, MIN_CHAINS)
+        for chains in (2, 5):
+            draws = -(-MIN_TOTAL_DRAWS_LOO // chains)
+            assert np.isfinite(float(az.loo(_tree(chains, draws, rng, loo=True)).elpd))
+            check_sampler_sizes(draws, chains, loo=True)
+        with pytest.raises(ValueError, match="n_draws_tail"):
+            az.loo(_tree(1, MIN_TOTAL_DRAWS_LOO - 1, rng, loo=True))
+        with pytest.raises(ValueError, match="PSIS-LOO"):
+            check_sampler_sizes(12, 2, loo=True)

@@ -15,7 +15,8 @@ from attnbayes.inference.switching.filters import (
     one_step_log_predictive,
 )
 from attnbayes.models.deconvolution import simulate
-from attnbayes.models.switching import SwitchingPriors, coordinated_turn, maneuvering_target
+from attnbayes.models.kinematics import coordinated_turn
+from attnbayes.models.switching import SwitchingPriors, maneuvering_target
 from attnbayes.models.switching import simulate as simulate_switching
 
 

@@ -1,12 +1,14 @@
 """The side-by-side comparison of deconvolution methods: the tidy table, its argument checks,
 James-Stein, the held-out predictive density, and the 1-D Wasserstein distance."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from raising import jax_frames
 from scipy.stats import wasserstein_distance
 
+from attnbayes.inference.deconvolution import comparison as comparison_module
 from attnbayes.inference.deconvolution import em
 from attnbayes.inference.deconvolution.comparison import (
     METHODS,
@@ -232,3 +234,33 @@ def test_wasserstein1_point_masses():
     # Moving mass 0.3 from 0 to 2: W1 = 0.6.
     got = wasserstein1([0.0, 2.0], [1.0, 0.0], [0.0, 2.0], [0.7, 0.3])
     assert got == pytest.approx(0.6, rel=1e-14)
+
+
+def _raiser(exc):
+    def stub(*args, **kwargs):
+        raise exc
+
+    return stub
+
+
+def test_compare_deconvolution_checks_sizes_before_sampling(monkeypatch):
+    monkeypatch.setattr(
+        comparison_module,
+        "run_nuts",
+        _raiser(AssertionError("sampling")),
+    )
+    monkeypatch.setattr(
+        comparison_module,
+        "run_gibbs",
+        _raiser(AssertionError("sampling")),
+    )
+    x = np.linspace(-2.0, 2.0, 30)
+    key = jax.random.PRNGKey(0)
+    for method, kwargs, pattern in (
+        ("nuts", {"nuts_kwargs": {"num_samples": 2}}, "^num_samples/num_chains: nuts: "),
+        ("nuts", {"nuts_kwargs": {"num_chains": 1}}, "at least 2 chains"),
+        ("gibbs", {"method_kwargs": {"gibbs": {"num_samples": 6}}}, "PSIS-LOO"),
+        ("nuts-dp", {"nuts_kwargs": {"num_samples": 10}}, "^num_samples/num_chains: nuts-dp"),
+    ):
+        with pytest.raises(ValueError, match=pattern):
+            compare_deconvolution(key, x, 1.0, methods=(method,), **kwargs)

@@ -8,9 +8,9 @@ import pytest
 from switching_bruteforce import enumerate_posterior, random_switching_params
 from switching_inputs import P2, Y, check_refused, entry_point_cases, parametrize_cases
 
-from attnbayes.inference.switching import compare_switching
+from attnbayes.inference.switching import compare_switching, filters, particle
 from attnbayes.inference.switching.comparison import SWITCHING_METHODS, default_switching_methods
-from attnbayes.models.switching import maneuvering_target, simulate
+from attnbayes.models.switching import get_scenario, maneuvering_target, simulate
 
 NUM_STEPS = 6
 # the Gibbs sampler at test_switching_gibbs.py's sizes (M = 2, d = 2, o = 1, T = 6, 4 x 2000):
@@ -166,3 +166,68 @@ BAD_INPUT += [
 def test_bad_input_raises_before_jax(call, error, pattern):
     """Every case refused before tracing (``switching_inputs``), naming the argument."""
     check_refused(call, error, pattern)
+
+
+def _raiser(exc):
+    def stub(*args, **kwargs):
+        raise exc
+
+    return stub
+
+
+# ----------------------------------------------------------------------------- bad arguments
+
+
+@pytest.fixture(scope="module")
+def explosive_series():
+    """The maneuvering target with dynamics scaled by 10, observed twice then lost for 200
+    steps: every filter overflows from about step 155 (variance ~ 10^(2t))."""
+    params = get_scenario("maneuvering-target")
+    params = params._replace(dynamics_matrices=10.0 * np.asarray(params.dynamics_matrices))
+    y = np.full((202, 2), np.nan)
+    y[:2] = [[0.0, 0.0], [1.0, 1.0]]
+    return params, y
+
+
+COMPARE_SWITCHING_CASES = {
+    "modes-out-of-range": (
+        {"modes_true": np.array([0, 5, 0]), "methods": ("imm",)},
+        "^modes_true: ",
+    ),
+    "modes-negative": ({"modes_true": np.array([0, -1, 0]), "methods": ("imm",)}, "^modes_true: "),
+    "max-histories-text": ({"max_histories": "a"}, "^max_histories: "),
+    "max-histories-float": ({"max_histories": 2.5}, "^max_histories: "),
+    "gibbs-kwargs-int": ({"gibbs_kwargs": 3}, "^gibbs_kwargs: expected a dict"),
+    "gibbs-kwargs-unknown": ({"gibbs_kwargs": {"bogus": 1}}, r"^gibbs_kwargs: unknown .*bogus"),
+    "nuts-kwargs-list": ({"nuts_kwargs": [1]}, "^nuts_kwargs: expected a dict"),
+    "progress-int": ({"progress": 3}, "^progress: "),
+    "gibbs-too-few-draws": (
+        {"methods": ("gibbs",), "gibbs_kwargs": {"num_samples": 2}},
+        "^num_samples/num_chains: gibbs: ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPARE_SWITCHING_CASES))
+def test_compare_switching_refuses_bad_arguments_before_running(case, monkeypatch):
+    for module, name in (
+        (filters, "imm_filter"),
+        (filters, "gpb1_filter"),
+        (filters, "gpb2_filter"),
+        (filters, "exact_filter"),
+        (particle, "rbpf"),
+    ):
+        monkeypatch.setattr(module, name, _raiser(AssertionError("ran")), raising=True)
+    params = get_scenario("maneuvering-target")
+    kwargs, pattern = COMPARE_SWITCHING_CASES[case]
+    key = kwargs.pop("key", jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match=pattern):
+        compare_switching(key, params, np.zeros((3, 2)), **kwargs)
+
+
+def test_compare_switching_refuses_to_tabulate_an_overflowed_filter(explosive_series):
+    params, y = explosive_series
+    with pytest.raises(FloatingPointError, match=r"^imm: non-finite .* from step 15\d"):
+        compare_switching(None, params, y, methods=("imm",))
+    with pytest.raises(FloatingPointError, match=r"^gpb2: non-finite .* dynamics_matrices"):
+        compare_switching(None, params, y, methods=("kim-gpb2",))
