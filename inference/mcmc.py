@@ -14,6 +14,11 @@ log_likelihood=True)``, built from the arrays without tracing the model again, r
 ``az.loo`` and ``az.compare``.
 
 ArviZ and xarray are imported when a DataTree is built, not when this module is imported.
+
+The module is a little over 800 lines, on purpose: the runner, its cache of compiled programs
+(``_Entry``: the sampler, the predictive, their placement and their compiling thread) and the
+signature logic that decides which arguments are traced are one mechanism with private state;
+split, that state would cross modules under plain names that no user should call.
 """
 
 from __future__ import annotations
