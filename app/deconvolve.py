@@ -62,7 +62,7 @@ from .runs import (
     offered_method,
     publish,
     run_manifest,
-    sampler_sizes,
+    sizes_from_options,
 )
 from .user_data import InputError, Table
 
@@ -384,7 +384,9 @@ def run_deconvolve(
         raise InputError(f"--num-atoms, --draws, --warmup and --chains apply to {which}")
     k = check_count("--num-atoms", num_atoms, 1)
     k = DEFAULT_NUM_ATOMS if k is None else k
-    sizes = sampler_sizes(DECONVOLVE_SAMPLERS.get(library, {}), num_warmup, num_samples, num_chains)
+    sizes = sizes_from_options(
+        DECONVOLVE_SAMPLERS.get(library, {}), num_warmup, num_samples, num_chains
+    )
     seed = check_count("--seed", seed, 0)
     if sampler:
         check_sampler_sizes(

@@ -54,7 +54,7 @@ from .runs import (
     offered_method,
     publish,
     run_manifest,
-    sampler_sizes,
+    sizes_from_options,
 )
 from .user_data import InputError, Table, params_document
 
@@ -367,7 +367,7 @@ def run_filter(
         options["num_particles"] = (
             check_count("--particles", num_particles, 1) or options["num_particles"]
         )
-    sizes = sampler_sizes(
+    sizes = sizes_from_options(
         {k: options[k] for k in SIZE_OPTIONS} if sampler else {},
         num_warmup,
         num_samples,
@@ -375,7 +375,7 @@ def run_filter(
     )
     if sampler:
         options |= sizes
-    fit_sizes = sampler_sizes(FIT_NUTS_SIZES, num_warmup, num_samples, num_chains)
+    fit_sizes = sizes_from_options(FIT_NUTS_SIZES, num_warmup, num_samples, num_chains)
     seed = check_count("--seed", seed, 0)
     if sampler:
         check_sampler_sizes(

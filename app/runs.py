@@ -43,7 +43,7 @@ def check_count(name: str, value, minimum: int) -> int | None:
     return int(value)
 
 
-def sampler_sizes(defaults: Mapping, num_warmup, num_samples, num_chains) -> dict:
+def sizes_from_options(defaults: Mapping, num_warmup, num_samples, num_chains) -> dict:
     """``defaults`` (num_warmup, num_samples, num_chains) updated with the sizes given, each
     checked as its option (--warmup >= 0, --draws >= 1, --chains >= 1)."""
     sizes = dict(defaults)
@@ -125,5 +125,5 @@ __all__ = [
     "offered_method",
     "publish",
     "run_manifest",
-    "sampler_sizes",
+    "sizes_from_options",
 ]

@@ -218,7 +218,7 @@ def _batched_log_predictive(params, observations):
     return out.reshape(params.initial_probs.shape[:2] + out.shape[1:])
 
 
-def switching_log_likelihood(
+def switching_pointwise_log_likelihood(
     params: SwitchingParams, datatree: xr.DataTree, observations=None
 ) -> xr.DataArray:
     """log p(y_t | y_{1:t-1}, theta_s) for every posterior draw s, as (chain, draw, time).
@@ -244,7 +244,7 @@ def switching_log_likelihood(
 def with_log_likelihood(params: SwitchingParams, datatree: xr.DataTree) -> xr.DataTree:
     """A copy of a switching DataTree with the ``log_likelihood`` group (one-step-ahead)."""
     tree = datatree.copy()
-    ll = switching_log_likelihood(params, datatree)
+    ll = switching_pointwise_log_likelihood(params, datatree)
     tree["log_likelihood"] = xr.DataTree(xr.Dataset({"observations": ll}))
     return tree
 
@@ -293,7 +293,7 @@ class SwitchingGibbsWrapper(SamplingWrapper):
         return fitted_model
 
     def log_likelihood__i(self, excluded_obs, idata__i):
-        ll = switching_log_likelihood(self.params, idata__i, self.observations)
+        ll = switching_pointwise_log_likelihood(self.params, idata__i, self.observations)
         return ll.isel(time=np.asarray(excluded_obs, dtype=int))
 
 
@@ -445,6 +445,6 @@ __all__ = [
     "draw_params",
     "loo_compare",
     "switching_lfo",
-    "switching_log_likelihood",
+    "switching_pointwise_log_likelihood",
     "with_log_likelihood",
 ]

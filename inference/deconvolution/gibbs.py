@@ -315,13 +315,9 @@ class GibbsInfo(NamedTuple):
     num_occupied: jax.Array
 
 
-def _is_concrete(*values) -> bool:
-    return not any(validation.is_traced(v) for v in jax.tree.leaves(values))
-
-
 def _check_prior(concentration, atom_loc, atom_scale, dim, scalar, dtype):
     """The prior's arrays in x's dtype (value checks on concrete values only)."""
-    if _is_concrete(concentration, atom_loc, atom_scale):
+    if not validation.any_traced(concentration, atom_loc, atom_scale):
         concentration = validation.check_positive_scalar("concentration", concentration)
         atom_scale = validation.check_positive_scalar("atom_scale", atom_scale)
         atom_loc = _check_loc(atom_loc, dim, scalar)
@@ -352,7 +348,7 @@ def gibbs_init(
     num_atoms = validation.check_positive_int("num_atoms", num_atoms)
     if not isinstance(init, str) or init not in INITS:
         raise ValueError(f"init: expected one of {list(INITS)}, got {init!r}")
-    if _is_concrete(key, x, sigma):
+    if not validation.any_traced(key, x, sigma):
         validation.check_key("key", key)
         points, _, _, _, scalar = checked_problem(x, None, None, sigma)
         _check_init(init, points, num_atoms, 1, scalar)
@@ -394,7 +390,7 @@ def gibbs_step(
     """
     if not isinstance(state, GibbsState):
         raise ValueError(f"state: expected a GibbsState, got {type(state).__name__}")
-    if _is_concrete(key, state, x, sigma):
+    if not validation.any_traced(key, state, x, sigma):
         validation.check_key("key", key)
         weights = np.exp(np.asarray(state.log_weights, dtype=np.float64))
         points, atoms, _, sigma, scalar = checked_problem(

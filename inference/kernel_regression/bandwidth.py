@@ -32,8 +32,6 @@ from .estimator import (
 from .kernels import (
     COMPACT_SCORES,
     LOG_KERNEL_SCORES,
-    any_traced,
-    check_bandwidth,
     check_block_size,
     check_data,
     check_kernel,
@@ -211,7 +209,7 @@ def select_bandwidth(
     if not isinstance(per_coordinate, bool):
         raise ValueError(f"per_coordinate: expected True or False, got {per_coordinate!r}")
     (k, v), _, dtype = check_data(keys, values)
-    if any_traced(k, v):
+    if validation.any_traced(k, v):
         raise ValueError("keys: select_bandwidth needs concrete arrays (it is not jittable)")
     n, d = k.shape
     if n < 2:
@@ -241,7 +239,7 @@ def select_bandwidth(
     if init is None:
         h0 = 1.06 * scale * n ** (-1.0 / (4 + d))
     else:
-        h0 = check_bandwidth(init, d, dtype, "init")
+        h0 = validation.check_bandwidth("init", init, d, dtype)
         if not per_coordinate and not np.all(h0 == h0[0]):
             raise ValueError("init: a per-coordinate bandwidth needs per_coordinate=True")
     log_h0 = np.log(np.asarray(h0 if per_coordinate else h0[0], dtype))

@@ -23,9 +23,7 @@ from ... import validation
 from ..attention import scored_attention_unchecked
 from .kernels import (
     LOG_KERNEL_SCORES,
-    any_traced,
     as_dtype,
-    check_bandwidth,
     check_block_size,
     check_data,
     check_kernel,
@@ -71,7 +69,7 @@ def kernel_scores(queries, keys, *, kernel: str = "gaussian", bandwidth) -> jax.
     if q.shape[1] != k.shape[1]:
         raise ValueError(f"queries: dimension {q.shape[1]} does not match the keys' {k.shape[1]}")
     dtype = np.dtype(jnp.result_type(q.dtype, k.dtype))
-    inv_h = 1 / check_bandwidth(bandwidth, k.shape[1], dtype)
+    inv_h = 1 / validation.check_bandwidth("bandwidth", bandwidth, k.shape[1], dtype)
     return _dense_scores(LOG_KERNEL_SCORES[kernel], as_dtype(q, dtype), as_dtype(k, dtype), inv_h)
 
 
@@ -114,7 +112,7 @@ def nadaraya_watson(
     kernel = check_kernel(kernel)
     block_size = check_block_size(block_size)
     (k, v, q), scalar_values, dtype = check_data(keys, values, queries)
-    inv_h = 1 / check_bandwidth(bandwidth, k.shape[1], dtype)
+    inv_h = 1 / validation.check_bandwidth("bandwidth", bandwidth, k.shape[1], dtype)
     score_fn = LOG_KERNEL_SCORES[kernel]
     out, empty, num_empty = _nadaraya_watson(score_fn, inv_h, q, k, v, block_size, scalar_values)
     if validation.is_traced(num_empty):
@@ -235,7 +233,7 @@ def _loo_data_traced(kernel: str, keys, values, collapse: bool) -> _LooData:
 
 
 def loo_data(kernel: str, keys: np.ndarray, values: np.ndarray, collapse: bool) -> _LooData:
-    if any_traced(keys, values):
+    if validation.any_traced(keys, values):
         return _loo_data_traced(kernel, keys, values, collapse)
     n, d = keys.shape
     if kernel == "gaussian" and collapse:
@@ -407,7 +405,7 @@ def leave_one_out(
     (k, v), scalar_values, dtype = check_data(keys, values)
     if k.shape[0] < 2:
         raise ValueError(f"keys: leave-one-out needs at least 2 points, got {k.shape[0]}")
-    h = check_bandwidth(bandwidth, k.shape[1], dtype)
+    h = validation.check_bandwidth("bandwidth", bandwidth, k.shape[1], dtype)
     if block_size is None:
         collapse = kernel == "gaussian" and np.ndim(bandwidth) == 0
         h = h[:1] if collapse else h

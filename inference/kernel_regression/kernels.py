@@ -108,11 +108,6 @@ def check_kernel(kernel) -> str:
     return kernel
 
 
-def check_bandwidth(bandwidth, dim: int, dtype, name: str = "bandwidth"):
-    """A scalar or (d,) bandwidth, finite and > 0 (no bools), returned as (d,)."""
-    return validation.check_bandwidth(name, bandwidth, dim, dtype)
-
-
 def check_block_size(block_size):
     if block_size is not None:
         validation.check_positive_int("block_size", block_size)
@@ -147,7 +142,7 @@ def _check_spread(keys, queries, dtype) -> None:
     sum_c (max_c - min_c)^2 over the keys and queries is below finfo(dtype).max (about 1.3e154
     per coordinate in float64, 1.8e19 in float32). Skipped when traced.
     """
-    if any_traced(keys, queries):
+    if validation.any_traced(keys, queries):
         return
     lo = np.min(keys, axis=0).astype(np.float64)
     hi = np.max(keys, axis=0).astype(np.float64)
@@ -177,13 +172,9 @@ def any_traced(*values) -> bool:
 
 
 __all__ = [
-    "COMPACT_KERNELS",
-    "COMPACT_SCORES",
     "KERNELS",
     "LOG_KERNEL_SCORES",
-    "any_traced",
     "as_dtype",
-    "check_bandwidth",
     "check_block_size",
     "check_data",
     "check_kernel",

@@ -149,7 +149,7 @@ def _check_data(params, observations, inputs=None):
     of ``prepare_model``: the compiled sweeps see the offsets, not the inputs and their weights, so
     one compiled sampler serves models with and without inputs (any k) of the same shapes."""
     params, obs, inputs = check_inputs(params, observations, inputs=inputs)
-    if _is_concrete(params.emission_covs):
+    if not validation.any_traced(params.emission_covs):
         _check_emission_definite(params.emission_covs)
     dynamics_offsets, emission_offsets = _offsets_over_time(params, inputs)
     required = params._replace(
@@ -211,10 +211,6 @@ def _check_modes(name: str, modes, shape: tuple[int, ...], m: int):
     if np.any(arr < 0) or np.any(arr >= m):
         raise ValueError(f"{name}: labels must be in 0..{m - 1}")
     return arr.astype(np.int32)
-
-
-def _is_concrete(*trees) -> bool:
-    return not any(validation.is_traced(leaf) for tree in trees for leaf in jax.tree.leaves(tree))
 
 
 # ----------------------------------------------------------------------------- public kernel
@@ -294,7 +290,9 @@ def switching_gibbs_step(
     validation.check_key("key", key)
     data = _check_data(params, observations, inputs)  # value checks when concrete
     params, observations = data[:2]
-    if mode_sampler == "conditional" and _is_concrete(params.dynamics_covs, params.initial_covs):
+    if mode_sampler == "conditional" and not validation.any_traced(
+        params.dynamics_covs, params.initial_covs
+    ):
         _check_definite(params)
     m = np.shape(params.initial_probs)[0]
     t_max, d = np.shape(observations)[0], np.shape(params.initial_means)[1]
