@@ -9,29 +9,34 @@ one-line warning. The library itself (``attnbayes.models``, ``attnbayes.inferenc
 touches the cache; this is the application's choice.
 
 Several processes may share the folder (the report's workers, two commands run at once, the
-test workers). JAX's cache writes an entry in place (``Path.write_bytes``) and, with no size
-limit (its default), takes no lock: a second process that looks the entry up while the first is
-still writing it reads a truncated file and warns "Error reading persistent compilation cache
-entry ... truncated stream" (then compiles again). With a size limit JAX holds a file lock
-(``filelock``, on ``.lockfile`` in the folder) around every read and write, so a reader waits
-for the writer: the cache is given one, ``MAX_BYTES`` unless ``ATTNBAYES_CACHE_MAX_MB`` says
-otherwise, the least recently read entries going first when it is full.
+test workers). JAX's file cache (``jax._src.lru_cache.LRUCache``) writes an entry in place
+(``Path.write_bytes``) and, with no size limit (its default), takes no lock, so a process that
+looks the entry up while another is still writing it reads a truncated file and warns "Error
+reading persistent compilation cache entry ... truncated stream" (then compiles again). With a
+size limit JAX locks the folder, but then scans the folder and reads every entry's access
+time on every write: quadratic in the number of entries, under the lock. So this module gives
+JAX a cache that writes each entry to a temporary file in the folder and renames it into
+place (``os.replace``, atomic on POSIX): a reader sees no entry or a whole one, without locks.
+It is JAX's own class with ``put`` replaced, handed to JAX where it builds its file cache
+(``compilation_cache.get_file_cache``; a test fails if that hook moves).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
+import threading
+import time
 import warnings
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "MAX_BYTES", "MAX_MB_ENV", "cache_folder", "enable_compilation_cache"]
+__all__ = ["CACHE_ENV", "atomic_file_cache_class", "cache_folder", "enable_compilation_cache"]
 
 CACHE_ENV = "ATTNBAYES_CACHE_DIR"
-MAX_MB_ENV = "ATTNBAYES_CACHE_MAX_MB"
 OFF = {"off", "0", "no", "false", "none"}
-# room for a full report and the test suite (about 1.3 GB each, measured) several times over
-MAX_BYTES = 8 * 1024**3
+# temporaries of writers that died mid-write are removed after this long
+STALE_AFTER_S = 3600.0
 
 
 def cache_folder() -> Path | None:
@@ -56,41 +61,76 @@ def _usable(folder: Path) -> str | None:
     return None
 
 
-def max_bytes() -> int:
-    """The cache's size limit in bytes: ``ATTNBAYES_CACHE_MAX_MB`` megabytes if set, else
-    ``MAX_BYTES`` (also, with a ``RuntimeWarning`` naming the variable, when it is set to
-    anything but a positive whole number)."""
-    text = os.environ.get(MAX_MB_ENV)
-    if text is None or not text.strip():
-        return MAX_BYTES
-    try:
-        megabytes = int(text)
-    except ValueError:
-        megabytes = 0
-    if megabytes < 1:
-        warnings.warn(
-            f"{MAX_MB_ENV}: expected a positive whole number of megabytes, got {text!r}; "
-            f"using {MAX_BYTES // 1024**2}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return MAX_BYTES
-    return megabytes * 1024**2
+@functools.cache
+def atomic_file_cache_class():
+    """``AtomicFileCache``: JAX's ``LRUCache`` whose ``put`` writes a temporary file and renames
+    it into place (built on first use, so importing this module imports no JAX)."""
+    from jax._src.lru_cache import LRUCache
+
+    class AtomicFileCache(LRUCache):
+        """JAX's file cache, each entry written whole: a temporary file in the same folder,
+        then ``os.replace`` onto the entry's name, so no reader sees it half-written. No size
+        limit, hence no lock and no eviction scan (JAX's default, ``max_size=-1``)."""
+
+        def __init__(self, path):
+            super().__init__(path, max_size=-1)
+
+        def put(self, key: str, value: bytes) -> None:
+            if not key:
+                raise ValueError("key cannot be empty")
+            entry = self.path / f"{key}-cache"
+            if entry.exists():
+                return
+            temporary = self.path / f".{key}.tmp-{os.getpid()}-{threading.get_ident()}"
+            try:
+                temporary.write_bytes(value)
+                os.replace(temporary, entry)
+            finally:
+                temporary.unlink(missing_ok=True)
+
+    return AtomicFileCache
+
+
+def _remove_stale_temporaries(folder: Path) -> None:
+    """Temporaries of writers that died mid-write (older than ``STALE_AFTER_S``)."""
+    now = time.time()
+    for path in folder.glob(".*.tmp-*"):
+        try:
+            if now - path.stat().st_mtime > STALE_AFTER_S:
+                path.unlink()
+        except OSError:
+            pass
+
+
+def _install(folder: Path) -> None:
+    """Make JAX build its persistent cache as an ``AtomicFileCache`` in ``folder``."""
+    import jax
+    from jax._src import compilation_cache
+
+    cls = atomic_file_cache_class()
+
+    def get_file_cache(path: str):
+        return cls(path), path
+
+    compilation_cache.get_file_cache = get_file_cache
+    current = compilation_cache._cache
+    if current is not None and not (isinstance(current, cls) and Path(current.path) == folder):
+        compilation_cache.reset_cache()  # an earlier cache: the next compile builds ours here
+    jax.config.update("jax_compilation_cache_dir", str(folder))
 
 
 def enable_compilation_cache(folder: str | os.PathLike | None = None) -> Path | None:
     """Point JAX's persistent compilation cache at ``folder`` (default: ``cache_folder()``).
 
     Every compiled program is cached, however short its compile (JAX's default keeps only
-    those over one second, which would skip most of ours), in a folder of at most
-    ``max_bytes()``, read and written under JAX's file lock so that processes sharing it never
-    read an entry half-written. Returns the folder in use, or ``None`` when the cache is off or
-    unusable (then with a ``RuntimeWarning``).
+    those over one second, which would skip most of ours), each entry written whole
+    (``atomic_file_cache_class()``) so that processes sharing the folder never read one
+    half-written. Returns the folder in use, or ``None`` when the cache is off or unusable (then
+    with a ``RuntimeWarning``).
     """
     target = Path(folder) if folder is not None else cache_folder()
     if target is None:
         return None
-    limit = max_bytes()
     problem = _usable(target)
     if problem is not None:
         warnings.warn(
@@ -102,9 +142,8 @@ def enable_compilation_cache(folder: str | os.PathLike | None = None) -> Path | 
         return None
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", str(target))
+    _remove_stale_temporaries(target)
+    _install(target)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    # a limit turns on JAX's lock around reads and writes (see the module docstring)
-    jax.config.update("jax_compilation_cache_max_size", limit)
     return target

@@ -89,6 +89,17 @@ def _group(item) -> str:
 
 
 @pytest.fixture
+def empty_compilation_cache(tmp_path):
+    """An empty persistent cache of the test's own, for tests that count compilations (a
+    warm cache turns some of them into reads); the session's cache is put back after."""
+    before = jax.config.jax_compilation_cache_dir
+    enable_compilation_cache(tmp_path / "jax-cache")
+    yield
+    if before:
+        enable_compilation_cache(before)
+
+
+@pytest.fixture
 def full_tracebacks():
     """JAX hides its own frames from tracebacks by default; show them so they can be seen."""
     old = jax.config.jax_traceback_filtering

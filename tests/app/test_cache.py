@@ -8,8 +8,8 @@ import time
 import warnings
 from pathlib import Path
 
-import filelock
 import jax
+import jax.numpy as jnp
 import pytest
 
 from attnbayes.app import cache
@@ -32,14 +32,16 @@ def test_the_folder_follows_the_environment(monkeypatch, tmp_path):
 
 @pytest.fixture
 def restore_jax_cache_config():
+    """Put the session's cache (tests/conftest.py) back after a test that moved it."""
     names = [
         "jax_compilation_cache_dir",
         "jax_persistent_cache_min_compile_time_secs",
         "jax_persistent_cache_min_entry_size_bytes",
-        "jax_compilation_cache_max_size",
     ]
     before = {n: getattr(jax.config, n) for n in names}
     yield
+    if before["jax_compilation_cache_dir"]:
+        enable_compilation_cache(before["jax_compilation_cache_dir"])
     for name, value in before.items():
         jax.config.update(name, value)
 
@@ -128,77 +130,63 @@ def test_the_command_reports_an_unusable_cache_in_one_line_and_goes_on(tmp_path,
     assert Path(cache.__file__).name == "cache.py"
 
 
-def test_the_size_limit_follows_the_environment(monkeypatch):
-    monkeypatch.delenv(cache.MAX_MB_ENV, raising=False)
-    assert cache.max_bytes() == cache.MAX_BYTES
-    monkeypatch.setenv(cache.MAX_MB_ENV, "512")
-    assert cache.max_bytes() == 512 * 1024**2
-    for bad in ["-3", "0", "lots", "1.5"]:
-        monkeypatch.setenv(cache.MAX_MB_ENV, bad)
-        with pytest.warns(RuntimeWarning, match=f"^{cache.MAX_MB_ENV}: expected a positive"):
-            assert cache.max_bytes() == cache.MAX_BYTES
+def test_jax_builds_its_cache_as_ours(tmp_path, restore_jax_cache_config):
+    """The hook this module uses (``compilation_cache.get_file_cache``) is where JAX builds its
+    file cache: a compile after ``enable_compilation_cache`` writes through our class, into the
+    folder, and leaves no temporary behind."""
+    from jax._src import compilation_cache
 
-
-def test_the_cache_is_limited_so_that_jax_locks_it(tmp_path, restore_jax_cache_config):
-    enable_compilation_cache(tmp_path / "c")
-    assert jax.config.jax_compilation_cache_max_size == cache.MAX_BYTES
-
-
-WAIT_FOR_THE_LOCK = """
-import sys, time
-import jax, jax.numpy as jnp
-from attnbayes.app.cache import enable_compilation_cache
-assert enable_compilation_cache() is not None
-print("ready", flush=True)
-jax.jit(lambda x: jnp.sum(jnp.tanh(x) ** 3))(jnp.arange(5.0)).block_until_ready()
-print("done", time.time(), flush=True)
-"""
-
-
-@pytest.mark.parametrize("locked", [True, False])
-def test_a_process_waits_while_another_holds_the_folder(tmp_path, locked):
-    """The cause of "Error reading persistent compilation cache entry ... truncated stream":
-    JAX writes an entry in place, so a process sharing the folder could read it half-written.
-    Our cache has a size limit, under which JAX reads and writes only while holding the folder's
-    file lock: while another process holds it (as a writer does), a process needing the cache
-    waits. Without the limit (``locked=False``: what JAX does by default) it does not wait,
-    which is how the check can fail."""
-    folder = tmp_path / "cache"
-    folder.mkdir()
-    env = {**os.environ, CACHE_ENV: str(folder)}
-    if not locked:  # JAX's default: no limit, no lock
-        env["JAX_COMPILATION_CACHE_MAX_SIZE"] = "-1"
-        script = WAIT_FOR_THE_LOCK.replace(
-            'print("ready"',
-            'jax.config.update("jax_compilation_cache_max_size", -1)\nprint("ready"',
-        )
-    else:
-        script = WAIT_FOR_THE_LOCK
-    lock = filelock.FileLock(folder / ".lockfile")
-    lock.acquire()
-    child = subprocess.Popen(
-        [sys.executable, "-P", "-c", script],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout.readline().strip() == "ready"
-        try:  # the tiny program compiles in well under a second; locked, it waits
-            out, _ = child.communicate(timeout=5.0 if locked else 120.0)
-            finished_while_locked = True
-        except subprocess.TimeoutExpired:
-            finished_while_locked = False
-    finally:
-        released = time.time()
-        lock.release()
-    if finished_while_locked:
-        assert not locked, "the cache was used while another process held its lock"
-        assert out.startswith("done")
-        return
-    assert locked, "the unlocked cache should not wait"
-    out, err = child.communicate(timeout=120)
-    assert child.returncode == 0, err
-    assert float(out.split()[-1]) >= released
+    folder = enable_compilation_cache(tmp_path / "c")
+    jax.jit(lambda x: jnp.sum(jnp.tanh(x) ** 5) + 0.25)(jnp.arange(6.0)).block_until_ready()
+    assert isinstance(compilation_cache._cache, cache.atomic_file_cache_class())
+    assert Path(compilation_cache._cache.path) == folder
     assert any(p.name.endswith("-cache") for p in folder.iterdir())
+    assert not list(folder.glob(".*.tmp-*"))
+
+
+def _half_written_seen(cache_object, key, monkeypatch) -> bool:
+    """Write an entry through ``cache_object`` with ``Path.write_bytes`` paused halfway, and say
+    whether a reader at that moment finds the entry (then it reads it truncated)."""
+    payload = bytes(range(256)) * 64
+    seen = []
+    real = Path.write_bytes
+
+    def paused(self, data):
+        with open(self, "wb") as f:
+            f.write(data[: len(data) // 2])
+            f.flush()
+            seen.append(cache_object.get(key))  # another process looking it up now
+            f.write(data[len(data) // 2 :])
+        return len(data)
+
+    monkeypatch.setattr(Path, "write_bytes", paused)
+    try:
+        cache_object.put(key, payload)
+    finally:
+        monkeypatch.setattr(Path, "write_bytes", real)
+    assert cache_object.get(key) == payload  # written whole in the end
+    return seen[0] is not None
+
+
+def test_no_reader_sees_an_entry_half_written(tmp_path, monkeypatch):
+    """The cause of "Error reading persistent compilation cache entry ... truncated stream":
+    JAX's own cache writes in place, so a reader finds the entry while it is half-written (the
+    second assertion: how the check can fail). Ours renames a whole temporary into place."""
+    from jax._src.lru_cache import LRUCache
+
+    ours = cache.atomic_file_cache_class()(str(tmp_path / "ours"))
+    assert not _half_written_seen(ours, "k", monkeypatch)
+    assert not list((tmp_path / "ours").glob(".*.tmp-*"))
+    assert _half_written_seen(LRUCache(str(tmp_path / "jax"), max_size=-1), "k", monkeypatch)
+
+
+def test_stale_temporaries_are_removed(tmp_path, restore_jax_cache_config):
+    folder = tmp_path / "c"
+    folder.mkdir(mode=0o700)
+    stale, fresh = folder / ".k1.tmp-1-2", folder / ".k2.tmp-3-4"
+    stale.write_bytes(b"x")
+    fresh.write_bytes(b"y")
+    old = time.time() - 2 * cache.STALE_AFTER_S
+    os.utime(stale, (old, old))
+    enable_compilation_cache(folder)
+    assert not stale.exists() and fresh.exists()

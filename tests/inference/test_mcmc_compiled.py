@@ -80,6 +80,7 @@ def data(seed, n=40):
 SMALL = {"num_warmup": 100, "num_samples": 100, "num_chains": 2, "posterior_predictive": False}
 
 
+@pytest.mark.usefixtures("empty_compilation_cache")  # it counts compilations
 def test_second_call_on_new_data_does_not_compile():
     y1, y2, y3 = data(1), data(2), data(3, n=41)
     with count_compilations() as first:
@@ -106,6 +107,7 @@ def test_second_call_on_new_data_does_not_compile():
     assert setting["misses"] == 1 and setting["xla"] >= 1
 
 
+@pytest.mark.usefixtures("empty_compilation_cache")  # it counts compilations
 def test_posterior_predictive_is_compiled_separately():
     """Switching the predictive on or off does not recompile the sampler."""
     y1, y2 = data(4), data(5)
@@ -133,6 +135,7 @@ def numpy_checked_model(y=None, *, params: Params):
         numpyro.sample("y", dist.Normal(mu, NOISE), obs=y)
 
 
+@pytest.mark.usefixtures("empty_compilation_cache")  # it counts compilations
 def test_arrays_the_model_needs_concrete_are_compiled_in():
     params = Params(np.asarray(PRIOR_SCALE))
     y1, y2 = data(6), data(7)
@@ -160,6 +163,7 @@ def test_arrays_the_model_needs_concrete_are_compiled_in():
         )
 
 
+@pytest.mark.usefixtures("empty_compilation_cache")  # it counts compilations
 def test_model_checks_run_before_compiling():
     x = np.linspace(-2.0, 2.0, 30)
     x[3] = np.nan
@@ -201,6 +205,7 @@ def test_every_chain_method_matches_the_closed_form(chain_method):
     assert np.all(np.asarray(dt["sample_stats"]["step_size"]) > 0)
 
 
+@pytest.mark.usefixtures("empty_compilation_cache")  # it counts compilations
 def test_init_values_and_dense_mass():
     y = data(10)
     dt = run_nuts(

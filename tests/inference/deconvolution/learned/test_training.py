@@ -36,6 +36,7 @@ def test_oracle_is_the_discrete_posterior_mean():
     np.testing.assert_allclose(oracle[0, :, 0], expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.usefixtures("empty_compilation_cache")  # it counts compilations
 def test_training_on_a_tiny_budget_lowers_heldout_loss(caplog):
     """From a stack whose temperatures are off (beta = 0.3: over-smoothed), 80 steps of Adam
     lower the held-out error; the start's weak-typed leaves (``jnp.full``) do not compile the
