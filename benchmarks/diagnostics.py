@@ -1,7 +1,7 @@
 """``diagnostics`` (vectorised R-hat and bulk/tail ESS) against arviz_stats' per-element loop.
 
 One variable of E elements (a random walk plus noise), C chains x S draws, float64; the same
-numbers (tests/test_convergence.py); best of ``--repeats`` in one process.
+numbers (tests/inference/diagnostics/test_convergence.py); best of ``--repeats`` in one process.
 
     python benchmarks/diagnostics.py [--elements 1000] [--chains 2] [--draws 1000] [--repeats 3]
 """

@@ -3,8 +3,8 @@
 A normal linear regression (5 coefficients and sigma) of N observations with Student-t noise:
 AR(1) draws around the least-squares fit stand in for the posterior (C chains x S draws,
 r_eff < 1 estimated from them), the log-likelihood in closed form. The same numbers
-(tests/test_psis_loo.py); best of ``--repeats`` in one process, for C = 2 and C = 4 chains of
-``--draws`` draws.
+(tests/inference/diagnostics/test_loo.py); best of ``--repeats`` in one process, for C = 2
+and C = 4 chains of ``--draws`` draws.
 
     python -P benchmarks/psis_loo.py [--observations 1000] [--draws 1000] [--repeats 3]
 """

@@ -69,7 +69,7 @@ EXTRA_FIELDS = (
 
 
 # Smallest sampler sizes for which every diagnostic the comparisons report is defined (ArviZ 1.x;
-# tests/test_bad_input.py runs ArviZ at these bounds and one below):
+# tests/inference/test_mcmc.py runs ArviZ at these bounds and one below):
 MIN_CHAINS = 2  # rank-normalised R-hat compares chains: NaN with one chain
 MIN_DRAWS_PER_CHAIN = 4  # split R-hat and bulk/tail ESS: NaN below 4 draws per chain
 # PSIS-LOO fits a generalised Pareto to the largest floor(S / 5) importance ratios (S draws in

@@ -5,7 +5,7 @@
 Trains ``train_unrolled_em`` from EM's parameters on the default ``TaskPrior`` (float64, seed
 below), writes ``unrolled_em_v1.npz`` (atomically, with a checkpoint after every chunk) and
 ``MODEL_CARD.md`` with the held-out regret per family, which
-``tests/test_unrolled_em.py`` reproduces from the shipped file.
+``tests/inference/deconvolution/learned/test_unrolled.py`` reproduces from the shipped file.
 """
 
 from __future__ import annotations

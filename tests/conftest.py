@@ -10,8 +10,8 @@ os.environ.setdefault(
     "--xla_force_host_platform_device_count=2 --xla_llvm_disable_expensive_passes=true",
 )
 os.environ.setdefault("MPLBACKEND", "Agg")  # the CLI sets Agg itself; direct calls use this
-# The report runs in this process unless a test asks for workers (tests/test_report.py does):
-# monkeypatched runners then reach it, and the two pytest workers already fill the cores.
+# The report runs in this process unless a test asks for workers (app/report/test_report.py
+# does): monkeypatched runners then reach it, and the two pytest workers already fill the cores.
 os.environ["ATTNBAYES_WORKERS"] = "1"
 # A persistent compilation cache inside the checkout (.cache/jax, ignored by git): a second
 # `make test` reads the programs the first compiled, while a fresh clone (and CI) starts empty.
@@ -73,7 +73,7 @@ def three_atom_comparison(three_atom_data):
 # 140 s of work on two cores, the comparison of `-m slow` about 50-130), so that no long group
 # starts last while the other worker idles; the other groups follow in collection order.
 # `make test` passes --no-loadscope-reorder so that xdist keeps it.
-LONGEST_FIRST = ("app/test_report.py", "three_atom_comparison")
+LONGEST_FIRST = ("app/report/test_report.py", "three_atom_comparison")
 TESTS = ROOT / "tests"
 
 

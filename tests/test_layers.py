@@ -266,6 +266,21 @@ def test_only_the_cli_sets_a_backend_and_only_the_app_uses_pyplot():
     assert _backend_and_pyplot(ast.parse("from matplotlib import pyplot as plt")) == (False, True)
 
 
+def test_the_longest_test_groups_exist():
+    """conftest's LONGEST_FIRST names test files (or the session fixture) that are there: a moved
+    file would silently lose its place at the head of the queue."""
+    source = (ROOT / "tests" / "conftest.py").read_text()
+    assignment = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "LONGEST_FIRST"
+    )
+    groups = ast.literal_eval(assignment.value)
+    assert groups
+    for group in groups:
+        assert (ROOT / "tests" / group).is_file() or f"def {group}(" in source, group
+
+
 def test_no_second_copy_under_bare_names():
     """Tests run with ``python -P``: the folders are not importable as top-level packages."""
     import importlib.util

@@ -218,7 +218,8 @@ def diagnostics(datatree: xr.DataTree, var_names: list[str] | None = None) -> Di
     """R-hat and bulk/tail ESS of every scalar element of the posterior, and divergences.
 
     ArviZ's rank-normalised split R-hat and bulk/tail ESS (Vehtari et al. 2021), the same
-    numbers as ``arviz_stats.rhat`` / ``ess`` (tests/test_convergence.py holds them to 1e-12), but
+    numbers as ``arviz_stats.rhat`` / ``ess`` (tests/inference/diagnostics/test_convergence.py
+    holds them to 1e-12), but
     computed for all elements of a variable at once, where arviz_stats loops over elements in
     Python (50 s of a warm ``make run``; ``benchmarks/profile_report.py``).
     """

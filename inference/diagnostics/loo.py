@@ -20,7 +20,7 @@ whose khat is not finite is left raw. With the normalised log weights log w_is,
 elements of the mean-ESS / S (1 for one chain), as arviz_stats computes it.
 
 ``psis_loo`` gives arviz_stats' numbers (``arviz_stats.loo(..., pointwise=True)``;
-tests/test_psis_loo.py holds them to 1e-10) and returns its ``ELPDDataLOO``, so
+tests/inference/diagnostics/test_loo.py holds them to 1e-10) and returns its ``ELPDDataLOO``, so
 ``arviz_stats.compare`` accepts it; arviz_stats fits one observation at a time in Python,
 this fits all of them at once (``benchmarks/psis_loo.py``).
 
@@ -254,7 +254,8 @@ def psis_loo(
     """PSIS-LOO of a DataTree's pointwise log-likelihood, all observations at once.
 
     The same result as ``arviz_stats.loo(datatree, pointwise=True, var_name=var_name,
-    reff=reff)`` (to about 1e-13 relative; tests/test_psis_loo.py holds 1e-10), as its
+    reff=reff)`` (to about 1e-13 relative; tests/inference/diagnostics/test_loo.py holds
+    1e-10), as its
     ``ELPDDataLOO``: elpd = sum_i elpd_i, se = sqrt(N var(elpd_i, ddof=1)), p = sum_i p_loo_i,
     warning (some khat > good_k = min(1 - 1 / log10(S), 0.7)), elpd_i and pareto_k over the
     observation dims, log_weights over (obs dims..., chain, draw). The same UserWarnings as

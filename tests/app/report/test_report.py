@@ -32,7 +32,7 @@ SMALL_LEARNED = LEARNED._replace(
     num_tasks=(3, 12), sizes=((60, 300), LEARNED.sizes[1]), nuts_draws=(60, 150)
 )
 # section 9 with the cheaper sampler (Gibbs) for the ranks and the wrong sampler: NUTS's own
-# calibration is tests/test_sbc.py's
+# calibration is tests/inference/diagnostics/test_sbc.py's
 SMALL_CALIBRATION = CALIBRATION._replace(
     replicates=(30, 100),
     interval_replicates=(40, 200),  # studies of unequal lengths share the ECDF-PIT figure

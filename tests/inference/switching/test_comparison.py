@@ -13,7 +13,7 @@ from attnbayes.inference.switching.comparison import SWITCHING_METHODS, default_
 from attnbayes.models.switching import get_scenario, maneuvering_target, simulate
 
 NUM_STEPS = 6
-# the Gibbs sampler at test_switching_gibbs.py's sizes (M = 2, d = 2, o = 1, T = 6, 4 x 2000):
+# the Gibbs sampler at test_gibbs.py's sizes (M = 2, d = 2, o = 1, T = 6, 4 x 2000):
 # on the same worker, compiled once
 XDIST_GROUP = "switching-gibbs"
 

@@ -58,7 +58,7 @@ T = 6
 MISSING_ROW = 3
 NUM_CHAINS = 4
 NUM_SAMPLES = 2000  # one compiled configuration for every fast run
-# test_switching_comparison.py runs the sampler at these sizes too: one worker compiles it once
+# test_comparison.py runs the sampler at these sizes too: one worker compiles it once
 XDIST_GROUP = "switching-gibbs"
 NO_PRIORS = sg._check_priors(None, 2, jnp.float64)
 

@@ -67,7 +67,7 @@ def test_log_density_gradient_matches_finite_differences():
     """The gradient of the program's log density (MS-AR(2), Hamilton's exact likelihood,
     through the priors' bijections: stick-breaking rows, the ordered transform, log
     variances) against central differences in the unconstrained coordinates. (The IMM
-    likelihood's gradient is checked in test_switching_learning.py.)"""
+    likelihood's gradient is checked in test_learning.py.)"""
     rng = np.random.default_rng(0)
     y = np.cumsum(rng.normal(size=50)) * 0.1 + rng.normal(size=50)
     spec = markov_switching_ar(y, 2)
@@ -88,7 +88,7 @@ def test_approximate_likelihoods_equal_the_exact_one_where_the_collapse_is_exact
     """F = 0: GPB1, GPB2 and IMM give the exact filter's log density (the enumeration of all
     2^6 histories) at random points of theta and at small steps around them (so their
     gradients agree too; the filters' gradients themselves are checked against finite
-    differences in test_switching_traceable.py)."""
+    differences in tests/inference/switching/test_traceable.py)."""
     spec = _static_state_model()
     rng = np.random.default_rng(1)
     kwargs = {"spec": spec, "likelihood": "exact", "inputs": spec.inputs}
