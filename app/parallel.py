@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
+from .cache import enable_compilation_cache
+
 __all__ = ["WORKERS_ENV", "Part", "default_workers", "merge_parts", "new_part", "run_parts"]
 
 MAX_DEFAULT_WORKERS = 4
@@ -106,6 +108,9 @@ def _start_worker(messages, settings: dict[str, Any]) -> None:
     for name, value in settings.items():
         if value is not None:
             jax.config.update(name, value)
+    folder = settings.get("jax_compilation_cache_dir")
+    if folder:  # the parent's cache, written whole (``attnbayes.app.cache``)
+        enable_compilation_cache(folder)
 
 
 def _send(message: str) -> None:

@@ -8,7 +8,15 @@ import time
 
 import pandas as pd
 import pytest
-from parallel_tasks import die, fail, fail_unpicklable, jax_settings, sleep_long, square
+from parallel_tasks import (
+    compiled_cache_class,
+    die,
+    fail,
+    fail_unpicklable,
+    jax_settings,
+    sleep_long,
+    square,
+)
 
 from attnbayes.app import parallel
 from attnbayes.app.parallel import Part, merge_parts, new_part, run_parts
@@ -36,6 +44,18 @@ def test_results_keep_the_task_order_every_message_arrives_and_jax_is_set_alike(
         [f"start {v}" for v in range(1, 6)] + [f"end {v}" for v in range(1, 6)]
     )
     assert multiprocessing.active_children() == []
+
+
+def test_a_worker_writes_the_parent_cache_whole():
+    """A worker compiles into the parent's cache folder through ``attnbayes.app.cache``'s class,
+    which writes each entry whole (JAX's own writes in place: a worker reading an entry another
+    is writing would read it truncated)."""
+    import jax
+
+    tasks = [(compiled_cache_class, ()), (square, (1, 0.0))]
+    (name, path), _ = run_parts(tasks, workers=2, progress=lambda message: None)
+    assert name == "AtomicFileCache"
+    assert path == jax.config.jax_compilation_cache_dir
 
 
 def test_one_worker_runs_here_in_order():

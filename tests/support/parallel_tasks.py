@@ -1,4 +1,4 @@
-"""Tasks for tests/test_report_parallel.py, run on spawned workers: module-level functions with
+"""Tasks for tests/app/test_parallel.py, run on spawned workers: module-level functions with
 picklable arguments and results, in a module that imports nothing heavy (each worker imports
 it)."""
 
@@ -42,6 +42,17 @@ def jax_settings(*, progress):
         jnp.ones(()).dtype.itemsize,
         jax.config.jax_compilation_cache_dir,
     )
+
+
+def compiled_cache_class(*, progress):
+    """The class of the persistent cache JAX writes through, after one compile here."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src import compilation_cache
+
+    jax.jit(lambda x: jnp.cos(x) ** 3 - 0.125)(jnp.arange(4.0)).block_until_ready()
+    cache = compilation_cache._cache
+    return type(cache).__name__, str(getattr(cache, "path", None))
 
 
 def die(*, progress):
