@@ -48,6 +48,7 @@ __all__ = [
     "MIN_CHAINS",
     "MIN_DRAWS_PER_CHAIN",
     "MIN_TOTAL_DRAWS_LOO",
+    "NUTS_SETTINGS",
     "check_sampler_sizes",
     "clear_compiled_cache",
     "compiled_cache_info",
@@ -765,6 +766,15 @@ def run_nuts(
         target_accept_prob=float(target_accept_prob),
     )
     return datatree
+
+
+# the sampler's settings ``run_nuts`` takes (its keyword-only arguments): what a caller holding
+# settings and model options in one dict (a comparison's ``nuts_kwargs``) sends to each
+NUTS_SETTINGS = tuple(
+    name
+    for name, parameter in inspect.signature(run_nuts).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+)
 
 
 def run_nuts_unchecked(

@@ -43,7 +43,6 @@ z_i exactly or misses it), so coverage above nominal is expected from the oracle
 
 from __future__ import annotations
 
-import inspect
 import statistics
 import time
 from collections.abc import Callable
@@ -57,7 +56,7 @@ from ... import validation
 from ...models.deconvolution import DiscreteMeasure, check_measure, deconvolution_model, model_dims
 from .. import methods as registry
 from ..diagnostics import diagnostics, psis_loo
-from ..mcmc import check_sampler_sizes, run_nuts
+from ..mcmc import NUTS_SETTINGS, check_sampler_sizes, run_nuts
 from . import em
 from .estep import log_likelihood_unchecked, posterior_mean_unchecked, posterior_unchecked
 from .gibbs import approximate_gibbs, run_gibbs
@@ -74,11 +73,7 @@ SAMPLERS = tuple(m for m in METHODS if registry.get_method("deconvolution", m).n
 INTERVAL_BLOCK_ELEMENTS = 2**22  # row blocks of the streamed plug-in intervals (32 MB float64)
 # ``nuts_kwargs`` holds sampler settings and the model's keyword arguments together; run_nuts
 # takes them apart (its keyword-only parameters are the sampler's settings)
-_SAMPLER_SETTINGS = frozenset(
-    name
-    for name, parameter in inspect.signature(run_nuts).parameters.items()
-    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
-)
+_SAMPLER_SETTINGS = frozenset(NUTS_SETTINGS)
 
 
 class MethodFit(NamedTuple):

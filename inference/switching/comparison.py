@@ -42,7 +42,7 @@ from ... import validation
 from ...models.switching import SwitchingParams, switching_dims, switching_model
 from .. import methods as registry
 from ..diagnostics import diagnostics
-from ..mcmc import check_sampler_sizes, run_nuts
+from ..mcmc import NUTS_SETTINGS, check_sampler_sizes, run_nuts
 from .filters import (
     check_filter_result,
     imm_filter,
@@ -261,7 +261,7 @@ def _keyword_only(fn, leave_out=()) -> tuple:
 _GIBBS_OPTIONS = _keyword_only(run_switching_gibbs)
 _NUTS_MODEL_OPTIONS = _keyword_only(switching_model, leave_out=("params",))
 _NUTS_OPTIONS = (
-    *_keyword_only(run_nuts, leave_out=("dims", "posterior_predictive")),
+    *(name for name in NUTS_SETTINGS if name not in ("dims", "posterior_predictive")),
     *_NUTS_MODEL_OPTIONS,
 )
 
