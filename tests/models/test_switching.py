@@ -9,6 +9,7 @@ import pytest
 from numpyro.handlers import seed, substitute, trace
 from numpyro.infer import Predictive
 from numpyro.infer.util import log_density
+from raising import check_refused
 from scipy import stats
 from scipy.special import logsumexp
 from switching_bruteforce import (
@@ -23,7 +24,6 @@ from switching_inputs import (
     P2,
     Y,
     bad_params,
-    check_refused,
     parametrize_cases,
 )
 

@@ -12,7 +12,6 @@ is refused before tracing, so each runs in milliseconds.
 import jax
 import numpy as np
 import pytest
-from raising import jax_frames
 
 from attnbayes.inference.switching.kalman import FilterResult
 from attnbayes.models.switching import SwitchingParams
@@ -144,14 +143,3 @@ def parametrize_cases(cases: list):
     ids = [c[0] for c in cases]
     assert len(ids) == len(set(ids)), "bad-input case ids repeat"
     return pytest.mark.parametrize(("call", "error", "pattern"), [c[1:] for c in cases], ids=ids)
-
-
-def check_refused(call, error, pattern) -> None:
-    """``call()`` raises exactly ``error`` matching ``pattern``, a one-line message, raised by
-    the argument checks and not by JAX while tracing (no frame of ``jax/_src``: run under the
-    ``full_tracebacks`` fixture, which stops JAX from hiding its frames)."""
-    with pytest.raises(error, match=pattern) as excinfo:
-        call()
-    assert type(excinfo.value) is error
-    assert "\n" not in str(excinfo.value)
-    assert not jax_frames(excinfo)

@@ -5,8 +5,9 @@ import arviz as az
 import jax
 import numpy as np
 import pytest
+from raising import check_refused
 from switching_bruteforce import enumerate_posterior, random_switching_params
-from switching_inputs import P2, Y, check_refused, entry_point_cases, parametrize_cases
+from switching_inputs import P2, Y, entry_point_cases, parametrize_cases
 
 from attnbayes.inference.switching import compare_switching, filters, particle
 from attnbayes.inference.switching.comparison import SWITCHING_METHODS, default_switching_methods

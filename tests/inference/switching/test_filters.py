@@ -5,13 +5,13 @@ overflowed results."""
 import jax
 import numpy as np
 import pytest
+from raising import check_refused
 from scipy.stats import multivariate_normal
 from switching_inputs import (
     P1,
     P2,
     Y,
     bad_params,
-    check_refused,
     entry_point_cases,
     filtered,
     parametrize_cases,

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from raising import check_refused
 from scipy import stats
 from scipy.special import logsumexp
 from switching_bruteforce import (
@@ -35,7 +36,7 @@ from switching_bruteforce import (
     log_joint_density,
     random_switching_params,
 )
-from switching_inputs import KEY, P2, check_refused, entry_point_cases, parametrize_cases
+from switching_inputs import KEY, P2, entry_point_cases, parametrize_cases
 from switching_inputs import Y as Y_TINY
 
 from attnbayes.inference.diagnostics import diagnostics

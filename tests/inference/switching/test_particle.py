@@ -5,13 +5,13 @@ tracing, naming the argument (``switching_inputs``)."""
 import jax
 import numpy as np
 import pytest
+from raising import check_refused
 from switching_bruteforce import enumerate_posterior, random_switching_params
 from switching_inputs import (
     BAD_KEYS,
     KEY,
     P2,
     Y,
-    check_refused,
     entry_point_cases,
     parametrize_cases,
 )

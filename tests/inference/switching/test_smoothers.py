@@ -10,13 +10,13 @@ the argument (``switching_inputs``).
 import jax
 import numpy as np
 import pytest
+from raising import check_refused
 from scipy.special import logsumexp
 from switching_bruteforce import enumerate_posterior, random_switching_params
 from switching_inputs import (
     P1,
     P2,
     Y,
-    check_refused,
     entry_point_cases,
     filtered,
     parametrize_cases,
