@@ -47,7 +47,6 @@ from .outputs import (
 from .pages import (
     diagnostics_by_quantity,
     img_tag,
-    page,
     png_bytes,
     sampler_verdict,
     settings_table,
@@ -60,8 +59,7 @@ from .runs import (
     datatree_writer,
     default_name,
     offered_method,
-    publish,
-    run_manifest,
+    publish_run,
     sizes_from_options,
 )
 from .user_data import InputError, Table
@@ -504,11 +502,7 @@ the dashed line is z = x (no shrinkage).{note_z} All of them are in <code>z_hat.
 {img_tag(fig_z, "z_hat with intervals")}
 <p class="note">Files: {listing}.</p>
 """
-    files["index.html"] = page(f"attnbayes deconvolve: {Path(table.path).name}", body)
-    files[MANIFEST] = run_manifest("deconvolve", table, settings, elapsed, files)
-    publish(target, files)
-    say(f"written to {target}")
-    return target / "index.html"
+    return publish_run(target, files, "deconvolve", table, body, settings, elapsed, say)
 
 
 __all__ = [

@@ -31,7 +31,6 @@ from .outputs import MANIFEST, check_finite_output, check_finite_table, computin
 from .pages import (
     diagnostics_by_quantity,
     img_tag,
-    page,
     png_bytes,
     sampler_verdict,
     settings_table,
@@ -52,8 +51,7 @@ from .runs import (
     datatree_writer,
     default_name,
     offered_method,
-    publish,
-    run_manifest,
+    publish_run,
     sizes_from_options,
 )
 from .user_data import InputError, Table, params_document
@@ -540,11 +538,7 @@ coordinates they measure directly.</p>
 {track}
 <p class="note">Files: {listing}.</p>
 """
-    files["index.html"] = page(f"attnbayes filter: {Path(table.path).name}", body)
-    files[MANIFEST] = run_manifest("filter", table, settings, elapsed, files)
-    publish(target, files)
-    say(f"written to {target}")
-    return target / "index.html"
+    return publish_run(target, files, "filter", table, body, settings, elapsed, say)
 
 
 __all__ = [

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..inference import methods as registry
 from .outputs import MANIFEST, assembling, manifest_json, versions, write_atomic
-from .pages import save_datatree
+from .pages import page, save_datatree
 from .user_data import InputError, Table
 
 SIZE_OPTIONS = {"num_warmup": "--warmup", "num_samples": "--draws", "num_chains": "--chains"}
@@ -101,6 +101,25 @@ def run_manifest(command: str, table: Table, settings: dict, seconds: float, fil
     )
 
 
+def publish_run(
+    target: Path,
+    files: dict,
+    command: str,
+    table: Table,
+    body: str,
+    settings: dict,
+    elapsed: float,
+    say,
+) -> Path:
+    """The run's page (``index.html`` around ``body``) and ``run.json`` added to ``files``, all
+    published into ``target``; returns the page's path."""
+    files["index.html"] = page(f"attnbayes {command}: {Path(table.path).name}", body)
+    files[MANIFEST] = run_manifest(command, table, settings, elapsed, files)
+    publish(target, files)
+    say(f"written to {target}")
+    return target / "index.html"
+
+
 def publish(target: Path, files: dict) -> None:
     """Write ``files`` into a temporary folder next to ``target`` and rename it into place.
 
@@ -124,6 +143,7 @@ __all__ = [
     "default_name",
     "offered_method",
     "publish",
+    "publish_run",
     "run_manifest",
     "sizes_from_options",
 ]

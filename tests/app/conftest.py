@@ -67,26 +67,37 @@ def track_csv(tmp_path_factory):
 
 
 @pytest.fixture
-def no_jax_work(monkeypatch):
+def refuse_methods(monkeypatch):
+    """``refuse_methods(message)`` replaces every method the commands start (comparisons,
+    filters, samplers, fits) by a stub raising ``AssertionError(message)``, and returns it."""
+
+    def apply(message: str):
+        def refuse(*args, **kwargs):
+            raise AssertionError(message)
+
+        import attnbayes.inference.deconvolution.comparison
+        import attnbayes.inference.mcmc
+        import attnbayes.inference.switching
+        import attnbayes.inference.switching.filters
+        import attnbayes.inference.switching.gibbs
+        import attnbayes.inference.switching.particle
+
+        monkeypatch.setattr(
+            attnbayes.inference.deconvolution.comparison, "compare_deconvolution", refuse
+        )
+        for name in ("imm_filter", "gpb1_filter", "gpb2_filter"):
+            monkeypatch.setattr(attnbayes.inference.switching.filters, name, refuse)
+        monkeypatch.setattr(attnbayes.inference.switching.particle, "rbpf", refuse)
+        monkeypatch.setattr(attnbayes.inference.switching.gibbs, "run_switching_gibbs", refuse)
+        # the commands import fit_switching from the package when --fit starts
+        monkeypatch.setattr(attnbayes.inference.switching, "fit_switching", refuse)
+        monkeypatch.setattr(attnbayes.inference.mcmc, "run_nuts", refuse)
+        return refuse
+
+    return apply
+
+
+@pytest.fixture
+def no_jax_work(refuse_methods):
     """Fail the test if a method starts: bad input must be refused before any JAX work."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("JAX work started on bad input")
-
-    import attnbayes.inference.deconvolution.comparison
-    import attnbayes.inference.mcmc
-    import attnbayes.inference.switching
-    import attnbayes.inference.switching.filters
-    import attnbayes.inference.switching.gibbs
-    import attnbayes.inference.switching.particle
-
-    monkeypatch.setattr(
-        attnbayes.inference.deconvolution.comparison, "compare_deconvolution", refuse
-    )
-    for name in ("imm_filter", "gpb1_filter", "gpb2_filter"):
-        monkeypatch.setattr(attnbayes.inference.switching.filters, name, refuse)
-    monkeypatch.setattr(attnbayes.inference.switching.particle, "rbpf", refuse)
-    monkeypatch.setattr(attnbayes.inference.switching.gibbs, "run_switching_gibbs", refuse)
-    # the commands import fit_switching from the package when --fit starts
-    monkeypatch.setattr(attnbayes.inference.switching, "fit_switching", refuse)
-    monkeypatch.setattr(attnbayes.inference.mcmc, "run_nuts", refuse)
+    refuse_methods("JAX work started on bad input")

@@ -101,19 +101,9 @@ class Started(Exception):
 
 
 @pytest.fixture
-def no_computation(monkeypatch):
+def no_computation(refuse_methods, monkeypatch):
     """Any start of a method or of the report's simulations fails the test."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("computation started on input that should have been refused")
-
-    monkeypatch.setattr(
-        attnbayes.inference.deconvolution.comparison, "compare_deconvolution", refuse
-    )
-    for name in ("imm_filter", "gpb1_filter", "gpb2_filter"):
-        monkeypatch.setattr(attnbayes.inference.switching.filters, name, refuse)
-    monkeypatch.setattr(attnbayes.inference.switching.particle, "rbpf", refuse)
-    monkeypatch.setattr(attnbayes.inference.switching.gibbs, "run_switching_gibbs", refuse)
+    refuse = refuse_methods("computation started on input that should have been refused")
     monkeypatch.setattr(attnbayes.app.report.runners, "run_scenario", refuse)
 
 

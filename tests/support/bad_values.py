@@ -1,6 +1,7 @@
 """Bad versions of array and scalar arguments, for the bad-input catalogues of attention,
 the weight maps and kernel regression (each beside the module it tests)."""
 
+import jax
 import numpy as np
 
 HUGE = 1e200  # finite, but its square (a product of two such numbers) overflows float64
@@ -83,3 +84,25 @@ BAD_BANDWIDTHS = {
 }
 BAD_BLOCK_SIZES = {"zero": 0, "negative": -1, "float": 2.5, "bool": True, "str": "4"}
 BAD_NAMES = {"unknown": "bogus", "none": None, "int": 3}
+
+
+def all_finite(tree) -> bool:
+    """Every numeric leaf finite (method names and flags skipped)."""
+    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
+    return all(np.all(np.isfinite(a)) for a in leaves if np.issubdtype(a.dtype, np.number))
+
+
+def spread_limit_problem(dtype, dim, max_spread):
+    """Four points spread to ``max_spread`` (0.9 times the limit sqrt(finfo.max / (4 N p)) in
+    the tests), every point far from the one ``far_atom``: (x, far_atom, bulk, atoms, w),
+    scalar when ``dim`` is 1."""
+    n = 4
+    x = np.zeros((n, dim), dtype)
+    x[:, 0] = [0.0, 0.5, 1.0, max_spread]
+    far_atom = np.full((1, dim), 0.0, dtype)
+    far_atom[0, 0] = max_spread
+    bulk = x[:3]
+    atoms = x[[0, 3]]
+    if dim == 1:
+        x, far_atom, bulk, atoms = x[:, 0], far_atom[:, 0], bulk[:, 0], atoms[:, 0]
+    return x, far_atom, bulk, atoms, np.array([0.5, 0.5], dtype)

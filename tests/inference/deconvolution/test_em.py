@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bad_values import all_finite, spread_limit_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -930,12 +931,6 @@ def test_case_ids_are_unique():
 # ----------------------------------------------------------------------------- finding 2
 
 
-def _finite(tree) -> bool:
-    """Every numeric leaf finite (method names and flags skipped)."""
-    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
-    return all(np.all(np.isfinite(a)) for a in leaves if np.issubdtype(a.dtype, np.number))
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("dim", [1, 2])
 def test_just_inside_the_spread_limit_every_entry_point_is_finite(dtype, dim):
@@ -943,17 +938,8 @@ def test_just_inside_the_spread_limit_every_entry_point_is_finite(dtype, dim):
     entry points: ``test_kiefer_wolfowitz``): the safety factor
     covers the sum over p coordinates and the log-likelihood's sum over N points, even with
     every point far from the only atom (log p(x) about -N p D^2 / 2 = -0.1 finfo.max)."""
-    n = 4
-    d = 0.9 * validation.max_scaled_spread(dtype, n, dim)
-    x = np.zeros((n, dim), dtype)
-    x[:, 0] = [0.0, 0.5, 1.0, d]
-    far_atom = np.full((1, dim), 0.0, dtype)
-    far_atom[0, 0] = d
-    bulk = x[:3]
-    atoms = x[[0, 3]]
-    if dim == 1:
-        x, far_atom, bulk, atoms = x[:, 0], far_atom[:, 0], bulk[:, 0], atoms[:, 0]
-    w = np.array([0.5, 0.5], dtype)
+    d = 0.9 * validation.max_scaled_spread(dtype, 4, dim)
+    x, far_atom, bulk, atoms, w = spread_limit_problem(dtype, dim, d)
     results = {
         "fit_em": em.fit_em(x, 1.0, max_iters=3),
         "fit_em-streamed": em.fit_em(x, 1.0, max_iters=3, block_size=2),
@@ -967,7 +953,7 @@ def test_just_inside_the_spread_limit_every_entry_point_is_finite(dtype, dim):
         ),
     }
     for name, result in results.items():
-        assert _finite(result), name
+        assert all_finite(result), name
     ll = float(results["log_likelihood-far-atom"])
     assert ll < -0.01 * float(np.finfo(dtype).max)  # really that far out
 
@@ -987,7 +973,7 @@ def test_under_jit_the_checks_cannot_run_and_overflow_gives_nan():
         "e_step_attention": lambda x: em.e_step_attention(x[:, None], A1[:, None], W1, 1.0),
     }
     for name, call in calls.items():
-        assert _finite(jax.jit(call)(X1)), name
+        assert all_finite(jax.jit(call)(X1)), name
         out = jax.jit(call)(X1_HUGE)
         assert np.any(np.isnan(np.asarray(jax.tree.leaves(out)[0]))), name
     with pytest.raises(ValueError, match=r"^x: spread .* exceeds"):

@@ -9,6 +9,7 @@ two problem shapes (1-D: N = 200, G = 40; 2-D: N = 150, G = 40) so each solver c
 import jax
 import numpy as np
 import pytest
+from bad_values import all_finite, spread_limit_problem
 from raising import check_refused
 from scipy.optimize import minimize
 from scipy.special import logsumexp
@@ -574,12 +575,6 @@ def test_bad_input_case_ids_are_unique():
     assert len(ids) == len(set(ids))
 
 
-def _finite(tree) -> bool:
-    """Every numeric leaf finite (method names and flags skipped)."""
-    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
-    return all(np.all(np.isfinite(a)) for a in leaves if np.issubdtype(a.dtype, np.number))
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("dim", [1, 2])
 def test_just_inside_the_spread_limit_every_npmle_entry_point_is_finite(dtype, dim):
@@ -587,17 +582,8 @@ def test_just_inside_the_spread_limit_every_npmle_entry_point_is_finite(dtype, d
     entry points: ``test_em``): the safety factor
     covers the sum over p coordinates and the log-likelihood's sum over N points, even with
     every point far from the only atom (log p(x) about -N p D^2 / 2 = -0.1 finfo.max)."""
-    n = 4
-    d = 0.9 * validation.max_scaled_spread(dtype, n, dim)
-    x = np.zeros((n, dim), dtype)
-    x[:, 0] = [0.0, 0.5, 1.0, d]
-    far_atom = np.full((1, dim), 0.0, dtype)
-    far_atom[0, 0] = d
-    bulk = x[:3]
-    atoms = x[[0, 3]]
-    if dim == 1:
-        x, far_atom, bulk, atoms = x[:, 0], far_atom[:, 0], bulk[:, 0], atoms[:, 0]
-    w = np.array([0.5, 0.5], dtype)
+    d = 0.9 * validation.max_scaled_spread(dtype, 4, dim)
+    x, far_atom, bulk, atoms, w = spread_limit_problem(dtype, dim, d)
     results = {
         "npmle-em": npmle(x, 1.0, method="em", max_iters=5),
         "npmle-squarem": npmle(x, 1.0, method="squarem", max_iters=5),
@@ -605,4 +591,4 @@ def test_just_inside_the_spread_limit_every_npmle_entry_point_is_finite(dtype, d
         "npmle_posterior": npmle_posterior(x, 1.0, NPMLEResult(atoms, w, 0.0, 0, True, 0.0)),
     }
     for name, result in results.items():
-        assert _finite(result), name
+        assert all_finite(result), name
