@@ -65,3 +65,25 @@ def test_the_checks_can_fail():
     assert not _names("attnbayes.inference.switching.learning", "attnbayes.inference.switching")
     assert _names("  marginal.py  the program", "marginal.py")
     assert "comparison" in _members(ROOT / "inference" / "switching")
+
+
+def python_blocks() -> list[str]:
+    """README's ```python blocks, as printed."""
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def test_the_tracing_example_runs_on_its_own_and_shows_the_check(tmp_path):
+    """README's paragraph on traced kernels returning NaN shows ``check_filter_result`` naming
+    the step where a compiled filter overflowed, and its block runs as printed."""
+    import subprocess
+    import sys
+
+    (block,) = [b for b in python_blocks() if "check_filter_result(" in b]
+    script = tmp_path / "tracing_example.py"
+    script.write_text(block)
+    run = subprocess.run(
+        [sys.executable, "-P", str(script)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    assert "non-finite values (NaN or inf) from step" in run.stdout
