@@ -17,14 +17,26 @@ size limit JAX locks the folder, but then scans the folder and reads every entry
 time on every write: quadratic in the number of entries, under the lock. So this module gives
 JAX a cache that writes each entry to a temporary file in the folder and renames it into
 place (``os.replace``, atomic on POSIX): a reader sees no entry or a whole one, without locks.
-It is JAX's own class with ``put`` replaced, handed to JAX where it builds its file cache
-(``compilation_cache.get_file_cache``; a test fails if that hook moves).
+It is JAX's own class with ``get`` and ``put`` replaced, handed to JAX where it builds its file
+cache (``compilation_cache.get_file_cache``; a test fails if that hook moves).
+
+An entry can still be corrupt on disk (a full disk, a crash of the machine, a copied folder).
+JAX reads it, fails to decompress or deserialise it, warns "Error reading persistent compilation
+cache entry ..." (every time, two lines each) and compiles again; its ``put`` then keeps the
+corrupt file, since one exists. So each entry here begins with a header, ``ENTRY_MAGIC`` and a
+digest of the rest (BLAKE2b, 16 bytes), checked on every read: an entry that fails the check is
+removed and reported as missing, and JAX compiles the program again and writes it anew. A
+corrupt entry (the header, but a digest that does not match: truncated or altered) makes the
+process print one line, the first time; an entry in another format (JAX's own, or an older
+attnbayes) is replaced silently.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -37,6 +49,20 @@ CACHE_ENV = "ATTNBAYES_CACHE_DIR"
 OFF = {"off", "0", "no", "false", "none"}
 # temporaries of writers that died mid-write are removed after this long
 STALE_AFTER_S = 3600.0
+# the first bytes of every entry (the format's version in the last two), then the digest
+ENTRY_MAGIC = b"attnbayes-xla-01"
+_DIGEST_BYTES = 16
+
+
+def _digest(value: bytes) -> bytes:
+    return hashlib.blake2b(value, digest_size=_DIGEST_BYTES).digest()
+
+
+def _unwrap(entry: bytes) -> bytes | None:
+    """The value stored in ``entry``, or None if its digest does not match it (corrupt)."""
+    start = len(ENTRY_MAGIC) + _DIGEST_BYTES
+    value = entry[start:]
+    return value if entry[len(ENTRY_MAGIC) : start] == _digest(value) else None
 
 
 def cache_folder() -> Path | None:
@@ -64,29 +90,75 @@ def _usable(folder: Path) -> str | None:
 @functools.cache
 def atomic_file_cache_class():
     """``AtomicFileCache``: JAX's ``LRUCache`` whose ``put`` writes a temporary file and renames
-    it into place (built on first use, so importing this module imports no JAX)."""
+    it into place, and whose ``get`` removes a corrupt entry and reports it missing (built on
+    first use, so importing this module imports no JAX)."""
     from jax._src.lru_cache import LRUCache
 
     class AtomicFileCache(LRUCache):
         """JAX's file cache, each entry written whole: a temporary file in the same folder,
         then ``os.replace`` onto the entry's name, so no reader sees it half-written. No size
-        limit, hence no lock and no eviction scan (JAX's default, ``max_size=-1``)."""
+        limit, hence no lock and no eviction scan (JAX's default, ``max_size=-1``). Each entry
+        carries a header checked on reading: a corrupt one is removed and reads as missing."""
 
         def __init__(self, path):
             super().__init__(path, max_size=-1)
+            self.corrupt = 0  # corrupt entries met by this object
+            self._counting = threading.Lock()
 
-        def put(self, key: str, value: bytes) -> None:
+        def get(self, key: str) -> bytes | None:
             if not key:
                 raise ValueError("key cannot be empty")
             entry = self.path / f"{key}-cache"
-            if entry.exists():
-                return
+            try:
+                with open(entry, "rb") as f:
+                    stored = f.read()
+                    read = os.fstat(f.fileno())
+            except FileNotFoundError:
+                return None
+            if not stored.startswith(ENTRY_MAGIC):  # not written here: replaced silently
+                self._remove(entry, read)
+                return None
+            value = _unwrap(stored)
+            if value is None:
+                self._remove(entry, read)
+                self._tell_corrupt()
+            return value
+
+        def put(self, key: str, value: bytes) -> None:
+            # JAX puts a program only after its lookup missed or failed: an entry on disk that
+            # it could not use is replaced
+            if not key:
+                raise ValueError("key cannot be empty")
+            entry = self.path / f"{key}-cache"
             temporary = self.path / f".{key}.tmp-{os.getpid()}-{threading.get_ident()}"
             try:
-                temporary.write_bytes(value)
+                temporary.write_bytes(ENTRY_MAGIC + _digest(value) + value)
                 os.replace(temporary, entry)
             finally:
                 temporary.unlink(missing_ok=True)
+
+        @staticmethod
+        def _remove(entry: Path, read: os.stat_result) -> None:
+            """Remove ``entry`` if it is still the file that was read (another process may
+            have replaced it with a good one since)."""
+            try:
+                now = os.stat(entry)
+                if (now.st_dev, now.st_ino) == (read.st_dev, read.st_ino):
+                    os.unlink(entry)
+            except FileNotFoundError:
+                pass
+
+        def _tell_corrupt(self) -> None:
+            """One line on the first corrupt entry."""
+            with self._counting:
+                self.corrupt += 1
+                first = self.corrupt == 1
+            if first:
+                print(
+                    f"attnbayes: warning: removed a corrupt entry from the compilation cache "
+                    f"{self.path}; its program is compiled again (further ones silently)",
+                    file=sys.stderr,
+                )
 
     return AtomicFileCache
 

@@ -8,15 +8,24 @@ compilation cache, ``XLA_FLAGS`` from the environment), sends its progress messa
 returns its ``Part``; the parts are merged in the order they were given, so the page and
 ``results.csv`` do not depend on the number of workers. With one worker everything runs in this
 process, in order.
+
+The workers end with this process, however it ends (even ``SIGKILL``, which nothing here can
+catch): each holds the read end of a pipe whose only write end is here, and a thread of the
+worker exits it (``os._exit``) when the pipe closes, which the system does when this process
+dies; on Linux the kernel also kills a worker whose parent dies (``PR_SET_PDEATHSIG``). So no
+worker computes on, or writes into the run's temporary folder, after its parent is gone.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import pickle
 import queue
 import signal
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -96,10 +105,50 @@ def _jax_settings() -> dict[str, Any]:
     return {name: getattr(jax.config, name) for name in names}
 
 
-def _start_worker(messages, settings: dict[str, Any]) -> None:
+_PR_SET_PDEATHSIG = 1  # prctl's option, <linux/prctl.h>
+
+
+def _kill_when_parent_dies() -> None:
+    """Linux: the kernel sends this process ``SIGKILL`` when its parent dies (at once, whatever
+    the process is doing). The signal follows the parent *thread* that started the process:
+    ``run_parts``' thread for the pool's workers, which waits for them; a worker the pool starts
+    in place of one that died comes from the pool's own thread (and ends with it, when the pool
+    ends: the run stops then anyway)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl in this C library: the lifeline is enough
+        pass
+
+
+def _exit_when_closed(lifeline) -> None:
+    """Block until the parent's end of ``lifeline`` is closed (the parent never writes), then
+    end this process at once: no cleanup, no flushing of what the task was doing."""
+    try:
+        lifeline.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(1)
+
+
+def _watch_parent(lifeline, parent_pid: int) -> None:
+    """End this worker when its parent ends: the lifeline (every system) and, on Linux, the
+    kernel's parent-death signal."""
+    _kill_when_parent_dies()
+    if os.getppid() != parent_pid:  # the parent died before the signal was asked for
+        os._exit(1)
+    threading.Thread(
+        target=_exit_when_closed, args=(lifeline,), name="attnbayes-lifeline", daemon=True
+    ).start()
+
+
+def _start_worker(messages, settings: dict[str, Any], lifeline, parent_pid: int) -> None:
     global _MESSAGES
     # Ctrl-C reaches the whole process group: the parent decides, and stops the workers
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_parent(lifeline, parent_pid)
     _MESSAGES = messages
     # matplotlib's backend is not set here (only the CLI sets one): $MPLBACKEND comes with the
     # environment, else matplotlib's default, Agg without a display; the parts only save PNGs
@@ -163,10 +212,13 @@ def run_parts(
         return [task(*args, progress=progress) for task, args in tasks]
     context = multiprocessing.get_context("spawn")
     messages = context.Queue()
+    # the workers' lifeline: they hold the read end, only this process the write end (closed
+    # after the workers have ended, or by the system when this process dies)
+    lifeline, alive = context.Pipe(duplex=False)
     pool = context.Pool(
         processes=min(workers, len(tasks)),
         initializer=_start_worker,
-        initargs=(messages, _jax_settings()),
+        initargs=(messages, _jax_settings(), lifeline, os.getpid()),
     )
     # A pool replaces a worker that dies (killed, out of memory) and its task is lost: a
     # changed set of worker processes means that, and the run stops instead of waiting forever.
@@ -201,4 +253,6 @@ def run_parts(
         raise
     finally:
         messages.close()
+        alive.close()
+        lifeline.close()
     return [results[i] for i in range(len(tasks))]

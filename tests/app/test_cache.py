@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from attnbayes.app import cache
@@ -108,7 +109,9 @@ def test_a_second_process_reads_what_the_first_compiled(tmp_path):
     assert int(runs[1].stdout.split()[-1]) >= 1
 
 
-def test_the_command_reports_an_unusable_cache_in_one_line_and_goes_on(tmp_path, capsys):
+def test_the_command_reports_an_unusable_cache_in_one_line_and_goes_on(
+    tmp_path, capsys, restore_jax_cache_config
+):
     from attnbayes.app import cli
 
     blocker = tmp_path / "a-file"
@@ -123,7 +126,6 @@ def test_the_command_reports_an_unusable_cache_in_one_line_and_goes_on(tmp_path,
     finally:
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-        jax.config.update("jax_compilation_cache_dir", None)
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"attnbayes: warning: {CACHE_ENV}: cannot use ")
@@ -190,3 +192,69 @@ def test_stale_temporaries_are_removed(tmp_path, restore_jax_cache_config):
     os.utime(stale, (old, old))
     enable_compilation_cache(folder)
     assert not stale.exists() and fresh.exists()
+
+
+def _programs():
+    """Three small programs, new function objects each call (so JAX looks them up again)."""
+    return (
+        jax.jit(lambda x: jnp.sum(jnp.cumsum(jnp.cos(x)) ** 3) - 0.5),
+        jax.jit(lambda x: jnp.max(jnp.exp(jnp.sin(x) * 1.5))),
+        jax.jit(lambda x: jnp.prod(1.0 + jnp.tanh(x) / 4.0)),
+    )
+
+
+def test_a_corrupt_entry_is_removed_with_one_line_and_written_again(
+    tmp_path, capsys, restore_jax_cache_config
+):
+    """Entries truncated or altered on disk: JAX warned (two lines) for each on every later run
+    ("Error reading persistent compilation cache entry") and kept the file. Now they are removed
+    (one line for all), compiled again, written anew and read back by the next lookup; an entry
+    in JAX's own format (no header) is replaced without a word."""
+    from jax import monitoring
+    from jax._src import compilation_cache
+
+    x = np.linspace(-1.0, 2.0, 5)
+    expected = [
+        np.sum(np.cumsum(np.cos(x)) ** 3) - 0.5,
+        np.max(np.exp(np.sin(x) * 1.5)),
+        np.prod(1.0 + np.tanh(x) / 4.0),
+    ]
+    folder = enable_compilation_cache(tmp_path / "c")
+    for f in _programs():
+        f(x).block_until_ready()
+    entries = sorted(folder.glob("*-cache"))
+    assert len(entries) == 3
+    truncated, altered, foreign = entries
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    flipped = bytearray(altered.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    altered.write_bytes(bytes(flipped))
+    foreign.write_bytes(b"not written by attnbayes")
+    capsys.readouterr()
+
+    hits = []
+
+    def listener(event, **kwargs):
+        if event == "/jax/compilation_cache/cache_hits":
+            hits.append(event)
+
+    monitoring.register_event_listener(listener)
+    try:
+        for run in range(2):  # the first meets the bad entries, the second the new ones
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = [float(f(x)) for f in _programs()]
+            assert [str(w.message) for w in caught if "cache" in str(w.message)] == []
+            assert got == pytest.approx(expected, rel=1e-12)
+            err = capsys.readouterr().err
+            if run == 0:
+                assert hits == []
+                assert err.startswith("attnbayes: warning: removed a corrupt entry from the ")
+                assert err.count("\n") == 1 and str(folder) in err
+                assert compilation_cache._cache.corrupt == 2  # the foreign one not counted
+                for entry in entries:  # rewritten, whole
+                    assert cache._unwrap(entry.read_bytes()) is not None
+            else:
+                assert len(hits) == 3 and err == ""
+    finally:
+        monitoring.unregister_event_listener(listener)

@@ -4,6 +4,9 @@ raised here with the workers stopped, and the page merged the same for any numbe
 
 import multiprocessing
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pandas as pd
@@ -14,6 +17,8 @@ from parallel_tasks import (
     fail,
     fail_unpicklable,
     jax_settings,
+    orphaning_parent_script,
+    process_running,
     sleep_long,
     square,
 )
@@ -95,6 +100,39 @@ def test_a_failing_progress_callback_stops_the_workers():
     with pytest.raises(KeyboardInterrupt):
         run_parts([(sleep_long, ()), (square, (1, 0.0))], workers=2, progress=interrupted)
     assert multiprocessing.active_children() == []
+
+
+def test_the_workers_end_when_their_parent_is_killed(tmp_path):
+    """``SIGKILL`` on the process running ``run_parts`` (nothing there can catch it): its
+    workers, in the middle of a long task, end within seconds instead of computing on (and
+    writing into the run's folder) after it."""
+    errors = tmp_path / "stderr"  # also the orphaned resource tracker's note on the semaphores
+    with open(errors, "w") as stderr:
+        parent = subprocess.Popen(
+            [sys.executable, "-P", "-c", orphaning_parent_script()],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    workers = []
+    try:
+        while len(workers) < 2:
+            line = parent.stdout.readline()  # the tasks end in 60 s: not blocked for ever
+            assert line, f"the parent ended first ({parent.wait()}): {errors.read_text()}"
+            workers.append(int(line.split()[-1]))
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5.0
+        while any(map(process_running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [pid for pid in workers if process_running(pid)] == []
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+        for pid in workers:
+            if process_running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_start_order_must_be_a_permutation():

@@ -58,3 +58,47 @@ def compiled_cache_class(*, progress):
 def die(*, progress):
     progress("dying")
     os._exit(3)
+
+
+def tell_pid_and_sleep(*, progress):
+    """Send this worker's process id, then sleep long (a task its parent outlives, or not)."""
+    progress(f"pid {os.getpid()}")
+    time.sleep(60)
+    return "never"
+
+
+ORPHANING_PARENT = """
+import sys
+sys.path.insert(0, {support!r})
+from parallel_tasks import tell_pid_and_sleep
+from attnbayes.app.parallel import run_parts
+run_parts(
+    [(tell_pid_and_sleep, ()), (tell_pid_and_sleep, ())],
+    workers=2,
+    progress=lambda message: print(message, flush=True),
+)
+"""
+
+
+def orphaning_parent_script() -> str:
+    """A ``python -c`` script that runs two ``tell_pid_and_sleep`` tasks on two workers and
+    prints each message (the workers' ids first), for a test to kill it."""
+    return ORPHANING_PARENT.format(support=os.path.dirname(os.path.abspath(__file__)))
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (an orphan's zombie waits for a
+    reaper that may never come in a container)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:  # gone meanwhile
+        return False
+    except OSError:  # no /proc (not Linux)
+        return True
