@@ -20,7 +20,7 @@ import html
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -67,38 +67,134 @@ def _independent_pit(tree) -> tuple[np.ndarray, str]:
     raise ValueError("tree: no PIT values")
 
 
-def figure_ecdf_pit(trees: Mapping[str, object]) -> bytes:
-    """ECDF-PIT difference plots (arviz_plots ``plot_ecdf_pit``), one panel per method.
+class EcdfPitPanel(NamedTuple):
+    """What one method's ECDF-PIT panel draws, from that method's PIT values only.
 
-    Each panel has one PIT value per replicate (``_independent_pit``), for the first replicates
-    of its study, as many as the shortest study has (the table's tests use them all).
-    arviz_plots' default test, "pot_c" (a simultaneous test of the pointwise ECDF, Tesso and
-    Vehtari 2025), marks the points where the ECDF leaves its simultaneous region and prints
-    the p-value; its older
-    "envelope" bands (Säilynoja et al. 2022) fail in arviz_plots 1.3 and are deprecated there.
+    ``x`` are the evaluation points 0, 1/n, ..., 1 of n finite PIT values u_1..n; ``delta`` is
+    ECDF(x) - x, and ``lower``/``upper`` (minus x) its simultaneous ``1 - alpha`` band for n
+    independent uniform values (Säilynoja, Bürkner and Vehtari 2022, Stat. Comput. 32: the
+    simulation method, arviz_stats' ``ecdf_utils.ecdf_pit``, fixed seed). ``p_value`` is
+    arviz_stats' "pot_c" test: pointwise tests of the sorted u_(i) ~ Beta(i, n + 1 - i) with a
+    Cauchy combination (Tesso et al. 2026, "LOO-PIT predictive model checking",
+    arXiv:2603.02928). ``suspicious_x``/``_y``: the sorted u_(i), at (u_(i), i / n - u_(i)),
+    whose Shapley contribution to the test is positive, when p < alpha (arviz_plots' rule).
+    """
+
+    method: str
+    target: str
+    n: int
+    alpha: float
+    x: np.ndarray
+    delta: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    p_value: float
+    suspicious_x: np.ndarray
+    suspicious_y: np.ndarray
+
+    @property
+    def p_text(self) -> str:
+        """The p-value as the panel prints it."""
+        if not np.isfinite(self.p_value):
+            return f"n = {self.n}: no test"
+        p = f"{self.p_value:.2f}" if self.p_value >= 0.01 else f"{self.p_value:.2g}"
+        return f"p = {p} (pot_c, α = {self.alpha:g})"
+
+
+def ecdf_pit_panel(
+    values, *, method: str = "", target: str = "", alpha: float = 0.01
+) -> EcdfPitPanel:
+    """The ECDF-PIT panel of one method's PIT values (``EcdfPitPanel``); NaN (failed
+    replicates) are left out. Values outside [0, 1] raise ``ValueError``: they are not PIT
+    values (arviz_plots would silently rescale them as ranks)."""
+    from arviz_stats.base import array_stats
+    from arviz_stats.ecdf_utils import ecdf_pit
+
+    u = np.asarray(values, dtype=np.float64).ravel()
+    u = u[np.isfinite(u)]
+    if np.any((u < 0) | (u > 1)):
+        raise ValueError(f"{method or 'values'}: PIT values outside [0, 1]")
+    n, empty = u.size, np.zeros(0)
+    if n < 2:
+        return EcdfPitPanel(method, target, n, alpha, *[empty] * 4, np.nan, empty, empty)
+    x, ecdf, lower, upper = ecdf_pit(u, 1 - alpha, 1000)
+    p_value, shapley, _ = array_stats.uniformity_test(u, method="pot_c")
+    p_value = float(p_value)
+    flagged = (np.asarray(shapley) > 0) & (p_value < alpha)
+    sorted_u = np.sort(u)
+    y = np.arange(1, n + 1) / n - sorted_u
+    return EcdfPitPanel(
+        method,
+        target,
+        n,
+        alpha,
+        x,
+        ecdf - x,
+        lower - x,
+        upper - x,
+        p_value,
+        sorted_u[flagged],
+        y[flagged],
+    )
+
+
+def ecdf_pit_panels(trees: Mapping[str, object]) -> dict[str, EcdfPitPanel]:
+    """One ``EcdfPitPanel`` per method, each from its own study's PIT values
+    (``_independent_pit``: one per replicate) at the study's ``alpha``."""
+    panels = {}
+    for name, tree in trees.items():
+        u, target = _independent_pit(tree)
+        alpha = float(tree.attrs.get("alpha", 0.01))
+        panels[name] = ecdf_pit_panel(u, method=name, target=target, alpha=alpha)
+    return panels
+
+
+def draw_ecdf_pit(panels: Mapping[str, EcdfPitPanel]):
+    """A matplotlib figure with one axes per panel, in order (constrained layout, at most three
+    per row, each with its own y-range): ECDF(x) - x, its simultaneous band (shaded), the
+    suspicious points (orange) and the p-value; the title names the method and the PIT's
+    target."""
+    from matplotlib.figure import Figure
+
+    ncols = min(3, max(len(panels), 1))
+    nrows = max(1, -(-len(panels) // ncols))
+    fig = Figure(figsize=(4.2 * ncols, 3.0 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    flat = axes.ravel()
+    for ax, panel in zip(flat, panels.values(), strict=False):
+        ax.axhline(0.0, color="0.6", linestyle="--", linewidth=0.8)
+        if panel.n >= 2:
+            ax.fill_between(panel.x, panel.lower, panel.upper, color="0.85", linewidth=0)
+            ax.plot(panel.x, panel.delta, color="C0", linewidth=1.2)
+            ax.scatter(panel.suspicious_x, panel.suspicious_y, color="C1", s=12, zorder=3)
+            reach = np.abs(np.concatenate([panel.delta, panel.lower, panel.upper])).max()
+            ax.set_ylim(-1.2 * reach, 1.35 * reach)
+        else:
+            ax.set_yticks([])
+        ax.set_xlim(0, 1)
+        ax.text(0.02, 0.97, panel.p_text, transform=ax.transAxes, va="top", fontsize=8)
+        ax.set_title(f"{panel.method}\nPIT of {panel.target}, n = {panel.n}", fontsize=9)
+        ax.set_xlabel("PIT", fontsize=8)
+        ax.set_ylabel("ECDF - PIT", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in flat[len(panels) :]:
+        ax.set_axis_off()
+    return fig
+
+
+def figure_ecdf_pit(trees: Mapping[str, object]) -> bytes:
+    """ECDF-PIT difference plots as PNG bytes, one panel per method (``ecdf_pit_panels``,
+    ``draw_ecdf_pit``).
+
+    Each panel uses its own method's values only: all its replicates (failed ones left out) and
+    its own band and test. (arviz_plots' ``plot_ecdf_pit`` on one Dataset of all methods
+    rescales every variable as ranks when any holds a value above 1, so an interval method's
+    PIT of 1 + 1 ulp distorted every panel.)
     """
     import io
 
-    import arviz_plots as azp
-    import matplotlib.pyplot as plt
-    import xarray as xr
-
-    data, labels = {}, {}
-    for name, tree in trees.items():
-        u, label = _independent_pit(tree)
-        key = name.replace("-", "_")
-        data[key] = xr.DataArray(u, dims=["replicate"])
-        labels[key] = f"{name}: {label}"
-    # one dataset has one replicate axis, and arviz_plots' test takes no NaN padding: every
-    # panel shows the first replicates of its study, as many as the shortest study has
-    size = min(v.size for v in data.values())
-    panels = {k: ("replicate", v.values[:size]) for k, v in data.items()}
-    tree = xr.DataTree.from_dict({"prior_sbc": xr.Dataset(panels)})
-    pc = azp.plot_ecdf_pit(tree, group="prior_sbc", sample_dims=["replicate"], backend="matplotlib")
-    fig = pc.viz["figure"].item()  # the matplotlib figure of the plot collection
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
+    draw_ecdf_pit(ecdf_pit_panels(trees)).savefig(buffer, format="png", dpi=90)
     return buffer.getvalue()
 
 

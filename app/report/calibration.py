@@ -122,10 +122,13 @@ def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames) -> Non
         + calibration_blocks(run.table, trees)
         + '<h3 id="calibration-ecdf">ECDF-PIT</h3>'
         + note(
-            "ECDF minus the uniform CDF of one PIT value per replicate (arviz_plots' "
-            "plot_ecdf_pit): for samplers the test quantity with the smallest p-value, for "
-            "interval methods the first z_i or x_t of each replicate. Orange points leave the "
-            "simultaneous region; the p-value of the simultaneous test is printed."
+            "ECDF minus the uniform CDF of one PIT value per replicate, one panel per method "
+            "from its own replicates only: for samplers the test quantity with the smallest "
+            "p-value (the panel's p-value is not adjusted for that choice; the table's is), for "
+            "interval methods the first z_i or x_t of each replicate. Shaded: the 99% "
+            "simultaneous band of n independent uniform values (Säilynoja et al. 2022); p: "
+            "arviz_stats' pot_c test of uniformity (Tesso et al. 2026), whose orange points "
+            "contribute most to a rejection at alpha = 0.01."
         )
         + figure_tag(figures, "calibration_ecdf_pit", png, "ECDF-PIT of every method")
     )

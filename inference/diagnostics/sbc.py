@@ -62,6 +62,9 @@ CHECKPOINT_VERSION = 1
 # "auto" thinning reads the ESS of the first THIN_PILOT replicates (all of the first chunk if it
 # is smaller), so that the thinning, and the ranks, do not depend on the chunk size
 THIN_PILOT = 16
+# a test quantity's round-off: a float32 CDF of 1 is 1 - 2^-24 in the truth and 1 in every
+# draw; differences within TIE_ULPS machine epsilons (relative) are ties (``sbc``)
+TIE_ULPS = 16
 
 
 class PosteriorDraws(NamedTuple):
@@ -294,6 +297,13 @@ def _choose_thin(q_draws: dict[str, np.ndarray]) -> tuple[int, np.ndarray]:
     return max(1, int(total // max(np.median(finite), 1.0))), ess
 
 
+def _tie_tolerance(tolerance: float, dtype) -> float:
+    """``tolerance``, raised to ``TIE_ULPS`` machine epsilons of a floating ``dtype``."""
+    if np.issubdtype(dtype, np.floating):
+        return max(tolerance, TIE_ULPS * float(np.finfo(dtype).eps))
+    return tolerance
+
+
 def _seed_words(key) -> list[int]:
     data = np.asarray(jax.random.key_data(key) if _is_typed_key(key) else key)
     return [int(w) for w in data.astype(np.uint32).ravel()]
@@ -334,7 +344,9 @@ def sbc(
             ``THIN_PILOT`` replicates (``floor(C S / median over them of the smallest bulk
             ESS)``).
         num_devices: devices the replicates are split over (default: all local devices).
-        tie_tolerance: relative tolerance below which a draw ties with the truth.
+        tie_tolerance: relative tolerance below which a draw ties with the truth; raised to
+            ``TIE_ULPS`` machine epsilons of a floating quantity's dtype (round-off of a few
+            ulps is a tie, not a rank: 16 eps = 1.9e-6 in float32).
         checkpoint: a ``.npz`` path; finished chunks are saved there and a later call with the
             same study resumes from it (``study`` plus the key, sizes and thinning must match).
         study: JSON-serialisable settings that identify the study in the checkpoint (model,
@@ -381,6 +393,7 @@ def sbc(
     num_chains, num_draws = leaves[0].shape[:2]
     names = sorted(q_shape)
     shapes = {n: tuple(q_shape[n].shape) for n in names}
+    tolerances = {n: _tie_tolerance(tie_tolerance, q_shape[n].dtype) for n in names}
 
     def one(k):
         k_sim, k_post = jax.random.split(k)
@@ -414,7 +427,7 @@ def sbc(
                 if not bad:
                     rng = np.random.default_rng([*rank_words, int(i), names.index(n)])
                     ranks[j], pit[j] = rank_statistics(
-                        q_true[n][j], kept[j], rng, tolerance=tie_tolerance
+                        q_true[n][j], kept[j], rng, tolerance=tolerances[n]
                     )
             out[f"rank__{n}"], out[f"pit__{n}"], out[f"truth__{n}"] = ranks, pit, q_true[n]
             state["num_ranked_draws"] = int(kept.shape[1])
@@ -427,7 +440,7 @@ def sbc(
         "num_replicates": num_replicates,
         "chunk_size": chunk_size,
         "thin": thin,
-        "tie_tolerance": tie_tolerance,
+        "tie_tolerance": tolerances,
         "names": names,
         "shapes": {n: list(s) for n, s in shapes.items()},
         "num_chains": int(num_chains),
@@ -441,12 +454,13 @@ def sbc(
     replicate = np.arange(num_replicates)
 
     def dataset(prefix):
-        data_vars = {}
+        data_vars, coords = {}, {"replicate": replicate}
         for n in names:
             values = arrays[f"{prefix}__{n}"].reshape(num_replicates, *shapes[n])
             dims = ["replicate", *(f"{n}_dim_{d}" for d in range(len(shapes[n])))]
             data_vars[n] = (dims, values)
-        return xr.Dataset(data_vars, coords={"replicate": replicate})
+            coords.update(_element_coords(dims[1:], shapes[n]))
+        return xr.Dataset(data_vars, coords=coords)
 
     num_ranked = int(state["num_ranked_draws"])
     pit = dataset("pit")
@@ -485,6 +499,12 @@ def sbc(
         },
         attrs,
     )
+
+
+def _element_coords(dims, shape) -> dict:
+    """0-based coordinates for a quantity's element dimensions: ArviZ selects panels by
+    coordinate (``plot_ecdf_pit`` fails on a dimension without one)."""
+    return {d: np.arange(size) for d, size in zip(dims, shape, strict=True)}
 
 
 def _tree(groups: dict, attrs: dict):
@@ -587,12 +607,13 @@ def interval_coverage(
     For replicate r: (truth, data) = simulate(k_r), t = targets(truth, data) (name -> array),
     and ``posterior_cdf(k_r', data, t)`` returns name -> (F(t-), F(t)), the method's posterior
     probability below and at-or-below each true value. The randomised PIT
-    u = F(t-) + V (F(t) - F(t-)), V ~ U(0, 1), is exactly uniform when the method's posterior is
-    right, discrete (atoms of a fitted nu) or not (Czado, Gneiting and Held 2009, "Predictive
-    model assessment for count data", Biometrics 65, section 2.1); the equal-tailed interval of
-    level l covers t iff (1 - l) / 2 <= u <= (1 + l) / 2, which for a discrete posterior is the
-    randomised interval (a plain one, with atoms for ends, over-covers by construction). Per
-    replicate, level and name: the fractions below, inside and above. A replicate whose PIT is
+    u = F(t-) + V (F(t) - F(t-)), V ~ U(0, 1) (clipped to [0, 1] against round-off in F), is
+    exactly uniform when the method's posterior is right, discrete (atoms of a fitted nu) or not
+    (Czado, Gneiting and Held 2009, "Predictive model assessment for count data", Biometrics 65,
+    section 2.1); the equal-tailed interval of level l covers t iff
+    (1 - l) / 2 <= u <= (1 + l) / 2, which for a discrete posterior is the randomised interval
+    (a plain one, with atoms for ends, over-covers by construction). Per replicate, level and
+    name: the fractions below, inside and above. A replicate whose PIT is
     not finite fails (counted, left out of the summary).
 
     Returns a DataTree: one group per target name with ``pit`` (replicate, *shape) and
@@ -678,7 +699,10 @@ def interval_coverage(
         shape = tuple(t_shape[n].shape)
         below = np.where(failed[:, None], np.nan, arrays[f"below__{n}"])
         above = np.where(failed[:, None], np.nan, arrays[f"above__{n}"])
-        pit = np.where(failed.reshape(-1, *([1] * len(shape))), np.nan, arrays[f"pit__{n}"])
+        # F(t) summed in float32 can exceed 1 by an ulp: a PIT value is in [0, 1] (plotting
+        # code reads values above 1 as ranks and rescales them)
+        u = np.clip(arrays[f"pit__{n}"], 0.0, 1.0)
+        pit = np.where(failed.reshape(-1, *([1] * len(shape))), np.nan, u)
         dims = ["replicate", *(f"{n}_dim_{d}" for d in range(len(shape)))]
         groups[n] = xr.Dataset(
             {
@@ -687,7 +711,7 @@ def interval_coverage(
                 "above": (("replicate", "level"), above),
                 "covered": (("replicate", "level"), 1.0 - below - above),
             },
-            coords=coords,
+            coords={**coords, **_element_coords(dims[1:], shape)},
             attrs={"num_elements": int(np.prod(shape))},
         )
     groups["replicates"] = xr.Dataset({"failed": ("replicate", failed)}, coords=coords)
