@@ -199,7 +199,10 @@ def deconvolve_output_columns(columns) -> list[str]:
 
 
 def check_deconvolve(table: Table, sigma, method: str) -> float:
-    """Argument checks of ``run_deconvolve`` that need no JAX; returns sigma as a float."""
+    """Argument checks of ``run_deconvolve`` that need no JAX; returns sigma as a float.
+
+    Values whose squared distances overflow are named by file, line and column, and the
+    library's value checks (``check_problem``) by the file or ``--sigma``."""
     offered_method("deconvolve", "deconvolution", method)
     if isinstance(sigma, bool) or not isinstance(sigma, int | float | np.floating):
         raise InputError(f"--sigma: expected a number > 0, got {sigma!r}")
@@ -209,10 +212,45 @@ def check_deconvolve(table: Table, sigma, method: str) -> float:
     if not np.all(np.isfinite(table.values)):
         raise InputError(f"{table.path}: contains missing or non-finite values")
     check_columns_unique(deconvolve_output_columns(table.columns))
+    _check_spread(table, sigma)
     from ..inference.deconvolution.em import check_problem
 
-    check_problem(table.values, sigma)  # e.g. values whose squares overflow: "x: ..."
+    try:  # the library's other value checks, on what the user gave
+        check_problem(table.values, sigma)
+    except ValueError as err:
+        message = str(err)
+        if message.startswith("sigma: "):
+            raise InputError(f"--sigma: {message.removeprefix('sigma: ')}") from None
+        raise InputError(f"{table.path}: {message.removeprefix('x: ')}") from None
     return sigma
+
+
+def _check_spread(table: Table, sigma: float) -> None:
+    """Refuse values whose squared distances overflow, naming the file, line and column.
+
+    The rule is the library's (``attnbayes.inference.deconvolution.em.check_problem``, through
+    ``attnbayes.validation.check_scaled_spread``): every column's spread (max - min) / sigma at
+    most ``max_scaled_spread(float64, N, p)`` = sqrt(finfo.max / (4 N p)); the cell named is the
+    column's value farthest from its median."""
+    from ..validation import max_scaled_spread
+
+    points = table.values
+    n, p = points.shape
+    limit = max_scaled_spread(np.float64, n, p)
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = (points.max(axis=0) - points.min(axis=0)) / sigma
+        bad = np.flatnonzero(~(spread <= limit))
+        if not bad.size:
+            return
+        j = int(bad[0])
+        column = points[:, j]
+        i = int(np.argmax(np.abs(column - np.median(column))))
+    raise InputError(
+        f"{table.where(i, j)}: {column[i]:.3g} is too far from the other values for "
+        f"--sigma {sigma:g}: the column's spread (max - min) / sigma = {spread[j]:.2g} "
+        f"exceeds {limit:.2g} (float64, N = {n}, p = {p}), where the squared distances "
+        "overflow; rescale the column or --sigma"
+    )
 
 
 def available_memory_bytes() -> int:

@@ -252,7 +252,56 @@ def check_filter(table: Table, params, method: str, state_names, mode_names) -> 
         )
     if np.any(np.isinf(table.values)):
         raise InputError(f"{table.path}: contains infinite values")
+    _check_magnitude(table, "observation", 1.0)
     check_columns_unique(filter_output_columns(method, table.columns, state_names, mode_names))
+
+
+def _check_magnitude(table: Table, what: str, scale) -> None:
+    """Refuse a value that overflows the filter's squared residuals, naming its cell.
+
+    A filter sums T x p squared residuals (T steps, p columns); with every value below
+    ``attnbayes.validation.max_scaled_spread(float64, T, p)`` = sqrt(finfo.max / (4 T p)) the sum
+    stays below overflow (the bound of ``attnbayes.validation.check_scaled_spread``). ``scale``
+    (p,) is the largest weight a column is multiplied by when above 1 (the input weights B_j,
+    D_j of u_t). Passing does not make a run finite (small noise variances can still make a
+    filter overflow, which ``check_filter_result`` then reports): it refuses what would
+    certainly overflow, before any work, naming the cell."""
+    from ..validation import max_scaled_spread
+
+    values = table.values
+    t, p = values.shape
+    limit = max_scaled_spread(np.float64, t, p)
+    with np.errstate(over="ignore", invalid="ignore"):
+        size = np.abs(values) * np.maximum(1.0, np.asarray(scale, np.float64))
+    bad = np.argwhere(size > limit)
+    if bad.size:
+        i, j = (int(k) for k in bad[0])
+        weighted = "" if np.all(np.asarray(scale) <= 1.0) else " x max(1, its largest input weight)"
+        raise InputError(
+            f"{table.where(i, j)}: {values[i, j]:.3g} is too large for the filter: |value|"
+            f"{weighted} must stay below {limit:.2g} = sqrt(finfo.max / (4 T p)) (float64, T = "
+            f"{t} steps, p = {p} {what} column(s)) for the squared residuals to be finite; "
+            "rescale the column"
+        )
+
+
+def _check_observed_steps(table: Table, fit: str) -> None:
+    """--fit needs observed steps: at least one to learn from, and for mle and em two (their BIC
+    and HQIC use log T and log log T of the observed steps, ``information_criteria``)."""
+    need = 1 if fit == "nuts" else 2
+    observed = int(np.sum(~np.isnan(table.values).all(axis=1)))
+    if observed >= need:
+        return
+    t = table.values.shape[0]
+    what = (
+        f"no observed value: every observation cell of its {t} rows is empty or NA"
+        if observed == 0
+        else f"only {observed} of its {t} rows has an observed value"
+    )
+    why = " (its BIC and HQIC use log T and log log T)" if need == 2 else ""
+    raise InputError(
+        f"{table.path}: {what}; --fit {fit} needs at least {need} observed step(s){why}"
+    )
 
 
 def _check_filter_inputs(table: Table, inputs: Table | None, params) -> np.ndarray | None:
@@ -283,6 +332,12 @@ def _check_filter_inputs(table: Table, inputs: Table | None, params) -> np.ndarr
             f"{have}: give {weights} with k = {n} in --params (zeros are a start for --fit "
             "with --free naming them)"
         )
+    largest = [
+        np.max(np.abs(np.asarray(w, np.float64)), axis=(0, 1))
+        for w in (params.dynamics_input_weights, params.emission_input_weights)
+        if np.size(w)
+    ]
+    _check_magnitude(inputs, "input", np.max(largest, axis=0) if largest else 1.0)
     return inputs.values
 
 
@@ -382,6 +437,7 @@ def run_filter(
     u = _check_filter_inputs(table, inputs, params)
     spec = None
     if fit is not None:
+        _check_observed_steps(table, fit)
         try:
             spec, free = check_fit(params, table.values, u, fit, free, num_starts, fit_sizes)
         except ValueError as err:

@@ -74,8 +74,8 @@ INPUT_FORMAT = """input CSV:
   Cells are separated by ',' (see --delimiter); quoted cells as in RFC 4180.
   The header row is optional: the first row is a header when none of its cells
   is a number, else it is data and the columns are called
-  {names}. Numbers use a decimal point (1.5, -2e-3); blank lines
-  and lines starting with # are skipped.
+  {names}; the first header cell may be empty (R's write.csv). Numbers use a
+  decimal point (1.5, -2e-3); blank lines and lines starting with # are skipped.
   {missing}
   A malformed file is refused with the line and column of the first problem, e.g.
     attnbayes: error: data.csv line 7, column "x2": cannot parse 'abc' as a number"""
@@ -99,8 +99,9 @@ PARAMS_HELP = (
     "with --fit) is a template."
 )
 DECONVOLVE_INPUT = INPUT_FORMAT.format(
-    rows="One row per observation x_i; one column for scalar data, p columns for points\n"
-    "  in R^p (choose them with --columns).",
+    rows="One row per observation x_i: a file of one column, or --columns naming the\n"
+    "  column (or the p columns of points in R^p); a file with more columns and no\n"
+    "  --columns is refused, its likely row index named.",
     names="x (one column) or x1..xp",
     missing="Every cell of the chosen columns must be a finite number.",
 )
@@ -346,7 +347,8 @@ def _add_data_options(sub: argparse.ArgumentParser, command: str) -> None:
         type=_columns,
         metavar="COLS",
         help="comma-separated header names or 1-based numbers of the columns to use, in "
-        "that order; the other columns are not read [all columns]",
+        "that order; the other columns are not read [deconvolve: the file's only column; "
+        "filter: the o columns besides --inputs; never guessed]",
     )
     sub.add_argument(
         "--delimiter",

@@ -6,7 +6,14 @@ CSV tables (``read_table``):
   cells are separated by ``delimiter`` (default ","; quoted cells as in RFC 4180);
 - the header row is optional: the first row is taken as a header when none of its cells is a
   number (and at least one is a name), else it is data and the columns are called x1..xp
-  (or y1..yo, by ``prefix``; a single column is just x or y);
+  (or y1..yo, by ``prefix``; a single column is just x or y); the first header cell may be
+  empty (R's ``write.csv`` and pandas write their row names so);
+- which columns are data is never guessed: without ``columns`` (``--columns``) a file must
+  hold exactly the columns needed (one, or ``width``) besides those other options name
+  (``exclude``: ``--inputs``), and none of them may look like a row index (a header
+  "rownames", "row.names", "index", "Unnamed: 0" or empty, or the integers 1..N or 0..N-1 in
+  order); otherwise the file is refused with its columns listed, the likely index named and
+  the ``--columns`` to pass;
 - blank lines and lines starting with "#" are skipped; a UTF-8 byte-order mark is ignored;
 - numbers are decimal with a point (1.5, -2e-3, .5); an empty cell, NA, N/A or NaN is a
   missing value, which only the filter's observation columns accept (a whole row of them is
@@ -40,6 +47,9 @@ from typing import NamedTuple
 import numpy as np
 
 MISSING_TOKENS = frozenset({"", "na", "n/a", "nan"})
+# header names of a row-index column (R's write.csv: "" or "rownames" in Rdatasets' files;
+# pandas: "" or, read back and written again, "Unnamed: 0"; reset_index: "index")
+INDEX_NAMES = frozenset({"", "rownames", "row.names", "row_names", "unnamed: 0", "index"})
 OTHER_DELIMITERS = (";", "\t", "|", ",")
 _NUMBER = re.compile(
     r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity)", re.IGNORECASE | re.ASCII
@@ -97,6 +107,7 @@ class Table(NamedTuple):
         lines: (N,) the line of the file each row came from (1-based).
         header: whether the file had a header row.
         sha256: hex digest of the file's bytes as read.
+        positions: (p,) the 1-based column of the file each selected column came from.
     """
 
     path: str
@@ -105,6 +116,17 @@ class Table(NamedTuple):
     lines: np.ndarray
     header: bool
     sha256: str = ""
+    positions: tuple[int, ...] = ()
+
+    def where(self, row: int, column: int) -> str:
+        """'PATH line L, column "c"' of data row ``row`` and selected column ``column``
+        (0-based), as the reading errors name a cell (a file without a header: the column's
+        number)."""
+        if self.header or not self.positions:
+            label = f'"{self.columns[column]}"'
+        else:
+            label = str(self.positions[column])
+        return _where(self.path, int(self.lines[row]), label)
 
 
 def _delimiter_name(delimiter: str) -> str:
@@ -227,9 +249,10 @@ def _is_header(cells: list[str]) -> bool:
 
 
 def _header_names(path: str, line: int, cells: list[str]) -> tuple[str, ...]:
+    """The header's names; only the first may be empty (a row-index column)."""
     names = tuple(c.strip() for c in cells)
     for j, name in enumerate(names):
-        if not name:
+        if not name and j > 0:
             extra = " (a trailing delimiter at the end of the line?)" if j == len(names) - 1 else ""
             raise InputError(f"{_where(path, line, str(j + 1))}: empty column name{extra}")
         if name in names[:j]:
@@ -237,11 +260,99 @@ def _header_names(path: str, line: int, cells: list[str]) -> tuple[str, ...]:
     return names
 
 
+def _name(names: tuple[str, ...], j: int) -> str:
+    return names[j] or f"column {j + 1} (no name)"
+
+
+def _listing(names: tuple[str, ...], indices) -> str:
+    return ", ".join(_name(names, j) for j in indices)
+
+
+def _option_value(names: tuple[str, ...], indices, option: str) -> str:
+    """``--columns a,b`` for these columns (numbers for names a shell or the list would split)."""
+    items = [names[j] if re.fullmatch(r"[\w.\-]+", names[j]) else str(j + 1) for j in indices]
+    return f"{option} {','.join(items)}"
+
+
+def _index_reason(name: str | None, cells: list[str], first: bool) -> str | None:
+    """Why a column looks like a row index, or None: its header name (``INDEX_NAMES``; ``name``
+    is None without a header), or, for the file's first column (where R and pandas write the
+    row names), its cells are the integers 1..N or 0..N-1 in order (N >= 3)."""
+    if name is not None and name.lower() in INDEX_NAMES:
+        return f'its header is "{name}"' if name else "its header is empty"
+    if not first or len(cells) < 3 or not all(_NUMBER.fullmatch(c.strip()) for c in cells):
+        return None
+    values = [float(c) for c in cells]
+    start = values[0]
+    if start in (0.0, 1.0) and values == [start + i for i in range(len(values))]:
+        return f"the integers {start:.0f}..{start + len(values) - 1:.0f} in order"
+    return None
+
+
+def _survey(names, header: bool, data, indices) -> tuple[list[str], list[int]]:
+    """(what makes each of ``indices`` look like a row index, the others holding numbers)."""
+    hints, numeric = [], []
+    for j in indices:
+        cells = [row[j] for _, row in data if j < len(row)]
+        reason = _index_reason(names[j] if header else None, cells, j == 0)
+        if reason is not None:
+            label = f'"{names[j]}"' if names[j] else f"{j + 1} (no name)"
+            hints.append(f"column {label} looks like a row index ({reason})")
+        elif any(_is_number(c) for c in cells) and all(
+            _is_number(c) or _is_missing(c) for c in cells
+        ):
+            numeric.append(j)
+    return hints, numeric
+
+
+def _unchosen(path, line, names, header, data, chosen, *, width, reason, option, excluded):
+    """The InputError for columns nobody chose (``columns`` None), or None when the columns
+    left are exactly the needed ones (``width``, else one) and none looks like a row index."""
+    needed = 1 if width is None else width
+    if len(chosen) < needed or len(names) == 1:
+        return None  # a missing column: the caller's message; one column: nothing to guess
+    hints, numeric = _survey(names, header, data, chosen)
+    if len(chosen) == needed and not hints:
+        return None
+    where = _where(path, line)
+    listing = _listing(names, chosen)
+    others = " besides the --inputs columns" if excluded else ""
+    if len(chosen) == needed:  # the right number, but a row index among them
+        head = f"{where}: {'; '.join(hints)}, not data"
+        if len(numeric) == needed:
+            return InputError(
+                f"{head}; the columns of data are not guessed: pass "
+                f"{_option_value(names, numeric, option)}"
+            )
+        return InputError(
+            f"{head}; that leaves {len(numeric)} column(s) of numbers{others} "
+            f"({_listing(names, numeric) or 'none'}) where {needed} are needed{reason}"
+        )
+    if width is None:  # deconvolve: one column, or --columns for points in R^p
+        head = f"{where}: {len(chosen)} columns ({listing}) and no {option} to say which are data"
+        tail = f"choose them with {option} (header names, or numbers 1..{len(names)})"
+        if len(numeric) == 1:
+            tail = f"pass {_option_value(names, numeric, option)}"
+        elif len(numeric) > 1:
+            tail = (
+                f"pass {_option_value(names, numeric[:1], option)} for one column of "
+                f"observations, or {_option_value(names, numeric, option)} for points in "
+                f"R^{len(numeric)}"
+            )
+        return InputError("; ".join([head, *hints, tail]))
+    chose = "--inputs left" if excluded else "the file has"
+    head = f"{where}: {chose} {len(chosen)} columns ({listing}) where {needed} are needed{reason}"
+    tail = f"choose {needed} of them with {option}"
+    if len(numeric) == needed:
+        tail += f", e.g. {_option_value(names, numeric, option)}"
+    return InputError("; ".join([head, *hints, tail]))
+
+
 def _select(path: str, names: tuple[str, ...], columns, option: str = "--columns") -> list[int]:
     if columns is None:
         return list(range(len(names)))
     chosen = []
-    listing = ", ".join(names)
+    listing = _listing(names, range(len(names)))
     for item in columns:
         item = str(item).strip()
         if item in names:
@@ -297,9 +408,13 @@ def read_table(
         path: the file.
         delimiter: one character separating cells.
         columns: names or 1-based numbers (strings or ints) of the columns to use, in that
-            order; default all of them. Cells of the other columns are not read.
+            order. Cells of the other columns are not read. None: the file's columns (but
+            ``exclude``), which must then be exactly the ones needed (``width``, or one when
+            ``width`` is None) with no row index among them: which columns are data is never
+            guessed (module docstring).
         width: the number of columns required after the selection (e.g. the observation
-            dimension of a switching model), or None for any.
+            dimension of a switching model), or None for any number of chosen columns (one
+            when ``columns`` is None).
         width_reason: what requires ``width``, for the message (e.g. 'the scenario
             "maneuvering-target" observes 2 values per step').
         allow_missing: accept missing values (NaN in ``values``; a row may be partly missing).
@@ -346,23 +461,43 @@ def read_table(
         chosen = [j for j in chosen if j not in dropped]
         if not chosen:
             raise InputError(f"{path}: no column left for the observations after --inputs")
+    reason = f": {width_reason}" if width_reason else ""
+    if columns is None:  # never guess which columns are data
+        error = _unchosen(
+            path,
+            first_line,
+            names,
+            header,
+            data,
+            chosen,
+            width=width,
+            reason=reason,
+            option=option,
+            excluded=exclude is not None,
+        )
+        if error is not None:
+            raise error
+    unnamed = [j for j in chosen if not names[j]]
+    if unnamed:
+        raise InputError(
+            f"{_where(path, first_line, str(unnamed[0] + 1))}: empty column name; name the "
+            f"column in the header to use it, or leave it out with {option}"
+        )
     if width is not None and len(chosen) != width:
-        listing = ", ".join(names[j] for j in chosen)
-        reason = f": {width_reason}" if width_reason else ""
-        if columns is not None or exclude is not None:
-            chose = f"{option} chose" if columns is not None else "--inputs left"
+        listing = _listing(names, chosen)
+        if columns is not None:
             raise InputError(
-                f"{path}: {chose} {len(chosen)} column(s) ({listing}) where {width} "
+                f"{path}: {option} chose {len(chosen)} column(s) ({listing}) where {width} "
                 f"are needed{reason}"
             )
-        if len(chosen) < width:
+        if exclude is not None:
             raise InputError(
-                f"{_where(path, first_line, str(p + 1))}: missing column: the file has {p} "
-                f"column(s) ({listing}) where {width} are needed{reason}"
+                f"{path}: --inputs left {len(chosen)} column(s) ({listing}) where {width} "
+                f"are needed{reason}"
             )
         raise InputError(
-            f"{_where(path, first_line)}: {p} columns ({listing}) where {width} are "
-            f"needed{reason}; choose {width} of them with --columns"
+            f"{_where(path, first_line, str(p + 1))}: missing column: the file has {p} "
+            f"column(s) ({listing}) where {width} are needed{reason}"
         )
     labels = [_column_label(names if header else None, j) for j in range(p)]
 
@@ -405,6 +540,7 @@ def read_table(
         lines=lines,
         header=header,
         sha256=hashlib.sha256(raw).hexdigest(),
+        positions=tuple(j + 1 for j in chosen),
     )
 
 
@@ -537,6 +673,7 @@ def params_document(params, labels: dict | None = None) -> dict:
 
 
 __all__ = [
+    "INDEX_NAMES",
     "MISSING_TOKENS",
     "PARAMS_FIELDS",
     "PARAMS_FORMAT",

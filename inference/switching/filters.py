@@ -508,7 +508,7 @@ def _unobserved_growth(dynamics, emission, lam) -> bool:
 def _cause(params, dtype) -> str:
     """What to check after an overflow: the explosive modes of ``params`` (when given)."""
     fields = "params.dynamics_matrices, params.dynamics_covs, params.emission_covs"
-    check = f"check {fields} and the scale of the observations"
+    check = f"check {fields} and the scale of the observations and inputs"
     if params is None:
         return (
             "the dynamics may be explosive (a dynamics matrix with spectral radius > 1) or an "
@@ -546,7 +546,7 @@ def _cause(params, dtype) -> str:
     if not parts:
         return (
             "no dynamics matrix has spectral radius > 1, so an input extreme for "
-            f"{dtype} is the likelier cause: check the scale of the observations, "
+            f"{dtype} is the likelier cause: check the scale of the observations, the inputs, "
             "params.initial_means, params.initial_covs, params.dynamics_covs and "
             "params.emission_covs"
         )

@@ -11,6 +11,7 @@ import pytest
 import xarray as xr
 
 from attnbayes.app import deconvolve, outputs
+from attnbayes.app.user_data import read_table
 from attnbayes.inference.deconvolution.comparison import compare_deconvolution
 
 SIGMA = 1.0  # the noise sd of dec_csv (conftest)
@@ -152,29 +153,29 @@ def test_deconvolve_nuts_end_to_end(dec_csv, tmp_path, run_cli):
 DECONVOLVE_CASES = {
     "bad-number": (
         "x1,x2\n1,2\n3,abc\n",
-        [],
+        ["--columns", "x1,x2"],
         "line 3, column \"x2\": cannot parse 'abc' as a number",
     ),
     "ragged-row": (
         "x1,x2\n1,2\n3\n",
-        [],
+        ["--columns", "x1,x2"],
         'line 3, column "x2": missing: the row has 1 of 2 fields',
     ),
-    "extra-field": ("1,2\n3,4,5\n", [], "line 2, column 3: extra field '5'"),
+    "extra-field": ("1,2\n3,4,5\n", ["--columns", "1,2"], "line 2, column 3: extra field '5'"),
     "empty-file": ("", [], "the file is empty"),
     "blank-file": ("\n\n# nothing\n", [], "the file is empty"),
     "header-only": ("x1,x2\n", [], "line 1: only a header, no data rows"),
     "semicolons": ("a;b\n1.5;2\n", [], "line 1: no ',' in the first row but 2 ';'-separated cells"),
     "decimal-comma": (
         "a;b\n1,5;2\n",
-        ["--delimiter", ";"],
+        ["--delimiter", ";", "--columns", "a,b"],
         "line 2, column \"a\": cannot parse '1,5' as a number (a decimal comma?",
     ),
     "infinite": ("x\n1\ninf\n", [], "line 3, column \"x\": 'inf' is not a finite number"),
     "missing-value": ("x\n1\n\n2\nNA\n", [], 'line 5, column "x": missing value'),
     "numeric-header": (
         "x,1\n2,3\n",
-        [],
+        ["--columns", "1,2"],
         "line 1, column 1: cannot parse 'x' as a number (if line 1",
     ),
     "unknown-column": ("a,b\n1,2\n", ["--columns", "c"], "--columns: no column 'c'"),
@@ -184,6 +185,46 @@ DECONVOLVE_CASES = {
         "x\n1\n2\n2\n",
         ["--method", "gibbs", "--num-atoms", "3"],
         "--num-atoms: K = 3 is more than the 2 distinct observations",
+    ),
+    # which columns are data is never guessed: an R-style file's row names are not a coordinate
+    "r-rownames": (
+        '"rownames","x"\n"1",1.2\n"2",0.3\n"3",2.5\n',
+        [],
+        "line 1: 2 columns (rownames, x) and no --columns to say which are data; column "
+        '"rownames" looks like a row index (its header is "rownames"); pass --columns x',
+    ),
+    "r-write-csv": (
+        '"","x"\n"1",1.2\n"2",0.3\n"3",2.5\n',
+        [],
+        "column 1 (no name) looks like a row index (its header is empty); pass --columns x",
+    ),
+    "index-integers": (
+        "id,score\n1,0.5\n2,1.5\n3,-1\n",
+        [],
+        'column "id" looks like a row index (the integers 1..3 in order); pass --columns score',
+    ),
+    "two-columns": (
+        "a,b\n1.5,2\n3,4\n",
+        [],
+        "line 1: 2 columns (a, b) and no --columns to say which are data; pass --columns a for "
+        "one column of observations, or --columns a,b for points in R^2",
+    ),
+    "unnamed-column-chosen": (
+        ",x\n0,1.2\n1,0.3\n",
+        ["--columns", "1,2"],
+        "line 1, column 1: empty column name; name the column in the header to use it",
+    ),
+    # a value whose squared distances overflow: the cell, not the library's "x"
+    "overflow": (
+        "x\n0\n1\n1e308\n",
+        [],
+        'line 4, column "x": 1e+308 is too far from the other values for --sigma 1: the '
+        "column's spread (max - min) / sigma = 1e+308 exceeds 3.9e+153",
+    ),
+    "overflow-headerless": (
+        "1,0\n2,0\n-1e200,0\n",
+        ["--columns", "1,2"],
+        "line 3, column 1: -1e+200",
     ),
 }
 
@@ -204,6 +245,20 @@ def test_deconvolve_refuses_malformed_files(case, tmp_path, run_cli, no_jax_work
     if "line" in message:
         assert f"{path} line" in err
     assert listing(out) == ["keep.txt"]
+
+
+def test_an_r_style_file_is_read_with_columns(tmp_path):
+    """R's write.csv names its row-names column "" (Rdatasets' files: "rownames"): --columns x
+    reads x alone, and the cells are named as in the file."""
+    path = tmp_path / "nile.csv"
+    path.write_text('"","x"\n"1",1120\n"2",1160\n"3",963\n')
+    table = read_table(path, columns=["x"])
+    assert table.columns == ("x",) and table.positions == (2,)
+    np.testing.assert_array_equal(table.values[:, 0], [1120.0, 1160.0, 963.0])
+    assert table.where(2, 0) == f'{path} line 4, column "x"'
+    headerless = tmp_path / "plain.csv"
+    headerless.write_text("1,5\n2,6\n")
+    assert read_table(headerless, columns=["2"]).where(1, 0) == f"{headerless} line 2, column 2"
 
 
 def test_deconvolve_refuses_bad_arguments(dec_csv, tmp_path, run_cli, no_jax_work, listing):

@@ -4,6 +4,7 @@ agreement with the library, learning the parameters first (--fit), and the refus
 input (exit status 2, a message naming line and column, no output)."""
 
 import json
+import os
 
 import jax
 import numpy as np
@@ -199,6 +200,29 @@ FILTER_CASES = {
         None,
         ["--particles", "5"],
         "--particles applies to --method rbpf",
+    ),
+    # which columns are data is never guessed: a row index is not an observation
+    "r-rownames-and-one-column": (
+        '"rownames","px"\n"1",0.5\n"2",1\n"3",2\n',
+        None,
+        [],
+        'line 1: column "rownames" looks like a row index (its header is "rownames"), not data; '
+        "that leaves 1 column(s) of numbers (px) where 2 are needed: the scenario",
+    ),
+    "index-among-too-many": (
+        ",px,py\n0,0.5,1\n1,1,2\n2,2,3\n",
+        None,
+        [],
+        "the file has 3 columns (column 1 (no name), px, py) where 2 are needed: the scenario "
+        '"maneuvering-target" observes 2 values per step; column 1 (no name) looks like a row '
+        "index (its header is empty); choose 2 of them with --columns, e.g. --columns px,py",
+    ),
+    "observation-overflows": (
+        "px,py\n1,2\n3,-1e200\n",
+        None,
+        [],
+        'line 3, column "py": -1e+200 is too large for the filter: |value| must stay below '
+        "3.4e+153 = sqrt(finfo.max / (4 T p)) (float64, T = 2 steps, p = 2 observation column(s))",
     ),
 }
 
@@ -408,6 +432,74 @@ def test_filter_refuses_bad_fit_and_input_options(case, tmp_path, run_cli, no_ja
     assert not out.exists()
 
 
+SERIES_CASES = {
+    # an input whose squares overflow is named, not the observations and parameters
+    "input-overflows": (
+        "u,y\n0.1,1\n1e308,2\n0.3,\n",
+        ["--inputs", "u"],
+        _scalar_doc(1),
+        'series.csv line 3, column "u": 1e+308 is too large for the filter: |value| must stay '
+        "below 3.9e+153 = sqrt(finfo.max / (4 T p)) (float64, T = 3 steps, p = 1 input column(s))",
+    ),
+    "input-overflows-through-its-weight": (
+        "u,y\n0.1,1\n1e150,2\n0.3,\n",
+        ["--inputs", "u"],
+        _scalar_doc(1) | {"emission_input_weights": [[[1e10]], [[0.5]]]},
+        'series.csv line 3, column "u": 1e+150 is too large for the filter: |value| x max(1, '
+        "its largest input weight) must stay below 3.9e+153",
+    ),
+    "r-rownames-with-inputs": (
+        '"rownames","u","y"\n"1",0.1,1\n"2",0.2,2\n"3",0.3,\n',
+        ["--inputs", "u"],
+        _scalar_doc(1),
+        (
+            "series.csv line 1: --inputs left 2 columns (rownames, y) where 1 are needed: ",
+            'params.json has o = 1 (emission_matrices is (M, o, d)); column "rownames" looks like '
+            'a row index (its header is "rownames"); choose 1 of them with --columns, e.g. '
+            "--columns y",
+        ),
+    ),
+    # a fit needs observations: refused before any work, naming the file
+    "fit-without-observations": (
+        "y\nNA\n\nNA\nNA\n",
+        ["--fit", "mle"],
+        _scalar_doc(),
+        "series.csv: no observed value: every observation cell of its 3 rows is empty or NA; "
+        "--fit mle needs at least 2 observed step(s) (its BIC and HQIC use log T and log log T)",
+    ),
+    "fit-em-one-observation": (
+        "y\nNA\n1\nNA\n",
+        ["--fit", "em"],
+        _scalar_doc(),
+        "series.csv: only 1 of its 3 rows has an observed value; --fit em needs at least 2",
+    ),
+    "fit-nuts-without-observations": (
+        "y\nNA\nNA\n",
+        ["--fit", "nuts"],
+        _scalar_doc(),
+        "series.csv: no observed value: every observation cell of its 2 rows is empty or NA; "
+        "--fit nuts needs at least 1 observed step(s)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SERIES_CASES))
+def test_filter_refuses_bad_series(case, tmp_path, run_cli, no_jax_work):
+    content, extra, doc, message = SERIES_CASES[case]
+    path = tmp_path / "series.csv"
+    path.write_text(content)
+    (tmp_path / "params.json").write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    argv = ["filter", path, "--params", tmp_path / "params.json", "--out", out, *extra]
+    code, stdout, err = run_cli(argv)
+    assert code == 2, err
+    assert stdout == "" and err.startswith(f"attnbayes: error: {tmp_path}{os.sep}")
+    assert len(err.strip().splitlines()) == 1
+    for part in message if isinstance(message, tuple) else (message,):
+        assert part in err, err
+    assert not out.exists()
+
+
 def test_an_input_column_must_have_no_missing_value(tmp_path, run_cli, no_jax_work):
     path = tmp_path / "series.csv"
     path.write_text("u,y\n0.1,1\n,2\n")
@@ -459,5 +551,5 @@ def test_read_table_reports_the_format_it_read(tmp_path):
     np.testing.assert_array_equal(table.values, [[1.5], [0.5]])
     np.testing.assert_array_equal(table.lines, [4, 5])
     path.write_text("1,2\n3,4\n")
-    table = read_table(path, prefix="y")
+    table = read_table(path, prefix="y", width=2)
     assert not table.header and table.columns == ("y1", "y2")

@@ -1,7 +1,8 @@
 """The parameters theta of a parametrised switching model (``SwitchingSpec``,
 ``attnbayes.models.markov_switching``): their checks, and the transforms of the free ones.
 
-- ``check_spec``, ``check_theta`` (names, shapes, finite values, each inside its support),
+- ``check_spec`` (a spec whose theta is a valid model), ``check_theta`` (names, shapes, finite
+  values, each inside its support),
   ``check_free`` (the fitted names) and ``check_free_values`` (a free parameter's start inside
   its support, where its unconstrained coordinates are finite);
 - ``check_data``: the observations and inputs of a fit (the spec's own by default);
@@ -29,27 +30,79 @@ from ..kalman import check_inputs
 
 
 def check_spec(name: str, spec) -> SwitchingSpec:
-    """``spec`` if it is a ``SwitchingSpec``, else a ``ValueError`` naming ``name``."""
+    """``spec`` if it is a ``SwitchingSpec`` whose theta is a valid model, else a ``ValueError``
+    naming ``name`` and the theta entry at fault (``name.theta['variances']``).
+
+    A concrete theta is checked before any work, as ``check_theta`` does but by the rules of a
+    valid model (the tolerance of ``check_params``; the order of regime means is a labelling
+    convention that binds a free parameter only, ``check_free_values``): a transition row
+    that does not sum to 1, a variance <= 0, a NaN mean are named as the user gave them, not
+    by the ``SwitchingParams`` fields the model builds from them."""
     if not isinstance(spec, SwitchingSpec):
         raise ValueError(
             f"{name}: expected a SwitchingSpec (markov_switching_regression, "
             f"markov_switching_ar, switching_state_space), got {type(spec).__name__}"
         )
+    _checked_theta(f"{name}.theta", spec, spec.theta, model=True)
     return spec
 
 
 def check_theta(name: str, spec: SwitchingSpec, theta) -> dict:
-    """theta: a dict with the spec's names and shapes (finite when concrete)."""
-    if theta is None:
-        theta = spec.theta
+    """theta: a dict with the spec's names and shapes (finite and inside each support when
+    concrete), or the spec's own when None."""
+    return _checked_theta(name, spec, spec.theta if theta is None else theta, model=False)
+
+
+def _support_problem(support, arr: np.ndarray, model: bool) -> str | None:
+    """What puts a concrete ``arr`` outside ``support``, in the user's terms (None: inside).
+
+    ``model``: the rules of a valid model rather than of a fit's support (``check_spec``):
+    probability rows summing to 1 to ``check_params``'s tolerance (1e-5), and no order of the
+    regime means (the labelling convention binds a free parameter only)."""
+    if support is constraints.positive_definite:
+        # the model takes singular PSD covariances (e.g. a rank-deficient Q0); only a free one
+        # must be positive definite (``check_free_values``)
+        return None if is_psd(arr) else "a matrix is not symmetric positive semi-definite"
+    if model and support is constraints.ordered_vector:
+        return None
+    if model and support is constraints.simplex:
+        rows = arr.reshape(-1, arr.shape[-1])
+        inside = np.all(rows >= 0, axis=-1) & np.isclose(rows.sum(axis=-1), 1.0, atol=1e-5)
+    else:
+        # eagerly, also while a caller traces the other fields (under jit an operation on a
+        # constant would otherwise be staged out and its truth value unknown)
+        with jax.ensure_compile_time_eval():
+            inside = np.asarray(support(jnp.asarray(arr)))
+    if inside.all():
+        return None
+    i = int(np.flatnonzero(~inside.reshape(-1))[0])
+    if support is constraints.simplex:
+        row = arr.reshape(-1, arr.shape[-1])[i]
+        index = ", ".join(str(int(k)) for k in np.unravel_index(i, arr.shape[:-1]))
+        where = "it" if arr.ndim == 1 else f"row {index}"
+        if np.any(row < 0):
+            return f"{where} has a negative entry {row.min():.6g} (a probability)"
+        return f"{where} sums to {row.sum():.6g}, not 1 (a vector of probabilities)"
+    if isinstance(support, type(constraints.positive)):
+        entry = (
+            "" if arr.ndim == 0 else f"entry {[int(k) for k in np.unravel_index(i, arr.shape)]} "
+        )
+        return f"{entry}is {arr.reshape(-1)[i]:.6g}, not > 0"
+    if support is constraints.ordered_vector:
+        return f"{arr.tolist()} is not increasing (the regimes are labelled by it)"
+    return f"{arr.tolist()}"
+
+
+def _checked_theta(name: str, spec: SwitchingSpec, theta, *, model: bool) -> dict:
+    """``check_theta``; ``model``: with the rules of a valid model (``_support_problem``)."""
     if not isinstance(theta, dict):
         raise ValueError(f"{name}: expected a dict of parameters, got {type(theta).__name__}")
-    missing = set(spec.theta) - set(theta)
-    extra = set(theta) - set(spec.theta)
+    missing = set(spec.support) - set(theta)  # the spec's parameters: those with a support
+    extra = set(theta) - set(spec.support)
     if missing or extra:
         raise ValueError(
-            f"{name}: expected the parameters {sorted(spec.theta)}; missing {sorted(missing)}, "
-            f"unknown {sorted(extra)}"
+            f"{name}: expected the parameters {sorted(spec.support)}; missing "
+            f"{sorted(missing)}, unknown {sorted(extra)}"
         )
     out = {}
     for key, value in theta.items():
@@ -58,19 +111,12 @@ def check_theta(name: str, spec: SwitchingSpec, theta) -> dict:
             raise ValueError(
                 f"{name}[{key!r}]: expected shape {np.shape(spec.theta[key])}, got {arr.shape}"
             )
+        support = spec.support[key]
         if not validation.is_traced(arr):
             validation.check_finite(f"{name}[{key!r}]", arr)
-            if spec.support[key] is constraints.positive_definite:
-                # the model takes singular PSD covariances (e.g. a rank-deficient Q0); only a
-                # free one must be positive definite (``check_free_values``)
-                inside = is_psd(arr)
-            else:
-                # eagerly, also while a caller traces the other fields (under jit an operation
-                # on a constant would otherwise be staged out and its truth value unknown)
-                with jax.ensure_compile_time_eval():
-                    inside = bool(spec.support[key](jnp.asarray(arr)).all())
-            if not inside:
-                raise ValueError(f"{name}[{key!r}]: outside its support {spec.support[key]}")
+            problem = _support_problem(support, np.asarray(arr, np.float64), model)
+            if problem is not None:
+                raise ValueError(f"{name}[{key!r}]: outside its support {support}: {problem}")
         out[key] = arr
     return out
 
