@@ -7,6 +7,13 @@ parameters with the states and modes integrated out (``switching_marginal_model`
 the fitted parameters with ``fit.csv``'s table, the metrics and files of the fit;
 ``fit_section`` is its part of the run's page. The likelihood is the --method's filter
 (``attnbayes.app.parser.fit_likelihood``).
+
+What a fit must say (terminal and page): how the regimes are labelled (``regime_ordering``, the
+suite's one convention: NUTS samples under it, so its posterior mean never averages two
+labellings, and the point fits are relabelled to it); a NUTS run whose R-hat exceeds
+``RHAT_OK`` or whose bulk ESS is under ``ESS_PER_CHAIN_OK`` per chain; a point fit that did not
+move from the start or did not converge; estimates on the boundary of their support (no
+standard error; the others are those of the model with them fixed there).
 """
 
 from __future__ import annotations
@@ -19,10 +26,13 @@ import pandas as pd
 
 from ..inference.mcmc import check_sampler_sizes
 from .outputs import check_finite_output
-from .pages import table_html
+from .pages import RHAT_OK, table_html
 from .parser import DEFAULT_STARTS, FIT_METHODS
 from .runs import check_count, datatree_writer
 from .user_data import InputError
+
+# a NUTS fit warns when the bulk ESS of a free parameter is below this many draws per chain
+ESS_PER_CHAIN_OK = 100
 
 _FIT_TEXT = {
     "mle": "maximum likelihood (L-BFGS on unconstrained coordinates from several starts; "
@@ -35,23 +45,38 @@ _FIT_TEXT = {
 
 
 def fit_section(fit, fit_table, settings) -> str:
-    """The HTML section of --fit: what was learned and how, and the table of fit.csv."""
+    """The HTML section of --fit: what was learned and how, how the regimes are labelled, the
+    fit's warnings (``settings["fit_warnings"]``, from ``run_fit``), what a blank means, and
+    the table of fit.csv."""
     if fit is None:
         return ""
-    spread = (
-        "standard errors from the Hessian of the log-likelihood (NaN where it is not negative "
-        "definite)"
-        if fit != "nuts"
-        else "posterior sd, 5% and 95% quantiles, R-hat and bulk ESS"
+    if fit == "nuts":
+        spread = "posterior sd, 5% and 95% quantiles, R-hat and bulk ESS"
+        blank = ""
+    elif fit == "em":
+        spread = "stderr (blank: EM gives no standard errors; --fit mle does)"
+        blank = ""
+    else:
+        spread = "standard errors from the Hessian of the log-likelihood"
+        blank = (
+            " A blank standard error: the estimate is on the boundary of its support (named "
+            "below; it has no Gaussian limit, and the other standard errors are those of the "
+            "model with it fixed there), or the Hessian on the other coordinates is not "
+            "negative definite (the parameters are not identified at the estimate)."
+        )
+    warnings = "".join(
+        f"\n<p><strong>Warning:</strong> {html.escape(w)}</p>"
+        for w in settings.get("fit_warnings", [])
     )
+    labels = html.escape(settings.get("fit_regime_labels", ""))
     return f"""
 <h2>Learned parameters</h2>
 <p class="note">{html.escape(_FIT_TEXT[fit])}, on the {html.escape(settings["fit_likelihood"])}
 filter's log-likelihood; learned: {html.escape(", ".join(settings["free"]))}; the others stay
 at the start. The noise covariances are Q_j = c_j Q0_j and R_j = r_j R0_j with the scales c_j
-(dynamics_cov_scale) and r_j (emission_cov_scale) learned, Q0 and R0 the start. Columns:
-start, estimate, {spread}. These parameters are in <code>params.json</code> (loadable by
---params) and the table in <code>fit.csv</code>.</p>
+(dynamics_cov_scale) and r_j (emission_cov_scale) learned, Q0 and R0 the start. Regime labels:
+{labels} Columns: start, estimate, {spread}.{blank} These parameters are in
+<code>params.json</code> (loadable by --params) and the table in <code>fit.csv</code>.</p>{warnings}
 {table_html(fit_table.set_index("parameter"))}"""
 
 
@@ -59,8 +84,14 @@ def check_fit(params, observations, inputs, fit, free, num_starts, sizes) -> tup
     """Argument checks of --fit that need no JAX tracing: (spec, free names).
 
     The spec is ``switching_state_space(params, observations, inputs=inputs)``; ``free``
-    defaults to its identified set."""
-    from ..models.markov_switching import switching_state_space
+    defaults to its identified set. A free parameter that cannot start at the given value
+    (``check_free_values``: a singular covariance) or that EM cannot fit
+    (``check_em_free``: the mean parameters of a residual with a singular covariance) is
+    refused here, naming --free; so is --fit nuts on exchangeable modes that nothing orders
+    (``regime_ordering``): its posterior mean would average the labellings."""
+    from ..inference.switching.learning.em import check_em_free
+    from ..inference.switching.learning.parameters import check_free_values
+    from ..models.markov_switching import regime_ordering, switching_state_space
 
     if fit not in FIT_METHODS:
         raise InputError(f"--fit: unknown {fit!r}; choose from {list(FIT_METHODS)}")
@@ -72,6 +103,22 @@ def check_fit(params, observations, inputs, fit, free, num_starts, sizes) -> tup
     if unknown or len(set(free)) != len(free) or not free:
         what = "unknown " + ", ".join(map(repr, unknown)) if unknown else "repeated or empty"
         raise InputError(f"--free: {what}; the parameters are {', '.join(spec.theta)}")
+    if fit in ("mle", "em"):
+        try:
+            check_free_values(spec, free)
+            if fit == "em":
+                check_em_free(spec, free)
+        except ValueError as err:
+            message = str(err).removeprefix("free: ").replace("method='mle'", "--fit mle")
+            message = message.replace(" in init ", " at the start (--params or --scenario) ")
+            raise InputError(f"--free: {message}") from None
+    ordering = regime_ordering(spec, free)
+    if fit == "nuts" and not ordering.identified:
+        raise InputError(
+            f"--free: with --fit nuts, {ordering.description.rstrip('.')}, so the posterior "
+            "would mix them; free emission_cov_scale or dynamics_cov_scale (the labels follow "
+            "it), or use --fit mle"
+        )
     if fit != "mle" and num_starts is not None:
         raise InputError("--starts applies to --fit mle only")
     check_count("--starts", num_starts, 1)
@@ -81,7 +128,7 @@ def check_fit(params, observations, inputs, fit, free, num_starts, sizes) -> tup
         )
         from ..models.markov_switching import default_priors
 
-        missing = [f for f in free if f not in default_priors(spec)]
+        missing = [f for f in free if f not in default_priors(spec, free)]
         if missing:
             raise InputError(
                 f"--free: --fit nuts has no prior for {', '.join(map(repr, missing))} "
@@ -92,13 +139,9 @@ def check_fit(params, observations, inputs, fit, free, num_starts, sizes) -> tup
 
 
 def _nuts_fit(key, spec, free, likelihood, sizes):
-    """NUTS over the free parameters: (theta at the posterior mean, the DataTree, per-parameter
+    """NUTS over the free parameters (under ``default_priors(spec, free)``, whose ordered law
+    labels exchangeable modes): (theta at the posterior mean, the DataTree, per-parameter
     summaries {column: {name: array}}, metrics)."""
-    import warnings
-
-    import arviz_stats as azs
-
-    from ..inference.diagnostics import diagnostics
     from ..inference.mcmc import run_nuts
     from ..inference.switching import switching_marginal_model
 
@@ -110,6 +153,18 @@ def _nuts_fit(key, spec, free, likelihood, sizes):
         posterior_predictive=False,
         **sizes,
     )
+    return (*_nuts_summary(tree, spec, free), tree)
+
+
+def _nuts_summary(tree, spec, free):
+    """The summaries of NUTS draws of the free parameters: (theta at the posterior mean,
+    {column: {name: array}} with sd, q5, q95, r_hat, ess_bulk, metrics)."""
+    import warnings
+
+    import arviz_stats as azs
+
+    from ..inference.diagnostics import diagnostics
+
     post = tree["posterior"]
     theta = dict(spec.theta)
     columns = {"sd": {}, "q5": {}, "q95": {}, "r_hat": {}, "ess_bulk": {}}
@@ -132,7 +187,78 @@ def _nuts_fit(key, spec, free, likelihood, sizes):
         ("fit_min_ess_bulk", diag.min_ess_bulk),
         ("fit_min_ess_tail", diag.min_ess_tail),
     ]
-    return theta, tree, columns, metrics
+    return theta, columns, metrics
+
+
+def _nuts_warnings(table: pd.DataFrame, num_chains: int) -> list[str]:
+    """A warning naming the parameters whose R-hat exceeds ``RHAT_OK`` or whose bulk ESS is
+    below ``ESS_PER_CHAIN_OK`` per chain (NaN counts as bad), or none."""
+    floor = ESS_PER_CHAIN_OK * num_chains
+    bad = table[~((table["r_hat"] <= RHAT_OK) & (table["ess_bulk"] >= floor))]
+    if bad.empty:
+        return []
+    named = ", ".join(
+        f"{row.parameter} (R-hat {row.r_hat:.3g}, bulk ESS {row.ess_bulk:.0f})"
+        for row in bad.itertuples()
+    )
+    return [
+        f"--fit nuts did not converge: R-hat above {RHAT_OK} or bulk ESS below {floor} "
+        f"({ESS_PER_CHAIN_OK} per chain) on {named}; the posterior mean used by the filter "
+        "is not reliable: run more draws (--draws, --warmup) or chains (--chains)"
+    ]
+
+
+def _point_warnings(spec, free, result, labels: dict) -> list[str]:
+    """Warnings of a maximum-likelihood or EM fit: it did not move from the start, did not
+    converge, or left estimates on the boundary of their support (``result.on_boundary``)."""
+    fit, out = result.method, []
+    iterations = len(result.log_likelihood) - 1
+    moved = any(
+        not np.array_equal(np.asarray(result.theta[n], float), np.asarray(spec.theta[n], float))
+        for n in free
+    )
+    if not moved:
+        why = (
+            f"its first step lowered the {result.likelihood} log-likelihood (Kim's smoother "
+            "is an approximate E-step) and was undone"
+            if fit == "em" and not result.converged
+            else "the start is where it stopped"
+        )
+        out.append(
+            f"--fit {fit} did not move from the start ({iterations} iterations): {why}; the "
+            "filter runs with the start parameters" + ("; try --fit mle" if fit == "em" else "")
+        )
+    elif not result.converged:
+        why = (
+            "it stopped when a step lowered the log-likelihood (an approximate E-step) or at "
+            "the iteration limit"
+            if fit == "em"
+            else "the best start stopped before its gradient fell below the tolerance"
+        )
+        out.append(
+            f"--fit {fit} did not converge ({iterations} iterations): {why}; the estimates "
+            "may be short of the maximum"
+        )
+    edge = [
+        f"{label} = {np.ravel(result.theta[n])[i]:.3g}"
+        for n in free
+        for i, label in enumerate(labels[n])
+        if np.ravel(result.on_boundary[n])[i]
+    ]
+    if edge:
+        note = (
+            "EM gives no standard errors"
+            if fit == "em"
+            else "no standard error; the others are those of the model with it fixed there"
+        )
+        out.append(f"on the boundary of the parameter space: {', '.join(edge)} ({note})")
+    return out
+
+
+def _labels(spec, name) -> list[str]:
+    return spec.names.get(name) or [
+        f"{name}{list(i)}" for i in np.ndindex(np.shape(spec.theta[name]))
+    ]
 
 
 def _fit_table(spec, free, theta, columns: dict) -> pd.DataFrame:
@@ -140,9 +266,7 @@ def _fit_table(spec, free, theta, columns: dict) -> pd.DataFrame:
     {name: array of the parameter's shape}})."""
     rows = []
     for name in free:
-        labels = spec.names.get(name) or [
-            f"{name}{list(i)}" for i in np.ndindex(np.shape(spec.theta[name]))
-        ]
+        labels = _labels(spec, name)
         start = np.ravel(np.asarray(spec.theta[name], dtype=float))
         estimate = np.ravel(np.asarray(theta[name], dtype=float))
         extra = {c: np.ravel(np.asarray(v[name], dtype=float)) for c, v in columns.items()}
@@ -153,21 +277,28 @@ def _fit_table(spec, free, theta, columns: dict) -> pd.DataFrame:
 
 
 def run_fit(key, spec, free, fit, likelihood, num_starts, sizes, say):
-    """Learn the parameters: (fitted SwitchingParams, fit table, metrics, files, settings)."""
+    """Learn the parameters: (fitted SwitchingParams, fit table, metrics, files, settings).
+
+    ``say`` gets the progress, the regime labelling and the warnings (``warning: ...``);
+    settings["fit_regime_labels"] and settings["fit_warnings"] hold them for the page
+    (``fit_section``) and run.json."""
     from ..inference.switching import fit_switching
-    from ..models.markov_switching import build_params
+    from ..models.markov_switching import build_params, regime_ordering
 
     say(f"--fit {fit}: learning {', '.join(free)} ({likelihood} likelihood)")
+    labels = regime_ordering(spec, free).description
+    say(f"--fit {fit}: regime labels: {labels}")
     started = time.perf_counter()
     files, settings = {}, {"fit": fit, "fit_likelihood": likelihood, "free": list(free)}
     if fit == "nuts":
-        theta, tree, columns, metrics = _nuts_fit(key, spec, free, likelihood, sizes)
+        theta, columns, metrics, tree = _nuts_fit(key, spec, free, likelihood, sizes)
         check_finite_output(
             "the posterior mean of the parameters",
             np.concatenate([np.ravel(theta[f]) for f in free]),
             axis_name="parameter",
         )
         table = _fit_table(spec, free, theta, columns)
+        warnings = _nuts_warnings(table, sizes["num_chains"])
         files["fit_posterior.nc"] = datatree_writer(tree)
         settings |= {f"fit_{k}": v for k, v in sizes.items()}
     else:
@@ -189,6 +320,7 @@ def run_fit(key, spec, free, fit, likelihood, num_starts, sizes, say):
             axis_name="parameter",
         )
         table = _fit_table(spec, free, theta, {"stderr": result.stderr})
+        warnings = _point_warnings(spec, free, result, {n: _labels(spec, n) for n in free})
         metrics = [
             ("fit_log_likelihood", float(result.log_likelihood[-1])),
             ("fit_aic", result.aic),
@@ -199,9 +331,12 @@ def run_fit(key, spec, free, fit, likelihood, num_starts, sizes, say):
         ]
         if fit == "mle":
             settings["fit_starts"] = starts
+    for warning in warnings:
+        say(f"warning: {warning}")
+    settings |= {"fit_regime_labels": labels, "fit_warnings": warnings}
     metrics.append(("fit_wall_time_s", time.perf_counter() - started))
     params = build_params(spec.structure, theta)
     return params, table, metrics, files, settings
 
 
-__all__ = ["check_fit", "fit_section", "run_fit"]
+__all__ = ["ESS_PER_CHAIN_OK", "check_fit", "fit_section", "run_fit"]

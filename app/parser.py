@@ -226,8 +226,9 @@ learning the parameters (--fit), started from --params or --scenario:
   em     EM: Kim's smoother for the E-step, the expected complete-data log-likelihood
          maximised in the M-step
   nuts   NUTS over the parameters (states and modes integrated out by the filter) under
-         Dirichlet(1 + 2 I) rows, InverseGamma(3, 2) noise scales, wide normals on
-         other real fields; the posterior mean is used (--draws, --warmup, --chains)
+         Dirichlet(1 + 2 I) rows, InverseGamma(3, 2) noise scales (ordered over modes
+         that are otherwise the same: the labels), wide normals on other real fields;
+         the posterior mean is used (--draws, --warmup, --chains)
   The likelihood is the --method's filter ({FILTER_DEFAULT} for {join_names(_NOT_A_LIKELIHOOD)}).
   Free by default: the transition matrix and the scales c_j, r_j of Q_j = c_j Q0_j and
   R_j = r_j R0_j (dynamics_cov_scale, emission_cov_scale); --free FIELDS names others,

@@ -452,9 +452,11 @@ def markov_switching_ar(
 def switching_state_space(params: SwitchingParams, observations, *, inputs=None) -> SwitchingSpec:
     """A generic ``SwitchingParams`` as a ``SwitchingSpec``: every field is a parameter, plus the
     scales c_j, r_j of Q_j = c_j Q0_j and R_j = r_j R0_j (start 1; Q0, R0 the given
-    covariances). Free by default: the transition matrix and the noise scales
-    (``STATE_SPACE_FREE``, the set the conjugate Gibbs sampler learns). The biases b_j, d_j are
-    not free by default because they are not identified in general: a constant d_j trades
+    covariances). Modes whose fixed fields are the same are exchangeable; fits label them by
+    increasing noise scale (``regime_ordering``). Free by default: the transition matrix and
+    the noise scales (``STATE_SPACE_FREE``, the set the conjugate Gibbs sampler learns). The
+    biases b_j, d_j are not free by default because they are not identified in general: a
+    constant d_j trades
     against the initial state x_1 and against b_j wherever F_j integrates a coordinate (e.g. a
     position driven by a velocity), which left NUTS over them mixing poorly (R-hat 1.3-1.8 at
     T = 80 on the maneuvering target). Free any field by passing ``free=`` to the fit
@@ -493,53 +495,184 @@ def switching_state_space(params: SwitchingParams, observations, *, inputs=None)
     )
 
 
+# ----------------------------------------------------------------------------- regime labels
+
+# the noise scales that label exchangeable modes of a state-space spec, in order of preference
+_LABEL_SCALES = ("emission_cov_scale", "dynamics_cov_scale")
+
+
+class RegimeOrdering(NamedTuple):
+    """How the regimes of a spec are labelled (``regime_ordering``).
+
+    Attributes:
+        parameter: the name of theta whose entries increase with the label (regime 0 the
+            smallest), or None when nothing is ordered.
+        description: one sentence for the output of a fit.
+        identified: False when the modes are exchangeable and nothing orders them (a
+            posterior then mixes the labellings).
+    """
+
+    parameter: str | None
+    description: str
+    identified: bool = True
+
+
+def _symmetric_under_relabelling(spec: SwitchingSpec, free) -> bool:
+    """Whether every fixed field of a state-space spec is the same in every mode (a fixed
+    transition matrix: one stay probability and one switch probability), so that permuting
+    the mode labels leaves the likelihood unchanged."""
+    for name, value in spec.theta.items():
+        if name in free:
+            continue
+        value = np.asarray(value)
+        if name == "transition_matrix":
+            diagonal = np.diagonal(value)
+            off = value[~np.eye(value.shape[0], dtype=bool)]
+            if np.ptp(diagonal) > 0 or (off.size and np.ptp(off) > 0):
+                return False
+        elif value.size and not np.all(value == value[:1]):
+            return False
+    return True
+
+
+def regime_ordering(spec: SwitchingSpec, free=None) -> RegimeOrdering:
+    """The suite's one convention for labelling the regimes of a fit (``free`` defaults to
+    ``spec.free``):
+
+    - a Markov-switching regression or MS-AR model: by increasing intercept or mean (the
+      support of "intercepts" / "means" is ``ordered_vector``);
+    - a state-space model (``switching_state_space``) whose fixed parameters differ between
+      modes: by those parameters (the modes are not exchangeable, nothing is reordered);
+    - a state-space model whose fixed parameters are the same in every mode: the modes are
+      exchangeable (permuting the labels, of theta and of the transition matrix's rows and
+      columns, leaves the likelihood unchanged), so they are labelled by increasing
+      emission_cov_scale r_j, else dynamics_cov_scale c_j, whichever is free first. NUTS
+      samples it under ``OrderedIID`` of its prior (``default_priors``), the exchangeable
+      prior restricted to that ordering; maximum likelihood and EM relabel their optimum
+      (``relabel_regimes``). With neither scale free the labels are not identified.
+
+    Returns ``RegimeOrdering`` (the parameter or None, a sentence for the output, and whether
+    the labels are identified).
+    """
+    free = tuple(spec.free if free is None else free)
+    kind, m = spec.structure.kind, spec.structure.num_regimes
+    if m == 1:
+        return RegimeOrdering(None, "one regime: there are no labels to identify.")
+    if kind in ("regression", "ar"):
+        name = "intercepts" if kind == "regression" else "means"
+        return RegimeOrdering(
+            name, f"the regimes are labelled by increasing {name[:-1]} (regime 0 the lowest)."
+        )
+    if not _symmetric_under_relabelling(spec, free):
+        return RegimeOrdering(
+            None, "the modes are labelled by their fixed parameters, which differ between modes."
+        )
+    for name in _LABEL_SCALES:
+        if name in free:
+            return RegimeOrdering(
+                name,
+                "the modes' fixed parameters are the same in every mode, so the modes are "
+                f"exchangeable and labelled by increasing {name} (mode 0 the lowest).",
+            )
+    return RegimeOrdering(
+        None,
+        "the modes' fixed parameters are the same in every mode and no noise scale is free: "
+        "the modes are exchangeable and their labels are not identified.",
+        identified=False,
+    )
+
+
+def relabel_regimes(spec: SwitchingSpec, theta: dict, order) -> dict:
+    """theta with the modes of a state-space spec relabelled: new mode k is old mode
+    ``order[k]`` in every per-mode field (leading axis M), and the transition matrix's rows
+    and columns both permuted, P'[k, l] = P[order[k], order[l]]. An exact symmetry of the
+    likelihood when the modes are exchangeable (``regime_ordering``). Pure NumPy."""
+    if spec.structure.kind != "state_space":
+        raise ValueError(
+            f"spec: relabels the modes of a state-space spec, got {spec.structure.kind!r}"
+        )
+    order = np.asarray(order)
+    if sorted(order.tolist()) != list(range(spec.structure.num_regimes)):
+        raise ValueError(
+            f"order: expected a permutation of 0..{spec.structure.num_regimes - 1}, got {order}"
+        )
+    out = {}
+    for name, value in theta.items():
+        value = np.asarray(value)
+        if name == "transition_matrix":
+            out[name] = value[order][:, order]
+        else:
+            out[name] = value[order]
+    return out
+
+
 # ----------------------------------------------------------------------------- priors
 
 
-class OrderedNormal(dist.Distribution):
-    """The order statistics of M independent N(loc, scale^2) draws: the law of sort(z), with
-    density M! prod_j N(x_j; loc_j, scale_j) on x_1 < ... < x_M (for equal locs and scales).
+class OrderedIID(dist.Distribution):
+    """The order statistics of M independent draws of a univariate ``base`` law: the law of
+    sort(z), z_j iid ~ base, with density
 
-    A prior for regime means that fixes the labels (regime 0 has the smallest mean): the
-    exchangeable normal prior restricted to one ordering, so the posterior is the
-    label-identified one (Jasra, Holmes and Stephens 2005, sec. 6, on label switching)."""
+        M! prod_j f(x_j)   on x_1 < ... < x_M,
 
-    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
-    support = constraints.ordered_vector
-    reparametrized_params = ["loc", "scale"]
+    the exchangeable prior prod_j f(x_j) restricted to one ordering of the labels (Jasra,
+    Holmes and Stephens 2005, sec. 6, on label switching): its posterior is the
+    label-identified one (regime 0 has the smallest value). Support: ``ordered_vector`` for a
+    base on the reals, ``positive_ordered_vector`` for a base on the positive reals (e.g. the
+    noise scales of ``regime_ordering``)."""
 
-    def __init__(self, loc, scale, size: int, *, validate_args=None):
-        self.loc, self.scale = jnp.asarray(loc), jnp.asarray(scale)
-        self.size = int(size)
-        batch = jnp.broadcast_shapes(jnp.shape(self.loc), jnp.shape(self.scale))
-        super().__init__(batch_shape=batch, event_shape=(self.size,), validate_args=validate_args)
+    arg_constraints = {}
+    pytree_data_fields = ("base",)
+    pytree_aux_fields = ("size",)
+
+    def __init__(self, base, size: int, *, validate_args=None):
+        if not isinstance(base, dist.Distribution) or base.event_shape != ():
+            raise ValueError(f"base: expected a univariate NumPyro distribution, got {base!r}")
+        if base.support not in (constraints.real, constraints.positive):
+            raise ValueError(f"base: expected support real or positive, got {base.support}")
+        self.base = base
+        self.size = validation.check_positive_int("size", size)
+        super().__init__(
+            batch_shape=base.batch_shape, event_shape=(self.size,), validate_args=validate_args
+        )
+
+    @property
+    def support(self):
+        if self.base.support is constraints.positive:
+            return constraints.positive_ordered_vector
+        return constraints.ordered_vector
+
+    @property
+    def reparametrized_params(self):
+        return self.base.reparametrized_params
 
     def sample(self, key, sample_shape=()):
-        shape = sample_shape + self.batch_shape + self.event_shape
-        z = jax.random.normal(key, shape)
-        return jnp.sort(self.loc[..., None] + self.scale[..., None] * z, axis=-1)
+        z = self.base.sample(key, (self.size, *sample_shape))  # (M, *sample, *batch)
+        return jnp.sort(jnp.moveaxis(z, 0, -1), axis=-1)
 
     def log_prob(self, value):
-        normal = dist.Normal(self.loc[..., None], self.scale[..., None]).log_prob(value)
-        return jnp.sum(normal, axis=-1) + jax.scipy.special.gammaln(self.size + 1.0)
-
-    def tree_flatten(self):
-        return (self.loc, self.scale), self.size
-
-    @classmethod
-    def tree_unflatten(cls, aux, params):
-        # without __init__'s argument checks: JAX rebuilds pytrees with placeholder leaves
-        # (e.g. run_nuts maps a model's keyword arguments to bools), as NumPyro's own
-        # distributions allow
-        obj = cls.__new__(cls)
-        obj.loc, obj.scale = params
-        obj.size = aux
-        batch = jnp.broadcast_shapes(jnp.shape(obj.loc), jnp.shape(obj.scale))
-        dist.Distribution.__init__(obj, batch, (aux,), validate_args=False)
-        return obj
+        each = self.base.log_prob(jnp.moveaxis(jnp.asarray(value), -1, 0))
+        return jnp.sum(each, axis=0) + jax.scipy.special.gammaln(self.size + 1.0)
 
 
-def default_priors(spec: SwitchingSpec) -> dict:
+class OrderedNormal(OrderedIID):
+    """The order statistics of M independent N(loc, scale^2) draws (``OrderedIID`` of a
+    normal): density M! prod_j N(x_j; loc, scale) on x_1 < ... < x_M. The prior of regime
+    means that fixes the labels (regime 0 has the smallest mean)."""
+
+    def __init__(self, loc, scale, size: int, *, validate_args=None):
+        super().__init__(dist.Normal(loc, scale), size, validate_args=validate_args)
+
+    @property
+    def loc(self):
+        return self.base.loc
+
+    @property
+    def scale(self):
+        return self.base.scale
+
+
+def default_priors(spec: SwitchingSpec, free=None) -> dict:
     """Weakly informative priors on the free parameters of ``spec``, in constrained form
     (NumPyro distributions keyed by parameter name), scaled by the spec's start values (the
     OLS fit of the constructors, hence data-dependent: pass fixed priors for
@@ -550,11 +683,14 @@ def default_priors(spec: SwitchingSpec) -> dict:
     - regime means / intercepts: ``OrderedNormal`` around their mean start, scale
       2 sqrt(v0) + their spread (v0 the start variance), which fixes the labels;
     - "variances": InverseGamma(3, 2 v0) (prior mean v0); noise scales of a state-space spec:
-      InverseGamma(3, 2) (prior mean 1);
+      InverseGamma(3, 2) (prior mean 1), iid over the modes, or their ``OrderedIID`` (the
+      iid law restricted to increasing values) for the scale that labels exchangeable modes
+      (``regime_ordering(spec, free)``; ``free`` defaults to ``spec.free``);
     - "ar_coefficients": N(0, 0.5^2); regression "coefficients": N(start, (10 (|start| + 1))^2);
     - other real fields (biases, offsets): N(start, (10 (|start| + 1))^2).
     """
     m = spec.structure.num_regimes
+    ordered = regime_ordering(spec, free).parameter
     out = {}
     variance = float(np.mean(spec.theta.get("variances", 1.0)))
     for name, value in spec.theta.items():
@@ -567,7 +703,9 @@ def default_priors(spec: SwitchingSpec) -> dict:
             out[name] = OrderedNormal(float(np.mean(value)), scale, value.shape[-1])
         elif name == "variances":
             out[name] = dist.InverseGamma(3.0, 2.0 * jnp.asarray(value)).to_event(value.ndim)
-        elif name in ("dynamics_cov_scale", "emission_cov_scale"):
+        elif name in _LABEL_SCALES and name == ordered:
+            out[name] = OrderedIID(dist.InverseGamma(3.0, 2.0), m)
+        elif name in _LABEL_SCALES:
             out[name] = dist.InverseGamma(3.0 * jnp.ones(value.shape), 2.0).to_event(1)
         elif name == "ar_coefficients":
             out[name] = dist.Normal(jnp.zeros(value.shape), 0.5).to_event(value.ndim)
@@ -580,7 +718,9 @@ def default_priors(spec: SwitchingSpec) -> dict:
 __all__ = [
     "KINDS",
     "STATE_SPACE_FREE",
+    "OrderedIID",
     "OrderedNormal",
+    "RegimeOrdering",
     "SwitchingSpec",
     "SwitchingStructure",
     "build_params",
@@ -589,8 +729,10 @@ __all__ = [
     "markov_switching_ar",
     "markov_switching_regression",
     "regime_of_mode",
+    "regime_ordering",
     "regime_probabilities",
     "regime_tuples",
+    "relabel_regimes",
     "switching_state_space",
     "tuple_initial_probs",
     "tuple_transition_matrix",

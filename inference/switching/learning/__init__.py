@@ -9,7 +9,7 @@ learning comparison. The models are ``attnbayes.models.markov_switching``'s ``Sw
 - ``likelihood``: log p(y_{1:T} | theta) by a filter (``LIKELIHOODS``: exact, GPB2, IMM, GPB1,
   Kalman), ``switching_log_likelihood``, Hamilton's (1989) filter ``hamilton_filter``;
 - ``results``: ``SwitchingFitResult``, ``information_criteria`` (AIC, BIC, HQIC),
-  ``expected_durations``;
+  ``expected_durations``, ``boundary_mask`` (estimates on the boundary of their support);
 - ``em``: EM (Dempster, Laird and Rubin 1977; Hamilton 1990; Shumway and Stoffer 1982; Kim
   1994), the expected complete-data log-likelihood and its M-step;
 - ``mle``: ``fit_switching``, maximum likelihood by L-BFGS from several starts with Hessian
@@ -54,7 +54,12 @@ from .posteriors import (
     sample_theta_posterior,
     study_priors,
 )
-from .results import SwitchingFitResult, expected_durations, information_criteria
+from .results import (
+    SwitchingFitResult,
+    boundary_mask,
+    expected_durations,
+    information_criteria,
+)
 from .selection import RegimeSelection, select_num_regimes, smoothed_regime_probabilities
 
 __all__ = [
@@ -69,6 +74,7 @@ __all__ = [
     "SwitchingForecast",
     "SwitchingLearningComparison",
     "ThetaPosterior",
+    "boundary_mask",
     "compare_switching_learning",
     "expected_durations",
     "filter_unchecked",

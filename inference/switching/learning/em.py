@@ -49,7 +49,7 @@ from ..smoothers import (
 )
 from .likelihood import filter_unchecked, mode_filter
 from .parameters import constrain, num_free, register_spec, registered_spec, unconstrain
-from .results import SwitchingFitResult
+from .results import SwitchingFitResult, boundary_mask
 
 # the mean parameters whose residual each covariance field governs (state-space kind)
 _MEANS_OF_COV = {
@@ -527,11 +527,16 @@ def fit_em_unchecked(
         previous = theta
         theta = _m_step(spec_key, free, 10, partial, theta, stats, observations, inputs, factors)
     theta = {n: np.asarray(v) for n, v in theta.items()}
+    _, on_edge = boundary_mask(spec, free, theta)
+    _, unravel = ravel_pytree({n: jnp.asarray(theta[n]) for n in free})
+    on_boundary = {n: np.zeros(np.shape(v), bool) for n, v in theta.items()}
+    on_boundary |= {n: np.asarray(v) > 0 for n, v in unravel(jnp.asarray(on_edge, float)).items()}
     return SwitchingFitResult(
         params=build_params(structure, theta),
         theta=theta,
         log_likelihood=np.asarray(trace),
         stderr={n: np.full(np.shape(v), np.nan) for n, v in theta.items()},
+        on_boundary=on_boundary,
         start_log_likelihoods=np.asarray(trace[-1:]),
         num_parameters=num_free(spec, free),
         num_observations=num_obs,

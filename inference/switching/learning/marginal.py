@@ -1,7 +1,8 @@
 """The switching state-space model as a NumPyro program over its parameters alone.
 
     theta ~ priors (constrained form: Dirichlet rows, positive variances and scales, ordered
-            regime means, normal coefficients; ``attnbayes.models.markov_switching``)
+            regime means (or the ordered noise scale of exchangeable modes,
+            ``regime_ordering``), normal coefficients; ``attnbayes.models.markov_switching``)
     factor "log_likelihood" = log p(y_{1:T} | theta)
 
 with the states and modes integrated out by a filter (``likelihood``): "exact" (Hamilton's
@@ -51,7 +52,9 @@ def switching_marginal_model(
         spec: ``SwitchingSpec`` (``markov_switching_regression``, ``markov_switching_ar``,
             ``switching_state_space``).
         likelihood: "exact", "gpb2", "imm" (default), "gpb1" or "kalman".
-        priors: {name: NumPyro distribution} overriding ``default_priors(spec)``.
+        priors: {name: NumPyro distribution} overriding ``default_priors(spec, free)`` (whose
+            law of the noise scale that labels exchangeable modes is ordered,
+            ``regime_ordering``).
         inputs: (T, k) u_{1:T} when the model has inputs (default: the spec's own when
             ``observations`` is None or has the spec's length).
         free: the parameters to sample (default ``spec.free``); the others are fixed.
@@ -62,7 +65,7 @@ def switching_marginal_model(
     """
     spec = check_spec("spec", spec)
     free = check_free(spec, free)
-    chosen = default_priors(spec) | dict(priors or {})
+    chosen = default_priors(spec, free) | dict(priors or {})
     missing = [n for n in free if n not in chosen]
     if missing:
         raise ValueError(f"priors: no prior for the free parameter(s) {missing}")

@@ -22,7 +22,12 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .... import validation
-from ....models.markov_switching import build_params, switching_state_space
+from ....models.markov_switching import (
+    build_params,
+    regime_ordering,
+    relabel_regimes,
+    switching_state_space,
+)
 from ....models.switching import SwitchingParams
 from ...optimize import hessian_by_differences, minimize_lbfgs
 from .em import check_em_free, fit_em_unchecked
@@ -38,7 +43,7 @@ from .parameters import (
     registered_spec,
     unconstrain,
 )
-from .results import SwitchingFitResult
+from .results import SwitchingFitResult, boundary_mask
 
 METHODS = ("mle", "em")
 
@@ -91,23 +96,63 @@ def _hessian_kernel(spec_key, free, likelihood, z, theta_fixed, obs, u):
     return hessian_by_differences(jax.grad(loglik), flat), jax.jacfwd(reported)(flat)
 
 
-def _standard_errors(spec, free, likelihood, z, theta_fixed, obs, u, theta) -> dict:
-    """Delta method: Cov(theta) = J (-H_z)^-1 J^T at the maximum (equal to the inverse observed
-    information in the reported parametrisation, restricted to its free directions); NaN
-    where -H_z is not positive definite (a parameter not identified)."""
+def _standard_errors(spec, free, likelihood, z, theta_fixed, obs, u, theta) -> tuple:
+    """(standard errors, on_boundary), dicts over theta's names.
+
+    Delta method on the interior: with B the unconstrained coordinates on the boundary of the
+    support (``boundary_mask``: a scale at 0, a probability at 0 or 1), where log L is flat
+    in z, and I the others, Cov(theta) = J_I (-H_II)^-1 J_I^T at the maximum: the inverse
+    observed information of the model with the boundary coordinates fixed at their values
+    (the estimate of a boundary parameter has no Gaussian limit; Self and Liang 1987).
+    NaN for the entries that move with a boundary coordinate, and everywhere when -H_II is
+    not positive definite (a parameter not identified)."""
     hess, jac = _hessian_kernel(register_spec(spec), free, likelihood, z, theta_fixed, obs, u)
     hess, jac = np.asarray(hess), np.asarray(jac)
-    info = -0.5 * (hess + hess.T)
-    out = {n: np.full(np.shape(theta[n]), np.nan) for n in theta}
-    if not np.all(np.isfinite(info)):
-        return out
-    eig = np.linalg.eigvalsh(info)
-    if eig[0] <= 1e-10 * max(eig[-1], 1e-300):
-        return out
-    cov = jac @ np.linalg.solve(info, jac.T)
-    se = np.sqrt(np.clip(np.diagonal(cov), 0.0, None))
+    edge, on_edge = boundary_mask(spec, free, theta)
     _, unravel = ravel_pytree({n: jnp.asarray(theta[n]) for n in free})
-    return out | {n: np.asarray(v) for n, v in unravel(jnp.asarray(se)).items()}
+
+    def per_name(flat, fill):
+        out = {n: np.full(np.shape(theta[n]), fill) for n in theta}
+        return out | {n: np.asarray(v) for n, v in unravel(jnp.asarray(flat)).items()}
+
+    boundary = {n: v.astype(bool) for n, v in per_name(on_edge.astype(float), 0.0).items()}
+    nan = per_name(np.full(jac.shape[0], np.nan), np.nan)
+    inner = ~edge
+    info = -0.5 * (hess + hess.T)[np.ix_(inner, inner)]
+    if not np.all(np.isfinite(info)):
+        return nan, boundary
+    if info.size:
+        eig = np.linalg.eigvalsh(info)
+        if eig[0] <= 1e-10 * max(eig[-1], 1e-300):
+            return nan, boundary
+    cov = jac[:, inner] @ np.linalg.solve(info, jac[:, inner].T) if info.size else None
+    se = (
+        np.full(jac.shape[0], np.nan)
+        if cov is None
+        else np.sqrt(np.clip(np.diagonal(cov), 0, None))
+    )
+    se = np.where(on_edge, np.nan, se)
+    return per_name(se, np.nan), boundary
+
+
+def _relabel(spec, free, result: SwitchingFitResult) -> SwitchingFitResult:
+    """The result in the suite's labelling (``regime_ordering``): when the modes of a
+    state-space spec are exchangeable, sort them by increasing ordering parameter
+    (``relabel_regimes``: theta, the standard errors and the boundary flags, the transition
+    matrix's rows and columns), an exact symmetry of the likelihood."""
+    name = regime_ordering(spec, free).parameter
+    if spec.structure.kind != "state_space" or name is None:
+        return result
+    order = np.argsort(np.asarray(result.theta[name]), kind="stable")
+    if np.array_equal(order, np.arange(order.size)):
+        return result
+    theta = relabel_regimes(spec, result.theta, order)
+    return result._replace(
+        params=build_params(spec.structure, theta),
+        theta=theta,
+        stderr=relabel_regimes(spec, result.stderr, order),
+        on_boundary=relabel_regimes(spec, result.on_boundary, order),
+    )
 
 
 def _starts(key, spec, free, num_starts: int, scale: float):
@@ -143,8 +188,15 @@ def fit_switching(
     perturbations z + N(0, start_scale^2) drawn with ``key``, all run in one vmapped,
     compiled program; the best end point is returned,
     with standard errors from the Hessian of log L (central differences of its gradient,
-    ``hessian_by_differences``; delta method to the reported parametrisation). Converged:
+    ``hessian_by_differences``; delta method to the reported parametrisation) on the
+    coordinates inside the support: an estimate on its boundary (a noise scale at 0, a
+    transition probability at 0 or 1; ``result.on_boundary``, ``boundary_mask``) gets no
+    standard error, and the others are those of the model with it fixed there. Converged:
     max |gradient of log L / T| < ``tolerance``.
+
+    Labels (both methods): the estimate follows ``regime_ordering(spec, free)``; the
+    exchangeable modes of a state-space spec are sorted by their ordering parameter
+    (``relabel_regimes``, an exact symmetry of the likelihood).
 
     "em": generalised EM (``fit_em_unchecked``): for the econometric models Hamilton's (1990)
     smoothed regime probabilities in the E-step; for a state-space model
@@ -203,6 +255,13 @@ def fit_switching(
     free = check_free(spec, free)
     check_free_values(spec, free)
     obs, u = check_data(spec, observations, inputs)
+    if not validation.is_traced(obs):
+        observed = int(np.sum(np.any(~np.isnan(np.asarray(obs)), axis=-1)))
+        if observed < 2:
+            raise ValueError(
+                f"observations: {observed} observed step(s) (rows with an entry not NaN) of "
+                f"{obs.shape[0]}; a fit needs at least 2 (BIC and HQIC use log T and log log T)"
+            )
     likelihood = check_likelihood(likelihood, spec.structure, obs.shape[0])
     num_starts = validation.check_positive_int("num_starts", num_starts)
     max_iterations = validation.check_positive_int("max_iterations", max_iterations)
@@ -210,7 +269,7 @@ def fit_switching(
     tolerance = validation.check_positive_scalar("tolerance", tolerance)
     if method == "em":
         check_em_free(spec, free)
-        return fit_em_unchecked(
+        result = fit_em_unchecked(
             spec,
             obs,
             inputs=u,
@@ -220,6 +279,7 @@ def fit_switching(
             began=began,
             likelihood=likelihood,
         )
+        return _relabel(spec, free, result)
     dtype = obs.dtype
     theta0 = {n: jnp.asarray(v, dtype) for n, v in spec.theta.items()}
     fixed = {n: v for n, v in theta0.items() if n not in free}
@@ -233,13 +293,14 @@ def fit_switching(
     _, unravel = ravel_pytree(jax.tree.map(lambda a: a[0], z0))
     z_best = unravel(flat[best])
     theta = {n: np.asarray(v) for n, v in constrain(spec, free, fixed, z_best).items()}
-    stderr = _standard_errors(spec, free, likelihood, z_best, fixed, obs, u, theta)
+    stderr, on_boundary = _standard_errors(spec, free, likelihood, z_best, fixed, obs, u, theta)
     trace = np.asarray(traces[best])[: int(counts[best]) + 1]
-    return SwitchingFitResult(
+    result = SwitchingFitResult(
         params=build_params(spec.structure, theta),
         theta=theta,
         log_likelihood=trace,
         stderr=stderr,
+        on_boundary=on_boundary,
         start_log_likelihoods=values,
         num_parameters=num_free(spec, free),
         num_observations=int(np.sum(np.any(~np.isnan(np.asarray(obs)), axis=-1))),
@@ -248,6 +309,7 @@ def fit_switching(
         likelihood=likelihood,
         seconds=time.perf_counter() - began,
     )
+    return _relabel(spec, free, result)
 
 
 __all__ = ["METHODS", "fit_switching"]

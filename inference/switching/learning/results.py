@@ -1,20 +1,32 @@
 """What a fit of a switching model returns (``SwitchingFitResult``), and what statsmodels users
 read off it: information criteria and expected regime durations.
 
-- ``SwitchingFitResult``: the estimate, the log-likelihood trace, standard errors, the number
-  of free scalars k and of observed steps T (``fit_switching``, ``mle``; EM, ``em``);
+- ``SwitchingFitResult``: the estimate, the log-likelihood trace, standard errors, the entries
+  on the boundary of their support, the number of free scalars k and of observed steps T
+  (``fit_switching``, ``mle``; EM, ``em``);
+- ``boundary_mask``: which unconstrained coordinates of an estimate, and which of its
+  reported entries, lie on the boundary of the support (a scale at 0, a probability at 0 or
+  1, two ordered means merged);
 - ``information_criteria``: AIC, BIC and HQIC with statsmodels' definitions;
 - ``expected_durations``: 1 / (1 - P[i, i]) per regime.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
+import jax
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from ....models.switching import SwitchingParams
+from .parameters import constrain, register_spec, registered_spec, unconstrain
+
+# an unconstrained coordinate is on the boundary when the reported parameters have (nearly)
+# stopped moving with it: its Jacobian column is below this fraction of its size at the start
+BOUNDARY_RATIO = 1e-6
 
 
 class SwitchingFitResult(NamedTuple):
@@ -25,8 +37,11 @@ class SwitchingFitResult(NamedTuple):
         theta: dict, the estimate of every parameter (the fixed ones as given).
         log_likelihood: (num_iterations + 1,) the trace of log p(y | theta) of the best start
             (EM: one entry per iteration; L-BFGS: per accepted step), last = the maximum.
-        stderr: dict name -> standard errors (NaN for fixed parameters, or where the Hessian
-            is not negative definite).
+        stderr: dict name -> standard errors (NaN for fixed parameters, for an entry on the
+            boundary, for every entry with EM, or where the Hessian on the interior
+            coordinates is not negative definite).
+        on_boundary: dict name -> bool array of the parameter's shape: the entry lies on the
+            boundary of its support (``boundary_mask``; False for fixed parameters).
         start_log_likelihoods: (num_starts,) the final log-likelihood from each start.
         num_parameters: the free scalars (a transition row counts M - 1), statsmodels' k.
         num_observations: T (observed steps).
@@ -39,6 +54,7 @@ class SwitchingFitResult(NamedTuple):
     theta: dict
     log_likelihood: np.ndarray
     stderr: dict
+    on_boundary: dict
     start_log_likelihoods: np.ndarray
     num_parameters: int
     num_observations: int
@@ -56,6 +72,45 @@ class SwitchingFitResult(NamedTuple):
     def bic(self) -> float:
         """-2 log L + k log T."""
         return information_criteria(self)["bic"]
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _reported_jacobian(spec_key, free, flat, like):
+    """d (the free parameters, constrained and flattened) / d (their unconstrained coordinates
+    ``flat``, laid out as ``like``)."""
+    spec = registered_spec(spec_key)
+    _, unravel = ravel_pytree(like)
+
+    def reported(f):
+        theta = constrain(spec, free, {}, unravel(f))
+        return ravel_pytree({n: theta[n] for n in free})[0]
+
+    return jax.jacfwd(reported)(flat)
+
+
+def boundary_mask(spec, free: tuple, theta: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Where an estimate ``theta`` lies on the boundary of the support of its ``free``
+    parameters: (coordinates, entries), boolean over the unconstrained coordinates z
+    (``unconstrain``, flattened) and over the reported entries (the free parameters
+    flattened in C order).
+
+    A coordinate is on the boundary when the reported parameters have stopped moving with it:
+    the norm of its column of d theta / d z is below ``BOUNDARY_RATIO`` times that at the
+    spec's start (a scale c = e^z at 1e-11 of its start; a transition row whose probability
+    p reached 0 or 1, where dp/dz = p (1 - p); two ordered means merged; a covariance's
+    Cholesky diagonal at 0). There the log-likelihood is flat in z, so the Hessian in z is
+    singular and its inverse says nothing. An entry is on the boundary when it moves with a
+    boundary coordinate (d theta / d z nonzero at the start)."""
+    spec_key = register_spec(spec)
+    z_start = ravel_pytree(unconstrain(spec, free, spec.theta))
+    flat, _ = ravel_pytree(unconstrain(spec, free, theta))
+    like = unconstrain(spec, free, spec.theta)
+    start = np.asarray(_reported_jacobian(spec_key, free, z_start[0], like))
+    at = np.asarray(_reported_jacobian(spec_key, free, flat.astype(z_start[0].dtype), like))
+    with np.errstate(invalid="ignore"):
+        coordinates = ~(np.linalg.norm(at, axis=0) > BOUNDARY_RATIO * np.linalg.norm(start, axis=0))
+    entries = np.any(start[:, coordinates] != 0, axis=1)
+    return coordinates, entries
 
 
 def information_criteria(result: SwitchingFitResult) -> dict:
@@ -77,4 +132,10 @@ def expected_durations(transition_matrix) -> np.ndarray:
         return 1.0 / (1.0 - np.diagonal(p, axis1=-2, axis2=-1))
 
 
-__all__ = ["SwitchingFitResult", "expected_durations", "information_criteria"]
+__all__ = [
+    "BOUNDARY_RATIO",
+    "SwitchingFitResult",
+    "boundary_mask",
+    "expected_durations",
+    "information_criteria",
+]

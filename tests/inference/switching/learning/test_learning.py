@@ -251,6 +251,10 @@ def test_bad_input_to_the_learning_functions(gdp):
         fit_switching(jax.random.key(0), spec, free=["nope"])
     with pytest.raises(ValueError, match="^init: expected a SwitchingSpec"):
         fit_switching(jax.random.key(0), {"a": 1})
+    missing = np.full_like(spec.observations, np.nan)
+    missing[3] = 0.5  # one observed step: HQIC's log log T is undefined
+    with pytest.raises(ValueError, match=r"^observations: 1 observed step\(s\) .* at least 2"):
+        fit_switching(jax.random.key(0), spec, missing, inputs=spec.inputs)
     with pytest.raises(ValueError, match="^order: "):
         markov_switching_ar(gdp, 0)
     with pytest.raises(ValueError, match="^num_regimes: "):
@@ -319,3 +323,88 @@ def test_number_of_regimes_by_bic_and_held_out_density(gdp):
     assert sel.best_bic == sel.num_regimes[np.argmin(sel.bic)]
     assert sel.best_heldout == sel.num_regimes[np.argmax(sel.heldout_log_predictive)]
     assert np.all(np.isfinite(sel.heldout_log_predictive))
+
+
+# ----------------------------------------------------------------------------- labels, boundary
+
+
+def _local_level(num_modes: int, dynamics_cov: float = 1.0):
+    """A local level model x_t = x_{t-1} + N(0, c Q0), y_t = x_t + N(0, r R0) with M identical
+    modes."""
+    from attnbayes.models.switching import SwitchingParams
+
+    m = num_modes
+    return SwitchingParams(
+        initial_probs=np.full(m, 1.0 / m),
+        transition_matrix=np.eye(m) if m == 1 else 0.6 * np.eye(m) + 0.4 / m,
+        initial_means=np.zeros((m, 1)),
+        initial_covs=np.full((m, 1, 1), 100.0),
+        dynamics_matrices=np.ones((m, 1, 1)),
+        dynamics_biases=np.zeros((m, 1)),
+        dynamics_covs=np.full((m, 1, 1), dynamics_cov),
+        emission_matrices=np.ones((m, 1, 1)),
+        emission_biases=np.zeros((m, 1)),
+        emission_covs=np.ones((m, 1, 1)),
+        dynamics_input_weights=np.zeros((m, 1, 0)),
+        emission_input_weights=np.zeros((m, 1, 0)),
+    )
+
+
+def test_relabelling_exchangeable_modes_is_a_symmetry_and_fits_report_one_labelling():
+    """With the modes' fixed fields equal, permuting the labels of theta and the transition
+    matrix's rows and columns leaves log L unchanged; a fit's result is put in the suite's
+    labelling (increasing emission_cov_scale), standard errors and flags following."""
+    from attnbayes.inference.switching.learning.mle import _relabel
+    from attnbayes.inference.switching.learning.results import SwitchingFitResult
+    from attnbayes.models.markov_switching import relabel_regimes, switching_state_space
+
+    y = np.random.default_rng(3).normal(size=(20, 1)).cumsum(axis=0)
+    spec = switching_state_space(_local_level(2), y)
+    theta = dict(spec.theta) | {
+        "transition_matrix": np.array([[0.7, 0.3], [0.1, 0.9]]),
+        "dynamics_cov_scale": np.array([0.3, 1.5]),
+        "emission_cov_scale": np.array([2.0, 0.4]),
+    }
+    swapped = relabel_regimes(spec, theta, [1, 0])
+    here = float(switching_log_likelihood(spec, theta))
+    np.testing.assert_allclose(float(switching_log_likelihood(spec, swapped)), here, rtol=1e-12)
+    stderr = {n: np.full(np.shape(v), np.nan) for n, v in theta.items()}
+    stderr["emission_cov_scale"] = np.array([0.2, 0.05])
+    flags = {n: np.zeros(np.shape(v), bool) for n, v in theta.items()}
+    flags["dynamics_cov_scale"] = np.array([True, False])
+    result = SwitchingFitResult(
+        build_params(spec.structure, theta), theta, np.array([here]), stderr, flags,
+        np.array([here]), 5, 20, True, "mle", "imm", 0.0,
+    )  # fmt: skip
+    out = _relabel(spec, spec.free, result)
+    np.testing.assert_array_equal(out.theta["emission_cov_scale"], [0.4, 2.0])
+    np.testing.assert_array_equal(out.theta["transition_matrix"], [[0.9, 0.1], [0.3, 0.7]])
+    np.testing.assert_array_equal(out.stderr["emission_cov_scale"], [0.05, 0.2])
+    np.testing.assert_array_equal(out.on_boundary["dynamics_cov_scale"], [False, True])
+    np.testing.assert_array_equal(out.params.emission_covs[:, 0, 0], [0.4, 2.0])
+
+
+def test_mle_on_a_boundary_names_it_and_gives_the_interior_standard_errors():
+    """A local level fitted to a constant level plus noise: the process noise scale c goes to
+    its boundary 0 (about 1e-11). It is flagged, gets no standard error, and the emission
+    scale's standard error is that of the model with c fixed there, 1 / sqrt(-d2 log L / dr2)
+    by central differences of the log-likelihood (before, every standard error was NaN)."""
+    from attnbayes.models.markov_switching import switching_state_space
+
+    y = 3.0 + np.random.default_rng(1).normal(size=(40, 1))
+    spec = switching_state_space(_local_level(1), y)
+    free = ("dynamics_cov_scale", "emission_cov_scale")
+    fit = fit_switching(jax.random.key(0), spec, free=free, num_starts=2, likelihood="kalman")
+    c, r = fit.theta["dynamics_cov_scale"][0], fit.theta["emission_cov_scale"][0]
+    assert c < 1e-8 and fit.converged
+    assert fit.on_boundary["dynamics_cov_scale"].tolist() == [True]
+    assert fit.on_boundary["emission_cov_scale"].tolist() == [False]
+    assert np.isnan(fit.stderr["dynamics_cov_scale"][0])
+
+    def loglik(scale):
+        theta = fit.theta | {"emission_cov_scale": np.array([scale])}
+        return float(switching_log_likelihood(spec, theta, likelihood="kalman"))
+
+    h = 1e-3 * r
+    curvature = (loglik(r + h) - 2.0 * loglik(r) + loglik(r - h)) / h**2
+    np.testing.assert_allclose(fit.stderr["emission_cov_scale"][0], (-curvature) ** -0.5, rtol=1e-4)
