@@ -220,7 +220,7 @@ def _point_warnings(spec, free, result, labels: dict) -> list[str]:
     if not moved:
         why = (
             f"its first step lowered the {result.likelihood} log-likelihood (Kim's smoother "
-            "is an approximate E-step) and was undone"
+            "is an approximate E-step), and so did every halving of it"
             if fit == "em" and not result.converged
             else "the start is where it stopped"
         )
@@ -230,8 +230,8 @@ def _point_warnings(spec, free, result, labels: dict) -> list[str]:
         )
     elif not result.converged:
         why = (
-            "it stopped when a step lowered the log-likelihood (an approximate E-step) or at "
-            "the iteration limit"
+            "it stopped when no halving of a step raised the log-likelihood (an approximate "
+            "E-step) or at the iteration limit"
             if fit == "em"
             else "the best start stopped before its gradient fell below the tolerance"
         )

@@ -11,7 +11,8 @@ states, the pairwise mode probabilities and the lag-one cross-covariances
 (``attnbayes.inference.switching.smoothers.kim_smoother_moments``). The M-step is the
 closed-form transition matrix, then L-BFGS steps on the expected complete-data log-likelihood
 Q (trace forms in those moments) over the unconstrained free parameters, each accepted only if
-it raises Q: a generalised EM.
+it raises Q: a generalised EM. Where Kim's approximate E-step makes a step lower the
+log-likelihood, the step is halved until it raises it (``EM_STEP_HALVINGS``; Lange 1995).
 
 - ``fit_em_unchecked``: the EM loop on checked arguments (``fit_switching(method="em")``,
   ``mle``, is its checked front); ``check_em_free``: the free set EM can fit on a state-space
@@ -50,6 +51,10 @@ from ..smoothers import (
 from .likelihood import filter_unchecked, mode_filter
 from .parameters import constrain, num_free, register_spec, registered_spec, unconstrain
 from .results import SwitchingFitResult, boundary_mask
+
+# an EM step that lowers the log-likelihood (an approximate E-step) is halved this many times
+# at most before the fit stops (``fit_em_unchecked``)
+EM_STEP_HALVINGS = 5
 
 # the mean parameters whose residual each covariance field governs (state-space kind)
 _MEANS_OF_COV = {
@@ -493,9 +498,14 @@ def fit_em_unchecked(
     A generalised EM: Q never decreases, so where the E-step is exact (the constant
     state; M = 1; "exact"; F_j = 0, where every collapse is exact) the log-likelihood trace is
     non-decreasing (tested). With Kim's approximate E-step (M > 1, F_j != 0) it is EM on an
-    approximate posterior and the trace need not be monotone. Stops when the increase is
-    below ``tolerance`` times T; a larger decrease stops it too, unconverged (the returned
-    theta is the last E-step's, whose log-likelihood ends the trace).
+    approximate posterior and a full step can lower the log-likelihood: then the step is
+    halved along the segment from the last iterate (theta_old + 2^-k (theta_M - theta_old),
+    k = 1..``EM_STEP_HALVINGS``: every support is convex, so each point is a valid model; the
+    step-halving safeguard of Lange 1995, "A gradient algorithm locally equivalent to the EM
+    algorithm", JRSS B 57, sec. 3), and the first point that raises it is kept, so the trace
+    is increasing. Stops when the increase is below ``tolerance`` times T (converged), or,
+    unconverged, when no halved step raises it (the returned theta is the last iterate, whose
+    log-likelihood ends the trace) or at ``max_iterations``.
     """
     structure = spec.structure
     state_space = structure.kind == "state_space"
@@ -505,24 +515,35 @@ def fit_em_unchecked(
     partial = state_space and _partly_missing(observations)
     factors = _covariance_factors(free, partial, theta, observations) if state_space else None
     num_obs = int(np.sum(np.any(~np.isnan(np.asarray(observations)), axis=-1)))
+
+    def e_step(theta):
+        if state_space:
+            stats = _state_space_moments(spec_key, likelihood, theta, observations, inputs)
+            return float(stats.log_likelihood), stats
+        ll, smooth, xi = em_expectations(spec_key, likelihood, theta, observations, inputs)
+        return float(ll), (smooth, xi)
+
     trace = []
     converged = False
     previous = theta
     for _ in range(max_iterations):
-        if state_space:
-            stats = _state_space_moments(spec_key, likelihood, theta, observations, inputs)
-            ll = stats.log_likelihood
-        else:
-            ll, smooth, xi = em_expectations(spec_key, likelihood, theta, observations, inputs)
-            stats = (smooth, xi)
-        trace.append(float(ll))
-        if len(trace) > 1 and trace[-1] - trace[-2] < tolerance * num_obs:
-            # converged unless it fell by more (only an approximate E-step can lower it); then
-            # the step is undone: the result is the last iterate that raised log L
-            converged = trace[-1] - trace[-2] > -tolerance * num_obs
-            if not converged:
-                trace.pop()
+        ll, stats = e_step(theta)
+        if trace and ll < trace[-1] - tolerance * num_obs:
+            # only an approximate E-step can lower log L: halve the step along the segment
+            # from the last iterate (every support is convex), keep the first that raises it
+            proposed, raised = theta, False
+            for k in range(1, EM_STEP_HALVINGS + 1):
+                theta = {n: previous[n] + 0.5**k * (proposed[n] - previous[n]) for n in proposed}
+                ll, stats = e_step(theta)
+                if ll > trace[-1]:
+                    raised = True
+                    break
+            if not raised:  # no step along it raises log L: undone, not converged
                 theta = previous
+                break
+        trace.append(ll)
+        if len(trace) > 1 and trace[-1] - trace[-2] < tolerance * num_obs:
+            converged = True
             break
         previous = theta
         theta = _m_step(spec_key, free, 10, partial, theta, stats, observations, inputs, factors)

@@ -628,16 +628,26 @@ def test_select_num_regimes_checks_its_key():
         fit_switching(0, markov_switching_ar(endog, 1))
 
 
-def test_em_undoes_a_step_that_lowers_the_approximate_log_likelihood():
-    """On the maneuvering target (F integrates velocity into position) Kim's approximate E-step
-    makes EM's first step from the true parameters lower the IMM log-likelihood. EM then stops
-    and returns the last iterate that raised it, not converged: the trace ends at the returned
-    parameters' log-likelihood, which is its maximum."""
-    params = get_scenario("maneuvering-target-cwna")
-    _, _, y = simulate(jax.random.key(1), params, 60)
+def test_em_halves_a_step_that_lowers_the_approximate_log_likelihood(monkeypatch):
+    """On the maneuvering target (F integrates velocity into position, T = 30, as ``filter``'s
+    built-in run) Kim's approximate E-step makes EM's first full step from the true parameters
+    lower the IMM log-likelihood (the
+    smoother overstates the state variances, so the M-step raises the emission scales): without
+    halving, EM stops at the start after 0 iterations, unconverged. With it, EM halves the step
+    along the segment from the start until it raises log L: it moves, the trace is strictly
+    increasing and ends at the returned parameters' log-likelihood."""
+    from attnbayes.inference.switching.learning import em as em_module
+
+    params = get_scenario("maneuvering-target")
+    _, _, y = simulate(jax.random.key(0), params, 30)
     spec = switching_state_space(params, np.asarray(y))
-    fit = fit_switching(jax.random.key(0), spec, method="em")
-    assert not fit.converged
+    fit = fit_switching(jax.random.key(0), spec, method="em", max_iterations=3)
+    trace = fit.log_likelihood
+    assert len(trace) >= 2 and np.all(np.diff(trace) > 0)
     at_result = switching_log_likelihood(spec, fit.theta, likelihood="imm")
-    np.testing.assert_allclose(fit.log_likelihood[-1], at_result, rtol=1e-12)
-    assert fit.log_likelihood[-1] == np.max(fit.log_likelihood)
+    np.testing.assert_allclose(trace[-1], at_result, rtol=1e-12)
+    monkeypatch.setattr(em_module, "EM_STEP_HALVINGS", 0)
+    full_steps = fit_switching(jax.random.key(0), spec, method="em", max_iterations=3)
+    assert len(full_steps.log_likelihood) == 1 and not full_steps.converged
+    for name, value in spec.theta.items():
+        np.testing.assert_array_equal(full_steps.theta[name], value)
