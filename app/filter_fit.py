@@ -31,6 +31,8 @@ from .parser import DEFAULT_STARTS, FIT_METHODS
 from .runs import check_count, datatree_writer
 from .user_data import InputError
 
+# the iteration limit of --fit mle (per start) and --fit em
+FIT_ITERATIONS = 500
 # a NUTS fit warns when the bulk ESS of a free parameter is below this many draws per chain
 ESS_PER_CHAIN_OK = 100
 
@@ -229,12 +231,15 @@ def _point_warnings(spec, free, result, labels: dict) -> list[str]:
             "filter runs with the start parameters" + ("; try --fit mle" if fit == "em" else "")
         )
     elif not result.converged:
-        why = (
-            "it stopped when no halving of a step raised the log-likelihood (an approximate "
-            "E-step) or at the iteration limit"
-            if fit == "em"
-            else "the best start stopped before its gradient fell below the tolerance"
-        )
+        if fit != "em":
+            why = "the best start stopped before its gradient fell below the tolerance"
+        elif len(result.log_likelihood) < FIT_ITERATIONS:
+            why = (
+                "no halving of its last step raised the log-likelihood (Kim's smoother is an "
+                "approximate E-step); --fit mle maximises it directly"
+            )
+        else:
+            why = f"it reached its limit of {FIT_ITERATIONS} iterations"
         out.append(
             f"--fit {fit} did not converge ({iterations} iterations): {why}; the estimates "
             "may be short of the maximum"
@@ -312,6 +317,7 @@ def run_fit(key, spec, free, fit, likelihood, num_starts, sizes, say):
             inputs=spec.inputs,
             free=free,
             num_starts=starts,
+            max_iterations=FIT_ITERATIONS,
         )
         theta = result.theta
         check_finite_output(
@@ -339,4 +345,4 @@ def run_fit(key, spec, free, fit, likelihood, num_starts, sizes, say):
     return params, table, metrics, files, settings
 
 
-__all__ = ["ESS_PER_CHAIN_OK", "check_fit", "fit_section", "run_fit"]
+__all__ = ["ESS_PER_CHAIN_OK", "FIT_ITERATIONS", "check_fit", "fit_section", "run_fit"]
