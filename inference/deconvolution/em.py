@@ -120,17 +120,36 @@ def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) 
     return e_step_attention_unchecked(x, atoms, weights, sigma)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("update_weights", "max_iters", "block_size", "num_devices")
-)
-def _fit_em_loop(
-    x, atoms, weights, sigma, tol, update_weights, max_iters, block_size=None, num_devices=1
-):
-    n = x.shape[0]
-    trace = jnp.full((max_iters + 1,), jnp.nan, dtype=x.dtype)
+class _LoopState(NamedTuple):
+    """The EM loop's state: step t, the atoms and weights at step t, the trace so far, and
+    whether the loop has stopped (converged, or t = max_iters)."""
 
-    def body(state):
-        t, atoms, weights, trace, _, _ = state
+    step: jax.Array
+    atoms: jax.Array
+    weights: jax.Array
+    trace: jax.Array
+    stop: jax.Array
+    converged: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("update_weights", "block_size", "num_devices"))
+def _em_iterations(
+    x, sigma, tol, state, max_passes, update_weights, block_size=None, num_devices=1
+) -> _LoopState:
+    """EM from ``state``: at most ``max_passes`` passes of the loop, fewer if it stops first.
+
+    A pass at step t records log p(x) at the current atoms in ``trace[t]``, then stops (the
+    per-point change from step t - 1 is at most ``tol``, or t = max_iters, max_iters + 1 being
+    the trace's length) or takes the EM step to t + 1. The state after the passes depends on
+    the passes alone, so chunks of passes run one after another give the state of one loop
+    that runs them all (``fit_em`` chunks; ``max_passes`` is an argument, so one program per
+    shape serves every chunk length).
+    """
+    n = x.shape[0]
+    max_iters = state.trace.shape[0] - 1
+
+    def body(carry):
+        passes, (t, atoms, weights, trace, _, _) = carry
         ll, new_atoms, new_weights = em_iteration(
             x, atoms, weights, sigma, update_weights, block_size, num_devices
         )
@@ -139,18 +158,28 @@ def _fit_em_loop(
         stop = converged | (t >= max_iters)
         atoms = jnp.where(stop, atoms, new_atoms)
         weights = jnp.where(stop, weights, new_weights)
-        return t + jnp.where(stop, 0, 1), atoms, weights, trace, stop, converged
+        step = t + jnp.where(stop, 0, 1)
+        return passes + 1, _LoopState(step, atoms, weights, trace, stop, converged)
 
-    state = (
-        jnp.asarray(0, jnp.int32),
-        atoms,
-        weights,
-        trace,
-        jnp.asarray(False),
-        jnp.asarray(False),
-    )
-    t, atoms, weights, trace, _, converged = jax.lax.while_loop(lambda s: ~s[4], body, state)
-    return atoms, weights, trace, t, converged
+    def running(carry):
+        passes, state = carry
+        return ~state.stop & (passes < max_passes)
+
+    return jax.lax.while_loop(running, body, (jnp.zeros((), jnp.int32), state))[1]
+
+
+# A chunk of a concrete fit does at most this much work, in score entries (N K (p + 1) a pass,
+# twice that streamed: the second pass recomputes them): about 0.2-1 s on one CPU core at a few
+# ns an entry, after which Python runs and honours a Ctrl-C. One pass is the least a chunk does
+# (at N = K = 20,000 dense one pass is 8e8 entries, one to three seconds).
+_CHUNK_ENTRIES = 200_000_000
+
+
+def _chunk_passes(n: int, k: int, p: int, block_size: int | None, max_iters: int) -> int:
+    """Loop passes a chunk runs: as many as ``_CHUNK_ENTRIES`` allow, at least 1, at most the
+    whole loop (max_iters + 1): small fits run as one chunk."""
+    entries = n * k * (p + 1) * (1 if block_size is None else 2)
+    return int(min(max_iters + 1, max(1, _CHUNK_ENTRIES // entries)))
 
 
 def _check_streaming(block_size, num_devices) -> tuple[int | None, int]:
@@ -424,11 +453,17 @@ def fit_em(
 ) -> EMResult:
     """Fit nu = sum_k w_k delta(mu_k) by EM, iterating attention E-steps.
 
-    The iteration is one ``lax.while_loop``: ``fit_em`` is traceable over its array arguments
+    The iteration is a ``lax.while_loop``: ``fit_em`` is traceable over its array arguments
     (``x``, ``sigma``, an ``init`` array, ``weights``, ``tol``) under ``jax.jit`` and
     ``jax.vmap``, with ``max_iters``, ``num_atoms``, ``update_weights``, ``block_size`` and
-    ``num_devices`` static. It is not reverse-mode differentiable (a while loop); differentiate
-    ``posterior_mean``, ``log_likelihood`` or ``em_step`` at the fitted atoms instead.
+    ``num_devices`` static; traced, it is one loop. It is not reverse-mode differentiable (a
+    while loop); differentiate ``posterior_mean``, ``log_likelihood`` or ``em_step`` at the
+    fitted atoms instead. On concrete arguments the loop runs in chunks of one compiled program
+    (each chunk at most about 2e8 score entries, N K (p + 1) a step, twice that streamed, and at
+    least one step), back in Python between chunks, so that a Ctrl-C (KeyboardInterrupt) stops a
+    long fit within about a second (one step, 1-3 s, at N = K = 20,000); small fits run as one
+    chunk. The chunks split the same sequence of steps: the result equals the one loop's bit
+    for bit, and no more programs are compiled.
 
     Args:
         x: (N,) or (N, p) observations.
@@ -475,23 +510,30 @@ def fit_em(
         others = (("init", start),)
         validation.check_scaled_spread("x", points, sigma, dtype, others=others)
     block_size, num_devices = _check_streaming(block_size, num_devices)
-    atoms, weights, trace, t, converged = _fit_em_loop(
-        jnp.asarray(points, dtype),
-        jnp.asarray(start, dtype),
-        jnp.asarray(weights, dtype),
-        jnp.asarray(sigma, dtype),
-        jnp.asarray(tol, dtype),
-        update_weights,
-        max_iters,
-        block_size,
-        num_devices,
+    args = (jnp.asarray(points, dtype), jnp.asarray(sigma, dtype), jnp.asarray(tol, dtype))
+    static = (update_weights, block_size, num_devices)
+    state = _LoopState(
+        step=np.int32(0),
+        atoms=jnp.asarray(start, dtype),
+        weights=jnp.asarray(weights, dtype),
+        trace=np.full((max_iters + 1,), np.nan, dtype),
+        stop=np.False_,
+        converged=np.False_,
     )
+    if validation.any_traced(*args, state):  # under jit / vmap: one loop
+        state = _em_iterations(*args, state, max_iters + 1, *static)
+    else:  # concrete: chunks, back in Python (where Ctrl-C is honoured) between them
+        passes = _chunk_passes(points.shape[0], k, points.shape[1], block_size, max_iters)
+        state = _em_iterations(*args, state, passes, *static)
+        # a chunk of max_iters + 1 passes is the whole loop: no wait, the result stays async
+        while passes <= max_iters and not bool(state.stop):
+            state = _em_iterations(*args, state, passes, *static)
     return EMResult(
-        atoms=validation.restore_shape(atoms, scalar),
-        weights=weights,
-        log_likelihood_trace=trace,
-        num_iters=t,
-        converged=converged,
+        atoms=validation.restore_shape(state.atoms, scalar),
+        weights=state.weights,
+        log_likelihood_trace=state.trace,
+        num_iters=state.step,
+        converged=state.converged,
     )
 
 

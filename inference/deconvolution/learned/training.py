@@ -334,6 +334,58 @@ def task_regret(params: UnrolledEMParams, tasks: Tasks) -> tuple[jax.Array, jax.
 # ----------------------------------------------------------------------------- training
 
 
+# The tasks' points lie within _TASK_REACH (base_scale + 1) of 0, in units of sigma: 8 standard
+# deviations of the atoms' N(0, base_scale^2) and of the unit noise (beyond it with probability
+# about 1e-15 a draw).
+_TASK_REACH = 8.0
+
+
+def _check_loss_range(prior: TaskPrior, second_moment_weight: float, dim: int, dtype) -> None:
+    """Refuse a prior and a second-moment weight whose training loss overflows ``dtype``.
+
+    With points and targets within R = _TASK_REACH (base_scale + 1) of 0, the stack's means and
+    variances are within (2 R) and (2 R)^2 of theirs, so a point's loss term is at most
+    (2 R)^2 + lambda (2 R)^4 per coordinate, and a task's sums over N <= max_points points at
+    most max(1, lambda) max_points p (2 R)^4; the gradient is of the same order, and training
+    squares it (gradient clipping's norm, Adam's second moment). Requiring
+
+        max(1, lambda) max_points p (2 R)^4 <= sqrt(finfo(dtype).max)
+
+    (1.3e154 in float64, 1.8e19 in float32) keeps the squares finite: at the default prior
+    (base_scale = 3, max_points = 200, p = 1) lambda up to 4e144 in float64, 5e9 in float32; at
+    lambda <= 1, base_scale up to 5.7e36 and 1.1e3. (Observed: training in float64 is finite at
+    base_scale = 1e36 and overflows at 1e40, and at lambda >= 1e160 the clipped gradient is 0.)
+
+    Raises:
+        ValueError: naming ``prior.base_scale`` when the tasks alone exceed the limit (at any
+            lambda), else ``second_moment_weight``, with the largest value allowed.
+    """
+    dtype = np.dtype(dtype)
+    limit = float(np.sqrt(np.finfo(dtype).max))
+    terms = prior.max_points * dim
+    # in logarithms: (2 R)^4 overflows a Python float long before the settings are refused
+    log_spread = np.log(2.0 * _TASK_REACH) + np.log1p(float(prior.base_scale))
+    log_tasks = np.log(terms) + 4.0 * log_spread
+    rule = (
+        f"training squares the loss's gradient, up to max(1, second_moment_weight) * "
+        f"max_points * p * (16 (base_scale + 1))^4, which must stay below "
+        f"sqrt(finfo.max) = {limit:.2g} in {dtype.name}"
+    )
+    if log_tasks > np.log(limit):
+        largest = (limit / terms) ** 0.25 / (2.0 * _TASK_REACH) - 1.0
+        raise ValueError(
+            f"prior.base_scale: {prior.base_scale:g} is too large to train on: {rule}; with "
+            f"max_points = {prior.max_points} and p = {dim}, base_scale <= {largest:.2g}"
+        )
+    if np.log(second_moment_weight) + log_tasks > np.log(limit):
+        largest = limit / np.exp(log_tasks)
+        raise ValueError(
+            f"second_moment_weight: {second_moment_weight:g} is too large: {rule}; with "
+            f"prior.base_scale = {prior.base_scale:g}, max_points = {prior.max_points} and "
+            f"p = {dim}, second_moment_weight <= {largest:.2g}"
+        )
+
+
 def train_unrolled_em(
     key,
     params: UnrolledEMParams | None = None,
@@ -367,24 +419,34 @@ def train_unrolled_em(
         callback_every: steps per compiled chunk.
 
     Returns:
-        ``TrainResult``. Raises ``ValueError`` on bad settings and ``FloatingPointError`` if the
-        loss becomes non-finite (the parameters are then not returned).
+        ``TrainResult``. Raises ``ValueError`` on bad settings, before any tracing, among them
+        a ``second_moment_weight`` or ``prior.base_scale`` whose loss would overflow: training
+        squares the gradient, of order max(1, lambda) max_points p (16 (base_scale + 1))^4,
+        and that must stay below sqrt(finfo.max) (``_check_loss_range``); and
+        ``FloatingPointError`` if the loss becomes non-finite all the same (the parameters are
+        then not returned).
     """
     validation.check_key("key", key)
     prior = check_task_prior(TaskPrior() if prior is None else prior)
     if params is None:
         params = init_unrolled_em(num_layers, dim)
     params = check_params("params", params)
+    dim = params.dim
+    weight = validation.check_positive_scalar("second_moment_weight", second_moment_weight)
+    # the loss's dtype: the tasks' (the default float) with the parameters'
+    loss_dtype = jnp.result_type(
+        jax.dtypes.canonicalize_dtype(np.float64), *jax.tree_util.tree_leaves(params)
+    )
+    _check_loss_range(prior, weight, dim, loss_dtype)
     # a weak-typed start (jnp.full(2, 0.3)) would compile the chunk twice: the first chunk
     # returns the same leaves strongly typed
     params = _strong(params)
-    dim = params.dim
     num_steps = validation.check_positive_int("num_steps", num_steps)
     batch_size = validation.check_positive_int("batch_size", batch_size)
     num_heldout = validation.check_positive_int("num_heldout", num_heldout)
     callback_every = validation.check_positive_int("callback_every", callback_every)
-    weight = validation.check_positive_scalar("second_moment_weight", second_moment_weight)
     num_chunks = -(-num_steps // callback_every)
+    step_size = "learning_rate" if optimizer is None else "the optimizer's step size"
     if optimizer is None:
         lr = validation.check_positive_scalar("learning_rate", learning_rate)
         schedule = optax.cosine_decay_schedule(lr, num_chunks * callback_every)
@@ -417,7 +479,7 @@ def train_unrolled_em(
         if not np.all(np.isfinite(chunk_losses)) or not np.isfinite(float(held_loss)):
             raise FloatingPointError(
                 f"train_unrolled_em: the loss became non-finite in steps "
-                f"{c * callback_every}..{(c + 1) * callback_every}; lower learning_rate"
+                f"{c * callback_every}..{(c + 1) * callback_every}; lower {step_size}"
             )
         losses.append(chunk_losses)
         held.append(float(held_loss))

@@ -50,6 +50,8 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+import zipfile
+import zlib
 from typing import NamedTuple
 
 import jax
@@ -483,31 +485,78 @@ def save_unrolled_em(path, params: UnrolledEMParams, metadata: dict | None = Non
 
 
 def load_unrolled_em(path) -> tuple[UnrolledEMParams, dict]:
-    """Read parameters written by ``save_unrolled_em``: ``(params, metadata)``."""
+    """Read parameters written by ``save_unrolled_em``: ``(params, metadata)``.
+
+    Raises:
+        ValueError: naming the path, for a missing file, one that is not a whole .npz archive
+            (empty, truncated, another format), another or an unreadable ``format_version``,
+            and missing, non-float, misshapen or non-finite arrays or non-scalar metadata.
+    """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"path: no such file {path!r}")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError) as err:
-        raise ValueError(f"path: not a saved stack ({err})") from err
+    arrays = _read_archive(path)
     version = arrays.get("format_version")
-    if version is None or int(version) != FORMAT_VERSION:
+    if version is None:
+        raise ValueError(f"path: no format version in {path!r}: not a saved stack")
+    if version.ndim != 0 or not np.issubdtype(version.dtype, np.integer):
         raise ValueError(
-            f"path: format version {None if version is None else int(version)}, "
-            f"this attnbayes reads version {FORMAT_VERSION}"
+            f"path: format version {version.tolist()!r} in {path!r} is not an integer "
+            f"(this attnbayes reads version {FORMAT_VERSION})"
         )
+    if int(version) != FORMAT_VERSION:
+        raise ValueError(
+            f"path: format version {int(version)} in {path!r}, this attnbayes reads version "
+            f"{FORMAT_VERSION}"
+        )
+    fields = [f"layers.{f}" for f in LayerParams._fields]
+    fields += [f"readout.{f}" for f in ReadoutParams._fields]
+    for name in fields:
+        if name not in arrays:
+            raise ValueError(f"path: missing array {name!r} in {path!r}")
+        if not np.issubdtype(arrays[name].dtype, np.floating):
+            raise ValueError(
+                f"path: array {name!r} in {path!r} holds {arrays[name].dtype}, expected floats"
+            )
+    layers = LayerParams(**{f: jnp.asarray(arrays[f"layers.{f}"]) for f in LayerParams._fields})
+    readout = ReadoutParams(
+        **{f: jnp.asarray(arrays[f"readout.{f}"]) for f in ReadoutParams._fields}
+    )
     try:
-        layers = LayerParams(**{f: jnp.asarray(arrays[f"layers.{f}"]) for f in LayerParams._fields})
-        readout = ReadoutParams(
-            **{f: jnp.asarray(arrays[f"readout.{f}"]) for f in ReadoutParams._fields}
-        )
-    except KeyError as err:
-        raise ValueError(f"path: missing array {err}") from err
-    params = check_params("path", UnrolledEMParams(layers, readout))
-    metadata = {name[5:]: arrays[name].item() for name in arrays if name.startswith("meta.")}
+        params = check_params("path", UnrolledEMParams(layers, readout))
+    except ValueError as err:
+        raise ValueError(f"{err} (in {path!r})") from None
+    metadata = {}
+    for name, value in arrays.items():
+        if name.startswith("meta."):
+            if value.ndim != 0:
+                raise ValueError(
+                    f"path: metadata {name!r} in {path!r} has shape {value.shape}, "
+                    "expected a string or a number"
+                )
+            metadata[name[5:]] = value.item()
     return params, metadata
+
+
+# what reading a file that is not a whole archive raises: an empty file (EOFError), a cut or
+# foreign one (BadZipFile, ValueError), a damaged compressed member (zlib.error), or OSError
+_UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
+def _read_archive(path: str) -> dict:
+    """The arrays of the .npz archive at ``path``, by name; ValueError naming it otherwise."""
+    try:
+        with open(path, "rb") as handle:
+            data = np.load(handle, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise ValueError("a single array, not an .npz archive")
+            with data:
+                return {name: data[name] for name in data.files}
+    except _UNREADABLE as err:
+        raise ValueError(
+            f"path: not a saved stack: {path!r} could not be read as an .npz archive "
+            f"({type(err).__name__}: {str(err) or 'no detail'})"
+        ) from None
 
 
 PRETRAINED_FILE = "unrolled_em_v1.npz"

@@ -5,6 +5,9 @@ log N(x; mu, s^2 I) = -|x - mu|^2 / (2 s^2) - p/2 log(2 pi s^2) in NumPy float64
 scipy's logsumexp.
 """
 
+import logging
+import signal
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -366,6 +369,91 @@ def test_float32_far_from_the_origin():
     assert np.all(np.diff(trace) >= -1e-6 * abs(exact))
     zh = np.asarray(em.posterior_mean(jnp.asarray(x32 + c), fit.atoms, fit.weights, 1.0)) - c
     assert np.all(np.isfinite(zh)) and np.abs(zh).max() < 10
+
+
+# ----------------------------------------------------------------------------- fit_em in chunks
+# A concrete fit runs its loop in chunks of one compiled program (``em._em_iterations``),
+# returning to Python between them, where a Ctrl-C is honoured. The data: a shape no other test
+# compiles (N = 23, p = 2, max_iters = 9), so that the compilations counted are this file's own.
+
+
+def _chunk_data(seed):
+    return np.random.default_rng(seed).normal(0.0, 2.0, (23, 2))
+
+
+def _fit_in_chunks(monkeypatch, x, passes, block_size=None):
+    """fit_em with chunks of ``passes`` loop passes; returns (result, passes of each chunk)."""
+    entries = 23 * 23 * 3 * (1 if block_size is None else 2)  # a pass's, N = K = 23, p = 2
+    monkeypatch.setattr(em, "_CHUNK_ENTRIES", passes * entries)
+    run, calls = em._em_iterations, []
+
+    def counted(*args):
+        calls.append(args[4])
+        return run(*args)
+
+    monkeypatch.setattr(em, "_em_iterations", counted)
+    result = em.fit_em(x, 1.3, max_iters=9, tol=0.0, update_weights=True, block_size=block_size)
+    monkeypatch.undo()
+    return result, calls
+
+
+def test_chunk_length_follows_the_work_of_a_pass():
+    """One chunk for a small fit; at N = K = 20,000 (the issue's 30 s fit) one pass a chunk;
+    in between as many passes as stay within the budget."""
+    assert em._chunk_passes(300, 300, 1, None, 200) == 201
+    assert em._chunk_passes(20_000, 20_000, 1, None, 200) == 1
+    assert em._chunk_passes(20_000, 20_000, 1, 1024, 200) == 1
+    passes = em._chunk_passes(2_000, 2_000, 1, None, 200)
+    assert 1 < passes < 201 and passes * 2_000 * 2_000 * 2 <= em._CHUNK_ENTRIES
+    assert em._chunk_passes(2_000, 2_000, 1, 256, 200) == passes // 2
+
+
+@pytest.mark.usefixtures("empty_compilation_cache")  # it counts compilations
+def test_fit_in_chunks_equals_one_loop_and_compiles_one_program(monkeypatch, caplog):
+    """Chunks of 1 and 4 passes give the one-chunk fit bit for bit (dense and streamed), and
+    compile nothing beyond the one program a fit of this shape compiles (JAX logs each XLA
+    compilation, or persistent-cache hit, at debug level)."""
+    x = _chunk_data(0)
+    with caplog.at_level(logging.DEBUG, logger="jax._src.dispatch"):
+        whole, calls = _fit_in_chunks(monkeypatch, x, 10)
+        first = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        assert calls == [10] and int(whole.num_iters) == 9
+        for passes, expected in ((1, [1] * 10), (4, [4, 4, 4])):
+            chunked, calls = _fit_in_chunks(monkeypatch, x, passes)
+            assert calls == expected
+            for a, b in zip(chunked, whole, strict=True):
+                np.testing.assert_array_equal(a, b)
+        compiled = [r.getMessage() for r in caplog.records if "compilation" in r.getMessage()]
+    assert sum("XLA compilation of jit(_em_iterations)" in m for m in first) == 1
+    assert compiled == []
+    streamed, _ = _fit_in_chunks(monkeypatch, x, 10, block_size=8)
+    chunked, calls = _fit_in_chunks(monkeypatch, x, 3, block_size=8)
+    assert calls == [3, 3, 3, 3]
+    for a, b in zip(chunked, streamed, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_ctrl_c_stops_the_fit_after_the_running_chunk(monkeypatch):
+    """A SIGINT that arrives while a chunk runs is honoured when it returns: no chunk after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist workers ignore it
+    monkeypatch.setattr(em, "_CHUNK_ENTRIES", 2 * 23 * 23 * 3)  # 2 passes a chunk
+    run, steps = em._em_iterations, []
+
+    def interrupted_during_second_chunk(*args):
+        state = run(*args)
+        steps.append(int(state.step))  # waits for the chunk, as fit_em does
+        if len(steps) == 2:
+            signal.raise_signal(signal.SIGINT)
+        return state
+
+    monkeypatch.setattr(em, "_em_iterations", interrupted_during_second_chunk)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            em.fit_em(_chunk_data(1), 1.3, max_iters=9, tol=0.0, update_weights=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert steps == [2, 4]
 
 
 @pytest.mark.parametrize("update_weights", [False, True])
@@ -1062,9 +1150,16 @@ def test_estep_memory_bytes_bounds_xla_memory_analysis(n, k, dim, dtype, block_s
         w = jnp.full((k,), 1.0 / k, dtype)
         s = jnp.asarray(1.0, dtype)
         stream = (block_size, 1)
-        fit = _measured_peak(
-            em._fit_em_loop, x, atoms, w, s, jnp.asarray(0.0, dtype), False, 10, *stream
+        state = em._LoopState(
+            jnp.asarray(0, jnp.int32),
+            atoms,
+            w,
+            jnp.full((11,), jnp.nan, dtype),
+            jnp.asarray(False),
+            jnp.asarray(False),
         )
+        tol = jnp.asarray(0.0, dtype)
+        fit = _measured_peak(em._em_iterations, x, s, tol, state, 11, False, *stream)
         step = _measured_peak(em_step_unchecked, x, atoms, w, s, True, *stream)
     estimate = em.estep_memory_bytes(n, k, dim, dtype, block_size)
     assert isinstance(estimate, int)

@@ -83,6 +83,49 @@ def test_training_settings_are_checked(kwargs, match):
         training.train_unrolled_em(jax.random.PRNGKey(0), **kwargs)
 
 
+# One step on one task: on the code before these checks, each case compiled and trained, and
+# failed with "lower learning_rate".
+ONE_STEP = dict(num_steps=1, batch_size=1, num_heldout=1, callback_every=1, num_layers=1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "x64", "match"),
+    [
+        (dict(second_moment_weight=1e308), True, r"second_moment_weight: 1e\+308 is too large"),
+        (dict(prior=TINY_PRIOR._replace(base_scale=1e200)), True, r"prior.base_scale: 1e\+200"),
+        # the limit is the loss's dtype's: base_scale = 1e36 trains in float64, not in float32
+        (dict(prior=TINY_PRIOR._replace(base_scale=1e36)), False, r"prior.base_scale: 1e\+36"),
+    ],
+    ids=["second_moment_weight", "base_scale", "base_scale-float32"],
+)
+def test_settings_that_overflow_the_loss_are_named(kwargs, x64, match):
+    """Refused before any tracing, naming the setting and the limit sqrt(finfo.max)."""
+    with jax.enable_x64(x64), pytest.raises(ValueError, match=f"^{match}") as info:
+        training.train_unrolled_em(jax.random.PRNGKey(0), **{**ONE_STEP, **kwargs})
+    message = str(info.value)
+    assert "sqrt(finfo.max)" in message and "learning_rate" not in message
+    assert ("float64" if x64 else "float32") in message
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("setting", ["second_moment_weight", "prior.base_scale"])
+def test_loss_range_limits_are_the_stated_ones(setting, dtype):
+    """The largest value a message states passes the check; 10% more is refused."""
+
+    def check(value):
+        if setting == "second_moment_weight":
+            training._check_loss_range(TINY_PRIOR, value, 2, dtype)
+        else:
+            training._check_loss_range(TINY_PRIOR._replace(base_scale=value), 0.5, 2, dtype)
+
+    with pytest.raises(ValueError, match=f"^{setting}: ") as info:
+        check(1e300)
+    largest = float(str(info.value).rsplit("<= ", 1)[1])
+    check(0.9 * largest)
+    with pytest.raises(ValueError, match=f"^{setting}: "):
+        check(1.1 * largest)
+
+
 def test_heldout_tasks_are_strongly_typed_in_every_family():
     """No family gives weak-typed arrays (weights built from Python numbers), so a program
     compiled on one family's tasks serves every family of the same size."""

@@ -159,6 +159,52 @@ def test_load_refuses_other_versions_and_files(tmp_path):
         load_unrolled_em(tmp_path / "partial.npz")
 
 
+def _damaged(saved, kind):
+    """The bytes of a damaged copy of ``saved`` (a saved stack), or its arrays to write."""
+    if kind == "empty":
+        return b""
+    if kind == "truncated":
+        data = saved.read_bytes()
+        return data[: len(data) // 2]
+    with np.load(saved) as data:
+        arrays = dict(data)
+    if kind == "version-string":
+        arrays["format_version"] = np.asarray("1")
+    elif kind == "version-float":
+        arrays["format_version"] = np.asarray(1.5)
+    elif kind == "strings-for-floats":
+        arrays["layers.step"] = np.asarray(["1"])
+    elif kind == "metadata-array":
+        arrays["meta.steps"] = np.arange(3)
+    return arrays
+
+
+DAMAGED = {
+    "empty": "not a saved stack.*could not be read as an .npz archive .EOFError",
+    "truncated": "not a saved stack.*could not be read as an .npz archive .BadZipFile",
+    "version-string": "format version '1' in .* is not an integer",
+    "version-float": "format version 1.5 in .* is not an integer",
+    "strings-for-floats": "array 'layers.step' in .* holds <U1, expected floats",
+    "metadata-array": "metadata 'meta.steps' in .* has shape",
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED))
+def test_load_names_the_path_of_a_damaged_file(tmp_path, kind):
+    """Each a one-line ValueError naming the file, not BadZipFile, EOFError or int()'s error."""
+    save_unrolled_em(tmp_path / "stack.npz", init_unrolled_em(1), {"steps": 3})
+    damaged = _damaged(tmp_path / "stack.npz", kind)
+    path = tmp_path / f"{kind}.npz"
+    if isinstance(damaged, bytes):
+        path.write_bytes(damaged)
+    else:
+        np.savez(path, **damaged)
+    with pytest.raises(ValueError, match=f"^path: {DAMAGED[kind]}") as info:
+        load_unrolled_em(path)
+    message = str(info.value)
+    assert repr(str(path)) in message and "\n" not in message
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
