@@ -27,8 +27,9 @@ corrupt file, since one exists. So each entry here begins with a header, ``ENTRY
 digest of the rest (BLAKE2b, 16 bytes), checked on every read: an entry that fails the check is
 removed and reported as missing, and JAX compiles the program again and writes it anew. A
 corrupt entry (the header, but a digest that does not match: truncated or altered) makes the
-process print one line, the first time; an entry in another format (JAX's own, or an older
-attnbayes) is replaced silently.
+process print one line, the first time. The entries' names end in ``ENTRY_SUFFIX``, not JAX's
+"-cache", so JAX itself or an older attnbayes sharing the folder leaves them alone and they
+leave its entries alone.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ OFF = {"off", "0", "no", "false", "none"}
 STALE_AFTER_S = 3600.0
 # the first bytes of every entry (the format's version in the last two), then the digest
 ENTRY_MAGIC = b"attnbayes-xla-01"
+# an entry's file name ends so (JAX's own end in "-cache"): an older attnbayes or plain JAX
+# sharing the folder never reads these entries, nor they its (each would take the other's
+# for corrupt and rewrite it, over and over)
+ENTRY_SUFFIX = "-attnbayes1"
 _DIGEST_BYTES = 16
 
 
@@ -108,14 +113,14 @@ def atomic_file_cache_class():
         def get(self, key: str) -> bytes | None:
             if not key:
                 raise ValueError("key cannot be empty")
-            entry = self.path / f"{key}-cache"
+            entry = self.path / f"{key}{ENTRY_SUFFIX}"
             try:
                 with open(entry, "rb") as f:
                     stored = f.read()
                     read = os.fstat(f.fileno())
             except FileNotFoundError:
                 return None
-            if not stored.startswith(ENTRY_MAGIC):  # not written here: replaced silently
+            if not stored.startswith(ENTRY_MAGIC):  # not an entry of ours: replaced silently
                 self._remove(entry, read)
                 return None
             value = _unwrap(stored)
@@ -129,7 +134,7 @@ def atomic_file_cache_class():
             # it could not use is replaced
             if not key:
                 raise ValueError("key cannot be empty")
-            entry = self.path / f"{key}-cache"
+            entry = self.path / f"{key}{ENTRY_SUFFIX}"
             temporary = self.path / f".{key}.tmp-{os.getpid()}-{threading.get_ident()}"
             try:
                 temporary.write_bytes(ENTRY_MAGIC + _digest(value) + value)

@@ -278,14 +278,19 @@ def _index_reason(name: str | None, cells: list[str], first: bool) -> str | None
     """Why a column looks like a row index, or None: its header name (``INDEX_NAMES``; ``name``
     is None without a header), or, for the file's first column (where R and pandas write the
     row names), its cells are the integers 1..N or 0..N-1 in order (N >= 3)."""
-    if name is not None and name.lower() in INDEX_NAMES:
+    named = name is not None and name.lower() in INDEX_NAMES
+    if named and name.lower() != "index":
         return f'its header is "{name}"' if name else "its header is empty"
-    if not first or len(cells) < 3 or not all(_NUMBER.fullmatch(c.strip()) for c in cells):
+    # "index" is also a name for data (a price index): an index only with the integers
+    if not (first or named) or len(cells) < 3:
+        return None
+    if not all(_NUMBER.fullmatch(c.strip()) for c in cells):
         return None
     values = [float(c) for c in cells]
     start = values[0]
     if start in (0.0, 1.0) and values == [start + i for i in range(len(values))]:
-        return f"the integers {start:.0f}..{start + len(values) - 1:.0f} in order"
+        held = f"the integers {start:.0f}..{start + len(values) - 1:.0f} in order"
+        return f'its header is "{name}" and it holds {held}' if named else held
     return None
 
 
@@ -319,14 +324,16 @@ def _unchosen(path, line, names, header, data, chosen, *, width, reason, option,
     others = " besides the --inputs columns" if excluded else ""
     if len(chosen) == needed:  # the right number, but a row index among them
         head = f"{where}: {'; '.join(hints)}, not data"
+        # the user may know better: say how to take every column as data
+        anyway = f" (if it is data, pass {_option_value(names, chosen, option)})"
         if len(numeric) == needed:
             return InputError(
                 f"{head}; the columns of data are not guessed: pass "
-                f"{_option_value(names, numeric, option)}"
+                f"{_option_value(names, numeric, option)}{anyway}"
             )
         return InputError(
             f"{head}; that leaves {len(numeric)} column(s) of numbers{others} "
-            f"({_listing(names, numeric) or 'none'}) where {needed} are needed{reason}"
+            f"({_listing(names, numeric) or 'none'}) where {needed} are needed{reason}{anyway}"
         )
     if width is None:  # deconvolve: one column, or --columns for points in R^p
         head = f"{where}: {len(chosen)} columns ({listing}) and no {option} to say which are data"

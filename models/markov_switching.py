@@ -540,7 +540,8 @@ def regime_ordering(spec: SwitchingSpec, free=None) -> RegimeOrdering:
     ``spec.free``):
 
     - a Markov-switching regression or MS-AR model: by increasing intercept or mean (the
-      support of "intercepts" / "means" is ``ordered_vector``);
+      support of "intercepts" / "means" is ``ordered_vector``); fixed ones out of order label
+      the regimes as given;
     - a state-space model (``switching_state_space``) whose fixed parameters differ between
       modes: by those parameters (the modes are not exchangeable, nothing is reordered);
     - a state-space model whose fixed parameters are the same in every mode: the modes are
@@ -554,14 +555,20 @@ def regime_ordering(spec: SwitchingSpec, free=None) -> RegimeOrdering:
     Returns ``RegimeOrdering`` (the parameter or None, a sentence for the output, and whether
     the labels are identified).
     """
+    if not isinstance(spec, SwitchingSpec):
+        raise ValueError(f"spec: expected a SwitchingSpec, got {type(spec).__name__}")
     free = tuple(spec.free if free is None else free)
     kind, m = spec.structure.kind, spec.structure.num_regimes
     if m == 1:
         return RegimeOrdering(None, "one regime: there are no labels to identify.")
     if kind in ("regression", "ar"):
         name = "intercepts" if kind == "regression" else "means"
+        if name in free or np.all(np.diff(np.asarray(spec.theta[name], dtype=float)) > 0):
+            return RegimeOrdering(
+                name, f"the regimes are labelled by increasing {name[:-1]} (regime 0 the lowest)."
+            )
         return RegimeOrdering(
-            name, f"the regimes are labelled by increasing {name[:-1]} (regime 0 the lowest)."
+            None, f"the regimes are labelled by their fixed {name}, as given (not in order)."
         )
     if not _symmetric_under_relabelling(spec, free):
         return RegimeOrdering(

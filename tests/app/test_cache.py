@@ -142,7 +142,7 @@ def test_jax_builds_its_cache_as_ours(tmp_path, restore_jax_cache_config):
     jax.jit(lambda x: jnp.sum(jnp.tanh(x) ** 5) + 0.25)(jnp.arange(6.0)).block_until_ready()
     assert isinstance(compilation_cache._cache, cache.atomic_file_cache_class())
     assert Path(compilation_cache._cache.path) == folder
-    assert any(p.name.endswith("-cache") for p in folder.iterdir())
+    assert any(p.name.endswith(cache.ENTRY_SUFFIX) for p in folder.iterdir())
     assert not list(folder.glob(".*.tmp-*"))
 
 
@@ -222,7 +222,7 @@ def test_a_corrupt_entry_is_removed_with_one_line_and_written_again(
     folder = enable_compilation_cache(tmp_path / "c")
     for f in _programs():
         f(x).block_until_ready()
-    entries = sorted(folder.glob("*-cache"))
+    entries = sorted(folder.glob(f"*{cache.ENTRY_SUFFIX}"))
     assert len(entries) == 3
     truncated, altered, foreign = entries
     truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
@@ -230,6 +230,10 @@ def test_a_corrupt_entry_is_removed_with_one_line_and_written_again(
     flipped[len(flipped) // 2] ^= 0xFF
     altered.write_bytes(bytes(flipped))
     foreign.write_bytes(b"not written by attnbayes")
+    # JAX's own entries of the same programs (or an older attnbayes's), sharing the folder
+    theirs = [e.with_name(e.name.removesuffix(cache.ENTRY_SUFFIX) + "-cache") for e in entries]
+    for other in theirs:
+        other.write_bytes(b"JAX's own format")
     capsys.readouterr()
 
     hits = []
@@ -256,5 +260,6 @@ def test_a_corrupt_entry_is_removed_with_one_line_and_written_again(
                     assert cache._unwrap(entry.read_bytes()) is not None
             else:
                 assert len(hits) == 3 and err == ""
+            assert all(other.read_bytes() == b"JAX's own format" for other in theirs)
     finally:
         monitoring.unregister_event_listener(listener)

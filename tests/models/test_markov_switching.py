@@ -94,6 +94,12 @@ def test_unordered_exchangeable_modes_and_the_econometric_convention():
     regression = markov_switching_regression(Y[:, 0])
     assert regime_ordering(regression).parameter == "intercepts"
     assert regression.support["intercepts"] is constraints.ordered_vector
+    # fixed intercepts out of order label the regimes as given, and the output says so
+    fixed = regression._replace(theta=regression.theta | {"intercepts": np.array([1.0, -1.0])})
+    ordering = regime_ordering(fixed, ("transition_matrix", "variances"))
+    assert ordering.parameter is None and "as given" in ordering.description
+    with pytest.raises(ValueError, match="^spec: expected a SwitchingSpec"):
+        regime_ordering({"theta": {}})
 
 
 def test_relabel_regimes_permutes_modes_and_transition_rows_and_columns():

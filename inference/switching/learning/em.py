@@ -50,7 +50,7 @@ from ..smoothers import (
 )
 from .likelihood import filter_unchecked, mode_filter
 from .parameters import constrain, num_free, register_spec, registered_spec, unconstrain
-from .results import SwitchingFitResult, boundary_mask
+from .results import SwitchingFitResult
 
 # an EM step that lowers the log-likelihood (an approximate E-step) is halved this many times
 # at most before the fit stops (``fit_em_unchecked``)
@@ -503,7 +503,8 @@ def fit_em_unchecked(
     k = 1..``EM_STEP_HALVINGS``: every support is convex, so each point is a valid model; the
     step-halving safeguard of Lange 1995, "A gradient algorithm locally equivalent to the EM
     algorithm", JRSS B 57, sec. 3), and the first point that raises it is kept, so the trace
-    is increasing. Stops when the increase is below ``tolerance`` times T (converged), or,
+    never falls by more than ``tolerance`` times T. Stops when the change is below that
+    (converged), or,
     unconverged, when no halved step raises it (the returned theta is the last iterate, whose
     log-likelihood ends the trace) or at ``max_iterations``.
     """
@@ -548,10 +549,9 @@ def fit_em_unchecked(
         previous = theta
         theta = _m_step(spec_key, free, 10, partial, theta, stats, observations, inputs, factors)
     theta = {n: np.asarray(v) for n, v in theta.items()}
-    _, on_edge = boundary_mask(spec, free, theta)
-    _, unravel = ravel_pytree({n: jnp.asarray(theta[n]) for n in free})
+    # EM computes no Hessian, so it makes no boundary claim (``boundary_mask`` needs the
+    # observed information); --fit mle does
     on_boundary = {n: np.zeros(np.shape(v), bool) for n, v in theta.items()}
-    on_boundary |= {n: np.asarray(v) > 0 for n, v in unravel(jnp.asarray(on_edge, float)).items()}
     return SwitchingFitResult(
         params=build_params(structure, theta),
         theta=theta,

@@ -108,7 +108,8 @@ def _standard_errors(spec, free, likelihood, z, theta_fixed, obs, u, theta) -> t
     not positive definite (a parameter not identified)."""
     hess, jac = _hessian_kernel(register_spec(spec), free, likelihood, z, theta_fixed, obs, u)
     hess, jac = np.asarray(hess), np.asarray(jac)
-    edge, on_edge = boundary_mask(spec, free, theta)
+    num_obs = int(np.sum(np.any(~np.isnan(np.asarray(obs)), axis=-1)))
+    edge, on_edge = boundary_mask(spec, free, theta, -np.diagonal(hess), num_obs)
     _, unravel = ravel_pytree({n: jnp.asarray(theta[n]) for n in free})
 
     def per_name(flat, fill):

@@ -25,8 +25,11 @@ from ....models.switching import SwitchingParams
 from .parameters import constrain, register_spec, registered_spec, unconstrain
 
 # an unconstrained coordinate is on the boundary when the reported parameters have (nearly)
-# stopped moving with it: its Jacobian column is below this fraction of its size at the start
+# stopped moving with it (its Jacobian column below this fraction of its size at the start)
+# and the log-likelihood is flat in it (``BOUNDARY_INFORMATION``)
 BOUNDARY_RATIO = 1e-6
+# ... flat: its observed information -d2 log L / dz2 below this many nats per observed step
+BOUNDARY_INFORMATION = 1e-6
 
 
 class SwitchingFitResult(NamedTuple):
@@ -41,7 +44,8 @@ class SwitchingFitResult(NamedTuple):
             boundary, for every entry with EM, or where the Hessian on the interior
             coordinates is not negative definite).
         on_boundary: dict name -> bool array of the parameter's shape: the entry lies on the
-            boundary of its support (``boundary_mask``; False for fixed parameters).
+            boundary of its support (``boundary_mask``, from the MLE's observed information;
+            False for fixed parameters and everywhere with EM, which computes no Hessian).
         start_log_likelihoods: (num_starts,) the final log-likelihood from each start.
         num_parameters: the free scalars (a transition row counts M - 1), statsmodels' k.
         num_observations: T (observed steps).
@@ -88,27 +92,51 @@ def _reported_jacobian(spec_key, free, flat, like):
     return jax.jacfwd(reported)(flat)
 
 
-def boundary_mask(spec, free: tuple, theta: dict) -> tuple[np.ndarray, np.ndarray]:
+def boundary_mask(
+    spec, free: tuple, theta: dict, information, num_observations: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Where an estimate ``theta`` lies on the boundary of the support of its ``free``
     parameters: (coordinates, entries), boolean over the unconstrained coordinates z
     (``unconstrain``, flattened) and over the reported entries (the free parameters
     flattened in C order).
 
-    A coordinate is on the boundary when the reported parameters have stopped moving with it:
-    the norm of its column of d theta / d z is below ``BOUNDARY_RATIO`` times that at the
-    spec's start (a scale c = e^z at 1e-11 of its start; a transition row whose probability
-    p reached 0 or 1, where dp/dz = p (1 - p); two ordered means merged; a covariance's
-    Cholesky diagonal at 0). There the log-likelihood is flat in z, so the Hessian in z is
-    singular and its inverse says nothing. An entry is on the boundary when it moves with a
-    boundary coordinate (d theta / d z nonzero at the start)."""
+    A coordinate z_j is on the boundary when both hold:
+
+    - the reported parameters have stopped moving with it: the norm of its column of
+      d theta / d z is below ``BOUNDARY_RATIO`` times that at the spec's start (a scale
+      c = e^z far below its start, a transition probability p near 0 or 1, where
+      dp/dz = p (1 - p), two ordered means merged, a covariance's Cholesky diagonal near 0);
+    - the log-likelihood is flat in it: its observed information ``information[j]``
+      (-d2 log L / dz_j2 at theta) is below ``BOUNDARY_INFORMATION`` times
+      ``num_observations``. In z = log c the information is free of units (about T / 2 for
+      a well-determined noise scale, whatever its size), so a small scale in the data's
+      units is not mistaken for one at 0; at the boundary it vanishes like c.
+
+    There the Hessian in z is singular and its inverse says nothing. An entry is on the
+    boundary when it moves with a boundary coordinate (d theta / d z nonzero at the start).
+
+    Args:
+        spec, free, theta: the spec, the fitted names and the estimate (concrete).
+        information: (n_z,) the diagonal of -d2 log L / dz2 at theta (``fit_switching``'s
+            Hessian).
+        num_observations: the observed steps T.
+    """
     spec_key = register_spec(spec)
     z_start = ravel_pytree(unconstrain(spec, free, spec.theta))
     flat, _ = ravel_pytree(unconstrain(spec, free, theta))
     like = unconstrain(spec, free, spec.theta)
     start = np.asarray(_reported_jacobian(spec_key, free, z_start[0], like))
     at = np.asarray(_reported_jacobian(spec_key, free, flat.astype(z_start[0].dtype), like))
+    information = np.asarray(information, dtype=float)
+    if information.shape != (at.shape[1],):
+        raise ValueError(
+            f"information: expected shape ({at.shape[1]},) (one per unconstrained coordinate), "
+            f"got {information.shape}"
+        )
     with np.errstate(invalid="ignore"):
-        coordinates = ~(np.linalg.norm(at, axis=0) > BOUNDARY_RATIO * np.linalg.norm(start, axis=0))
+        still = ~(np.linalg.norm(at, axis=0) > BOUNDARY_RATIO * np.linalg.norm(start, axis=0))
+        flat_here = ~(information > BOUNDARY_INFORMATION * max(int(num_observations), 1))
+    coordinates = still & flat_here
     entries = np.any(start[:, coordinates] != 0, axis=1)
     return coordinates, entries
 

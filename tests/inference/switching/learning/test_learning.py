@@ -384,6 +384,27 @@ def test_relabelling_exchangeable_modes_is_a_symmetry_and_fits_report_one_labell
     np.testing.assert_array_equal(out.params.emission_covs[:, 0, 0], [0.4, 2.0])
 
 
+def test_a_small_scale_in_the_datas_units_is_not_a_boundary():
+    """A local level in units where both noise variances are about 1e-7 (rates in decimals)
+    against a start of 1: the scales end 1e-7 of their start, yet the log-likelihood is
+    curved in log c (information about T / 2), so neither is on the boundary and both have
+    standard errors (a size-only rule flagged both and blanked every standard error)."""
+    from attnbayes.models.markov_switching import switching_state_space
+
+    rng = np.random.default_rng(2)
+    y = 1e-4 * (np.cumsum(3.0 * rng.normal(size=40)) + rng.normal(size=40))[:, None]
+    spec = switching_state_space(_local_level(1), y)
+    free = ("dynamics_cov_scale", "emission_cov_scale")
+    fit = fit_switching(jax.random.key(0), spec, free=free, num_starts=2, likelihood="kalman")
+    c, r = fit.theta["dynamics_cov_scale"][0], fit.theta["emission_cov_scale"][0]
+    assert 1e-9 < c < 1e-6 and 1e-9 < r < 1e-6 and fit.converged
+    assert not fit.on_boundary["dynamics_cov_scale"][0]
+    assert not fit.on_boundary["emission_cov_scale"][0]
+    assert np.all(
+        np.isfinite([fit.stderr["dynamics_cov_scale"][0], fit.stderr["emission_cov_scale"][0]])
+    )
+
+
 def test_mle_on_a_boundary_names_it_and_gives_the_interior_standard_errors():
     """A local level fitted to a constant level plus noise: the process noise scale c goes to
     its boundary 0 (about 1e-11). It is flagged, gets no standard error, and the emission
