@@ -63,12 +63,19 @@ def _setuptools() -> dict:
 
 
 def _package_folders() -> dict[str, Path]:
-    """Every folder of the package holding an ``__init__.py``, by its dotted name."""
+    """Every folder of the package holding an ``__init__.py``, and every folder of data files
+    inside one (setuptools takes such a folder for a namespace package, and warns at install
+    when it is not listed), by its dotted name."""
     found = {}
     for dotted, folder in _setuptools()["package-dir"].items():
         for init in (ROOT / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / folder).parts
             found[".".join((dotted, *rel))] = init.parent
+    for dotted, package in list(found.items()):
+        for sub in package.iterdir():
+            data = [p for p in sub.glob("*") if p.is_file() and p.suffix not in (".py", ".pyc")]
+            if sub.is_dir() and sub.name != "__pycache__" and data and sub not in found.values():
+                found[f"{dotted}.{sub.name}"] = sub
     return found
 
 
@@ -136,11 +143,15 @@ def test_the_wheel_installs_and_works_outside_the_repository(tmp_path):
         ),
     )
     dist = tmp_path / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(dist), str(source)],
         check=True,
         timeout=600,
+        capture_output=True,
+        text=True,
     )
+    # setuptools' 40-line warning about a data folder missing from `packages`
+    assert "would be ignored" not in build.stdout + build.stderr
     (wheel,) = dist.glob("attnbayes-0.2.0-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
@@ -148,6 +159,8 @@ def test_the_wheel_installs_and_works_outside_the_repository(tmp_path):
         assert top == {"attnbayes", "attnbayes-0.2.0.dist-info"}, top
         for package in ["models", "inference", "app", "inference/switching", "app/report"]:
             assert f"attnbayes/{package}/__init__.py" in names, package
+        pretrained = "attnbayes/inference/deconvolution/learned/pretrained/"
+        assert {f"{pretrained}unrolled_em_v1.npz", f"{pretrained}MODEL_CARD.md"} <= set(names)
         metadata = archive.read("attnbayes-0.2.0.dist-info/METADATA").decode()
         entry_points = archive.read("attnbayes-0.2.0.dist-info/entry_points.txt").decode()
     required = {
