@@ -1,11 +1,15 @@
 """The ``attnbayes`` command.
 
-    attnbayes report [--quick] [--out DIR] [--name NAME] [--seed N] [--workers N]
+    attnbayes report [--quick] [--keep-trees] [--out DIR] [--name NAME] [--seed N]
+                     [--workers N]
     attnbayes deconvolve FILE.csv --sigma S [--method attention-em|em|npmle|nuts|gibbs]
                          [options]
     attnbayes filter FILE.csv (--scenario NAME | --params FILE.json)
                      [--method gpb1|gpb2|imm|rbpf|gibbs] [--fit mle|em|nuts]
                      [--inputs COLS] [options]
+    attnbayes regress FILE.csv --x COL --y COL
+                      [--kernel gaussian|boxcar|epanechnikov|triangular|tricube]
+                      [--bandwidth H] [--grid N] [--level P] [options]
     attnbayes calibrate [--reading deconvolution|switching] [--method M ...] [--replicates R]
                         [options]
 
@@ -14,9 +18,10 @@ offers come from the registry, ``attnbayes.inference.methods``). ``report`` runs
 simulations (``attnbayes.app.report``); ``calibrate`` runs calibration studies over a fixed prior
 (``attnbayes.app.calibrate``); ``deconvolve`` and ``filter`` run one method on a user's own CSV
 (``attnbayes.app.user_data`` reads and checks it, ``attnbayes.app.deconvolve`` and
-``attnbayes.app.filter`` run the method and write the outputs). Exit status 0 on success, 2
-for bad usage or bad input (reported before any JAX work), 1 when a run or writing its output
-fails, 130 on Ctrl-C and 143 on SIGTERM; in every failure one line names what went wrong
+``attnbayes.app.filter`` run the method and write the outputs); ``regress`` runs Nadaraya-Watson
+kernel regression on two columns of a user's CSV (``attnbayes.app.regress``). Exit status 0 on
+success, 2 for bad usage or bad input (reported before any JAX work), 1 when a run or writing its
+output fails, 130 on Ctrl-C and 143 on SIGTERM; in every failure one line names what went wrong
 (``--debug`` or ``ATTNBAYES_DEBUG=1`` adds the traceback) and nothing is written.
 
 JAX is configured here, before it is first imported: float64, as many host devices as there
@@ -67,6 +72,7 @@ def _report(args, progress, argv):
         quick=args.quick,
         seed=args.seed,
         workers=args.workers,
+        keep_trees=args.keep_trees,
         progress=progress,
         **named,
     )
@@ -89,6 +95,23 @@ def _deconvolve(args, progress, argv):
         num_samples=args.draws,
         num_chains=args.chains,
         block_size=args.block_size,
+        progress=progress,
+        argv=argv,
+    )
+
+
+def _regress(args, progress, argv):
+    from .regress import read_xy, run_regress
+
+    table = read_xy(args.file, args.x, args.y, delimiter=args.delimiter)
+    return run_regress(
+        table,
+        kernel=args.kernel,
+        bandwidth=args.bandwidth,
+        grid=args.grid,
+        level=args.level,
+        out_dir=args.out,
+        name=args.name,
         progress=progress,
         argv=argv,
     )
@@ -244,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         "report": _report,
         "deconvolve": _deconvolve,
         "filter": _filter,
+        "regress": _regress,
         "calibrate": _calibrate,
     }[args.command]
     previous = signal.getsignal(signal.SIGTERM)

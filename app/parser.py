@@ -3,9 +3,11 @@
 Every list the parser offers comes from one place: the methods of ``--method`` (their names,
 aliases, descriptions and sampler sizes) from the registry ``attnbayes.inference.methods``, the
 scenarios, the learned parameters and the calibration sizes from ``attnbayes.constants``; the
-defaults that only the command has (``DECONVOLVE_DEFAULT``, ``FIT_METHODS``, ...) are here, and
-the runs read them from here. Nothing here imports JAX, so ``attnbayes --help`` and a refused
-command line are fast.
+defaults that only the command has (``DECONVOLVE_DEFAULT``, ``FIT_METHODS``, ``REGRESS_GRID``,
+...) are here, and the runs read them from here. ``REGRESS_KERNELS`` repeats
+``attnbayes.inference.kernel_regression.KERNELS`` (that package imports JAX; a test keeps the
+two equal). Nothing here imports JAX, so ``attnbayes --help`` and a refused command line are
+fast.
 """
 
 from __future__ import annotations
@@ -41,6 +43,18 @@ FIT_NUTS_SIZES = {"num_warmup": 500, "num_samples": 500, "num_chains": 2}
 # calibrate: the samplers' sizes unless --warmup, --draws, --chains say otherwise
 CALIBRATE_SIZES = {"num_warmup": 300, "num_samples": 300, "num_chains": 2}
 SIZES = ("num_warmup", "num_samples", "num_chains")
+# regress: the kernels (``attnbayes.inference.kernel_regression.KERNELS``), the default kernel,
+# the points of the grid the fit is evaluated on, the band's level, the bandwidths of the
+# LOO-CV search grid, the fewest rows, and the rows above which the CV and the fit stream
+# over blocks of ``REGRESS_BLOCK`` (memory O(REGRESS_BLOCK N) instead of O(N^2))
+REGRESS_KERNELS = ("gaussian", "boxcar", "epanechnikov", "triangular", "tricube")
+REGRESS_KERNEL = "gaussian"
+REGRESS_GRID = 200
+REGRESS_LEVEL = 0.9
+REGRESS_CV_GRID = 30
+REGRESS_MIN_ROWS = 5
+REGRESS_DENSE_ROWS = 4096
+REGRESS_BLOCK = 1024
 
 
 def sampler_defaults(command: str, reading: str) -> dict[str, dict[str, int]]:
@@ -80,10 +94,10 @@ INPUT_FORMAT = """input CSV:
   A malformed file is refused with the line and column of the first problem, e.g.
     attnbayes: error: data.csv line 7, column "x2": cannot parse 'abc' as a number"""
 
-OUTPUT_FOLDER = """output folder OUT/NAME (default reports/<FILE stem>-{cmd}-<method>):
+OUTPUT_FOLDER = """output folder OUT/NAME (default reports/<FILE stem>-{cmd}-<{what}>):
   assembled in a temporary folder and renamed into place, so a failed run leaves
   nothing behind. An existing OUT/NAME is replaced only if an earlier attnbayes
-  deconvolve or filter run wrote it (it holds run.json); otherwise the command stops."""
+  run wrote it (it holds run.json); otherwise the command stops."""
 
 PARAMS_HELP = (
     "--params FILE.json: a JSON object with these fields, nested lists of numbers\n"
@@ -196,7 +210,7 @@ output files in OUT/NAME:
                    intervals, sampler diagnostics
   run.json         input file and its SHA-256, settings, versions, wall time
 
-{OUTPUT_FOLDER.format(cmd="deconvolve")}
+{OUTPUT_FOLDER.format(cmd="deconvolve", what="method")}
 
 {EXIT_STATUSES}
 
@@ -265,13 +279,72 @@ output files in OUT/NAME:
   index.html       self-contained report: states with bands, mode probabilities, track
   run.json         input file and its SHA-256, settings, versions, wall time
 
-{OUTPUT_FOLDER.format(cmd="filter")}
+{OUTPUT_FOLDER.format(cmd="filter", what="method")}
 
 {EXIT_STATUSES}
 
 examples:
   attnbayes filter track.csv --scenario maneuvering-target --method imm
   attnbayes filter track.csv --scenario maneuvering-target-cwna --fit mle"""
+
+
+REGRESS_INPUT = INPUT_FORMAT.format(
+    rows="One row per observation (x_i, y_i): --x and --y name the two columns (header\n"
+    "  names or 1-based numbers); the other columns are not read.",
+    names="column1..columnp",
+    missing="Every cell of the two columns must be a finite number.",
+)
+
+REGRESS_EPILOG = f"""model and estimator:
+  y_i = m(x_i) + e_i, m estimated by Nadaraya-Watson (attention pooling over the data):
+    m_hat(x) = sum_i w_i(x) y_i,  w_i(x) = K((x - x_i) / h) / sum_j K((x - x_j) / h),
+  softmax weights of the scores log K((x - x_i) / h). The bandwidth h minimises the
+  leave-one-out CV(h) = (1/N) sum_i (y_i - m_hat_(-i)(x_i))^2: a grid of {REGRESS_CV_GRID}
+  bandwidths from 0.001 to 4 times the spread of x (min(sd, IQR / 1.349)), refined by
+  Brent's method. --bandwidth H fixes h instead (the CV curve is still drawn, with H and
+  the LOO-CV choice on it). Above {REGRESS_DENSE_ROWS} rows the CV and the fit stream over blocks
+  of {REGRESS_BLOCK} rows (memory O({REGRESS_BLOCK} N)); the time grows as N^2.
+
+kernels K(u) (--kernel), 0 outside |u| < 1 for all but the gaussian:
+  gaussian exp(-u^2 / 2), boxcar 1 (|u| <= 1), epanechnikov 1 - u^2, triangular
+  1 - |u|, tricube (1 - |u|^3)^3. Where no x_i lies within h of a grid point (a
+  compact kernel), the fit there is the y of the nearest x_i, and a warning says so.
+
+pointwise band (--level P, z the (1 + P) / 2 quantile of the standard normal):
+  m_hat(x) +- z se(x),  se(x)^2 = sigma_hat^2(x) sum_i w_i(x)^2:
+  the variance sum_i w_i(x)^2 sigma^2(x_i) of m_hat(x) with the noise variance smooth
+  near x (Haerdle 1990, sec. 4.2; Wasserman 2006, ch. 5, variance estimation and
+  confidence bands). sigma_hat^2(x) = sum_i w_i(x) r_i^2 smooths the squared residuals
+  r_i^2 = (y_i - m_hat(x_i))^2 / (1 - 2 L_ii + sum_j L_ij^2), each divided by its
+  expectation under constant noise (L_ij = w_j(x_i); summed over i the divisors make
+  Wasserman's N - 2 nu + nu~). A normal approximation around the smoothed curve
+  sum_i w_i(x) m(x_i): it ignores the bias (largest where m bends sharply and at the
+  ends of the data), so it is not a band for m(x) itself, and it holds at each x
+  separately, not for the whole curve at once.
+
+{REGRESS_INPUT}
+
+output files in OUT/NAME (P the level in percent, e.g. 90):
+  fitted.csv   one row per observation: row, line, x, y (the file's column names),
+               fit, se, lower_P, upper_P, residual (y - fit), loo_fit (m_hat_(-i)(x_i))
+  curve.csv    one row per grid point (--grid, from min to max x): x, fit, se, lower_P,
+               upper_P, effective_points (1 / sum_i w_i(x)^2)
+  cv.csv       bandwidth, cv, kind: the CV curve on the search grid (grid), its
+               minimum (loo-cv) and --bandwidth H (given)
+  metrics.csv  metric, value: bandwidth (the h used), loo_cv_bandwidth, cv_at_bandwidth,
+               cv_at_loo_cv_bandwidth, residual_sd (sqrt(sum_i (y_i - fit_i)^2 /
+               (N - 2 nu + nu~)), nu = sum_i L_ii, nu~ = sum_ij L_ij^2), effective_df
+               (nu), wall_time_s
+  index.html   self-contained report: the data with the fit and its band, the CV curve
+  run.json     input file and its SHA-256, settings, versions, wall time
+
+{OUTPUT_FOLDER.format(cmd="regress", what="kernel")}
+
+{EXIT_STATUSES}
+
+examples:
+  attnbayes regress engel.csv --x income --y foodexp
+  attnbayes regress engel.csv --x income --y foodexp --kernel epanechnikov --bandwidth 150"""
 
 
 def _wrap(text: str) -> str:
@@ -322,6 +395,13 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _level(text: str) -> float:
+    value = _sigma(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return value
+
+
 def _delimiter(text: str) -> str:
     if text.lower() in ("tab", "\\t"):
         return "\t"
@@ -342,15 +422,16 @@ def _columns(text: str) -> list[str]:
 # ----------------------------------------------------------------------------- the parser
 
 
-def _add_data_options(sub: argparse.ArgumentParser, command: str) -> None:
-    sub.add_argument(
-        "--columns",
-        type=_columns,
-        metavar="COLS",
-        help="comma-separated header names or 1-based numbers of the columns to use, in "
-        "that order; the other columns are not read [deconvolve: the file's only column; "
-        "filter: the o columns besides --inputs; never guessed]",
-    )
+def _add_data_options(sub: argparse.ArgumentParser, command: str, what: str = "method") -> None:
+    if command != "regress":  # regress chooses its columns with --x and --y
+        sub.add_argument(
+            "--columns",
+            type=_columns,
+            metavar="COLS",
+            help="comma-separated header names or 1-based numbers of the columns to use, in "
+            "that order; the other columns are not read [deconvolve: the file's only column; "
+            "filter: the o columns besides --inputs; never guessed]",
+        )
     sub.add_argument(
         "--delimiter",
         type=_delimiter,
@@ -362,7 +443,7 @@ def _add_data_options(sub: argparse.ArgumentParser, command: str) -> None:
     sub.add_argument(
         "--name",
         metavar="NAME",
-        help=f"folder name inside DIR [<FILE stem>-{command}-<method>]",
+        help=f"folder name inside DIR [<FILE stem>-{command}-<{what}>]",
     )
 
 
@@ -376,13 +457,14 @@ def _add_debug(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``attnbayes report | deconvolve | filter | calibrate``."""
+    """The parser of ``attnbayes report | deconvolve | filter | regress | calibrate``."""
     parser = argparse.ArgumentParser(
         prog="attnbayes",
         description=_wrap(
             "Attention as statistical inference: run EM/attention and full-posterior MCMC "
             "side by side and report how they differ, on built-in simulations (report) or on "
-            "your own data (deconvolve, filter)."
+            "your own data (deconvolve, filter); Nadaraya-Watson kernel regression on your data "
+            "(regress)."
         ),
         epilog=EXIT_STATUSES + "\n\nRun 'attnbayes COMMAND --help' for a command's options, "
         "input format and output files.",
@@ -393,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_deconvolve(sub)
     _add_filter(sub)
+    _add_regress(sub)
     _add_calibrate(sub)
     return parser
 
@@ -403,10 +486,19 @@ def _add_report(sub) -> None:
         help="simulate the built-in data, run every method, write an HTML report",
         description=_wrap(
             "Simulate the built-in data (the deconvolution scenarios and the maneuvering "
-            "target), run every method side by side, and write OUT/NAME/index.html: data, "
-            "methods compared, posterior diagnostics, model comparison, attention maps and "
-            "Nadaraya-Watson, with results.csv, the PNG figures and the samplers' DataTrees "
-            "(netCDF)."
+            "target), run every method side by side, and write OUT/NAME/index.html: a summary "
+            "(which method wins on which measure, by how much), then nine sections: 1. data, "
+            "2. methods side by side, 3. posterior diagnostics, 4. model comparison, 5. "
+            "learning the switching model's parameters, 6. attention maps, 7. Nadaraya-Watson "
+            "kernel regression, 8. learned attention, 9. calibration over the prior; with "
+            "results.csv, the PNG figures and the samplers' DataTrees (netCDF; thinned and "
+            "compressed unless --keep-trees)."
+        )
+        + "\n\n"
+        + _wrap(
+            "Time on two workers: the full report about 4 minutes on a first run (cold: JAX "
+            "compiles every program) and about 2 minutes on later runs (warm: the compilation "
+            "cache); --quick about 2 minutes cold and under 1 minute warm."
         ),
         epilog=EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -414,7 +506,13 @@ def _add_report(sub) -> None:
     report.add_argument(
         "--quick",
         action="store_true",
-        help="small sizes and fewer scenarios (about 2 minutes on 2 cores instead of 10)",
+        help="small sizes and fewer scenarios (times above)",
+    )
+    report.add_argument(
+        "--keep-trees",
+        action="store_true",
+        help="keep the samplers' full DataTrees (by default they are thinned and compressed; "
+        "see the page)",
     )
     report.add_argument("--out", default="reports", metavar="DIR", help="output folder [reports]")
     report.add_argument(
@@ -587,6 +685,62 @@ def _add_filter(sub) -> None:
     _add_debug(filt)
 
 
+def _add_regress(sub) -> None:
+    reg = sub.add_parser(
+        "regress",
+        help="Nadaraya-Watson kernel regression of one column of your CSV on another",
+        description=_wrap(
+            "Read two columns x and y of a CSV, choose the bandwidth of Nadaraya-Watson "
+            "kernel regression by leave-one-out cross-validation, and write the fit with a "
+            "pointwise band at the data and on a grid (CSV), the CV curve (CSV) and a small "
+            "HTML report to OUT/NAME."
+        ),
+        epilog=REGRESS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    reg.add_argument("file", metavar="FILE.csv", help="the observations (format below)")
+    reg.add_argument(
+        "--x",
+        required=True,
+        metavar="COL",
+        help="the column of the regressor x: a header name or a 1-based number (required)",
+    )
+    reg.add_argument(
+        "--y",
+        required=True,
+        metavar="COL",
+        help="the column of the response y: a header name or a 1-based number (required)",
+    )
+    reg.add_argument(
+        "--kernel",
+        choices=REGRESS_KERNELS,
+        default=REGRESS_KERNEL,
+        help=f"[{REGRESS_KERNEL}]",
+    )
+    reg.add_argument(
+        "--bandwidth",
+        type=_sigma,
+        metavar="H",
+        help="the bandwidth h in the units of x, > 0 [chosen by leave-one-out CV]",
+    )
+    reg.add_argument(
+        "--grid",
+        type=_count(2),
+        default=REGRESS_GRID,
+        metavar="N",
+        help=f"points from min to max x where the fit and its band are evaluated [{REGRESS_GRID}]",
+    )
+    reg.add_argument(
+        "--level",
+        type=_level,
+        default=REGRESS_LEVEL,
+        metavar="P",
+        help=f"the pointwise band's level, in (0, 1) [{REGRESS_LEVEL}]",
+    )
+    _add_data_options(reg, "regress", "kernel")
+    _add_debug(reg)
+
+
 def _add_calibrate(sub) -> None:
     names = "\n".join(
         textwrap.fill(
@@ -609,7 +763,7 @@ def _add_calibrate(sub) -> None:
         description=_wrap(
             "Draw parameters and data from a fixed prior, run each method on every replicate "
             "(one compilation for all of them) and test its calibration: SBC ranks for "
-            "samplers, coverage of 50%% and 90%% intervals for interval methods, with a "
+            "samplers, coverage of 50% and 90% intervals for interval methods, with a "
             "verdict (calibrated / over-confident / under-confident / biased). Writes "
             "OUT/NAME/ with calibration.csv, one DataTree per method (netCDF), the ECDF-PIT "
             "figure and index.html."
@@ -705,6 +859,14 @@ __all__ = [
     "FIT_METHODS",
     "FIT_NUTS_SIZES",
     "PARTICLE_METHODS",
+    "REGRESS_BLOCK",
+    "REGRESS_CV_GRID",
+    "REGRESS_DENSE_ROWS",
+    "REGRESS_GRID",
+    "REGRESS_KERNEL",
+    "REGRESS_KERNELS",
+    "REGRESS_LEVEL",
+    "REGRESS_MIN_ROWS",
     "REPORT_NAME",
     "build_parser",
     "fit_likelihood",

@@ -1,11 +1,13 @@
 """The ``attnbayes`` command itself: its help (from the registry and the constants, without
 JAX), the names it offers, and refusals before any work. Each command's runs are tested beside
-its module: ``test_deconvolve.py``, ``test_filter.py``, ``test_calibrate.py``; the bad-input
-catalogue of all of them is ``test_bad_input.py``."""
+its module: ``test_deconvolve.py``, ``test_filter.py``, ``test_regress.py``,
+``test_calibrate.py``; the bad-input catalogue of all of them is ``test_bad_input.py``."""
 
 import inspect
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from attnbayes.app import parser as parser_module
 from attnbayes.app.filter import SCENARIO_LABELS
@@ -109,7 +111,7 @@ def test_the_parser_offers_the_registry_and_the_library_names():
 HELP_WITHOUT_JAX = """
 import sys
 from attnbayes.app.cli import main
-for argv in ([], ["deconvolve"], ["filter"], ["calibrate"], ["report"]):
+for argv in ([], ["deconvolve"], ["filter"], ["regress"], ["calibrate"], ["report"]):
     try:
         main([*argv, "--help"])
     except SystemExit as done:
@@ -158,3 +160,87 @@ def test_report_refuses_bad_workers_before_any_work(tmp_path, run_cli, monkeypat
         "attnbayes: error: ATTNBAYES_WORKERS: expected an integer >= 1, got 'many'"
     )
     assert not out.exists()
+
+
+def _flat(text: str) -> str:
+    """Help text with its line breaks and runs of spaces made one space."""
+    return re.sub(r"\s+", " ", text)
+
+
+def test_report_help_states_its_times_once_and_names_every_section(run_cli, monkeypatch):
+    """The times are stated once, in README's numbers (two workers: the full report about 4
+    minutes cold and 2 warm, --quick about 2 cold and under 1 warm), and the page's summary and
+    nine sections are named (``SECTIONS``)."""
+    from attnbayes.app.report import SECTIONS
+
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = run_cli(["report", "--help"])
+    assert code == 0
+    text = _flat(out).lower()
+    assert "a summary (which method wins on which measure" in text
+    for number, (_, title) in enumerate(SECTIONS, start=1):
+        name = title.split(". ", 1)[1].split(":")[0].lower()
+        assert f"{number}. {name}" in text, name
+    assert text.count("time on two workers") == 1
+    assert text.count("minute") == 4
+    for phrase in (
+        "the full report about 4 minutes on a first run (cold",
+        "about 2 minutes on later runs (warm",
+        "--quick about 2 minutes cold and under 1 minute warm",
+    ):
+        assert phrase in text, phrase
+    assert (
+        "--keep-trees keep the samplers' full datatrees (by default they are thinned and " in text
+    )
+
+
+def test_report_keep_trees_reaches_write_report(tmp_path, run_cli, monkeypatch):
+    import attnbayes.app.report
+
+    calls = []
+
+    def write_report(out_dir, **kwargs):
+        calls.append(kwargs)
+        return Path(out_dir) / "index.html"
+
+    monkeypatch.setattr(attnbayes.app.report, "write_report", write_report)
+    for argv, keep in ((["--keep-trees"], True), ([], False)):
+        code, _, err = run_cli(["report", "--quick", *argv, "--out", tmp_path])
+        assert code == 0, err
+        assert calls.pop()["keep_trees"] is keep
+
+
+def test_calibrate_help_prints_single_percent_signs(run_cli):
+    code, out, _ = run_cli(["calibrate", "--help"])
+    assert code == 0
+    assert "50% and 90%" in _flat(out) and "%%" not in out
+
+
+def test_regress_help_lists_options_defaults_and_outputs(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli(["regress", "--help"])
+    assert code == 0
+    for word in (
+        "--x COL",
+        "--y COL",
+        "--kernel {gaussian,boxcar,epanechnikov,triangular,tricube}",
+        "[gaussian]",
+        "--bandwidth H",
+        "[chosen by leave-one-out CV]",
+        "--grid N",
+        "[200]",
+        "--level P",
+        "[0.9]",
+        "--delimiter C",
+        "fitted.csv",
+        "curve.csv",
+        "cv.csv",
+        "metrics.csv",
+        "run.json",
+        "ignores the bias",
+        "header row is optional",
+        "<FILE stem>-regress-<kernel>",
+        "2  bad usage or bad input",
+    ):
+        assert word in out, word
+    assert "--columns" not in out
