@@ -17,7 +17,7 @@ message to the next) into exclusive parts:
   c-key/wr  cache key (hashing the module, ``_get_cache_key``) and cache writes (``_cache_write``)
   plot      matplotlib: the report's ``figure_*`` functions, ``plt.subplots``/``plt.figure`` and
             ``Figure.savefig`` (JAX work inside them is counted in its own column)
-  files     writing: ``save_datatree`` (netCDF), ``Path.write_bytes/write_text`` (PNG, HTML,
+  files     writing: ``save_report_tree`` (netCDF), ``Path.write_bytes/write_text`` (PNG, HTML,
             run.json), ``DataFrame.to_csv``, publishing the folder
   other     the rest: executing the compiled programs, NumPy/pandas/ArviZ and Python overhead
 
@@ -279,8 +279,8 @@ def instrument(profile: Profile) -> None:
     from jax import monitoring
     from jax._src import compiler
 
-    from attnbayes.app import outputs, pages
-    from attnbayes.app.report import build, figures, html, learned
+    from attnbayes.app import outputs
+    from attnbayes.app.report import build, figures, html, learned, pieces
 
     monitoring.register_event_listener(profile.on_event)
     monitoring.register_event_duration_secs_listener(profile.on_duration)
@@ -303,9 +303,9 @@ def instrument(profile: Profile) -> None:
                     wrapper = wrapped.setdefault(id(original), profile.region("plot", original))
                     setattr(module, name, wrapper)
 
-    saver = profile.region("files", pages.save_datatree)
-    for module in (pages, html):
-        module.save_datatree = saver
+    saver = profile.region("files", pieces.save_report_tree)
+    for module in (pieces, html):
+        module.save_report_tree = saver
     outputs.publish_folder = profile.region("files", outputs.publish_folder)
     import pathlib
 
@@ -343,6 +343,7 @@ HOTSPOTS = (
     ("attnbayes.app.report.figures", "kernel_regression_demo"),
     ("attnbayes.app.pages", "png_bytes"),
     ("attnbayes.app.pages", "save_datatree"),
+    ("attnbayes.app.report.pieces", "save_report_tree"),
     ("matplotlib.figure", "Figure.savefig"),
 )
 

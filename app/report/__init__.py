@@ -2,7 +2,12 @@
 
 ``write_report(out_dir)`` writes ``out_dir/<name>/`` with ``index.html`` (self-contained:
 tables and PNG figures inlined), the figures as PNG files, ``results.csv`` (section, scenario,
-method, metric, value) and the samplers' DataTrees as netCDF. Sections (``SECTIONS``):
+method, metric, value) and the samplers' DataTrees as netCDF: thinned by default (at most 100
+draws per chain, without the posterior predictive draws; the full report's folder is about
+25 MB), in full with ``keep_trees=True`` (``attnbayes report --keep-trees``; about 180 MB).
+The page opens with a summary generated from results.csv (``summary``: which method wins on
+which measure, where full Bayes and the point methods agree, where intervals under-cover),
+then the sections (``SECTIONS``):
 
 1. Data: the deconvolution scenarios and the maneuvering target.
 2. Methods side by side: ``compare_deconvolution`` and ``compare_switching`` tables
@@ -13,7 +18,7 @@ method, metric, value) and the samplers' DataTrees as netCDF. Sections (``SECTIO
    finite and Dirichlet-process mixtures; leave-future-out one-step-ahead log predictive
    density across numbers of switching modes.
 5. Learning the switching model's parameters: MLE, EM, NUTS and Gibbs
-   (``compare_switching_learning``), and how far GPB2, IMM and GPB1 move the posterior of the
+   (``compare_switching_learning``), and how far GPB2 and IMM move the posterior of the
    parameters.
 6. Attention maps: softmax, sparsemax and entmax on the simplex; EM responsibilities.
 7. Nadaraya-Watson: kernel regression as attention pooling, bandwidths by LOO-CV.
@@ -22,14 +27,19 @@ method, metric, value) and the samplers' DataTrees as netCDF. Sections (``SECTIO
 9. Calibration over the prior: SBC ranks of the samplers, interval coverage of the others,
    with a verdict per method.
 
+Warnings raised while a part computes (ArviZ's on Pareto k, R-hat, ESS) are printed once each,
+on one line naming the scenario and the method, and listed on the page beside that part.
+
 The folder is assembled under a temporary name and renamed into place, so a failed run never
 leaves a half-written report. Modules:
 
 - ``scenarios``: the data sets, sizes (quick and full runs), sections and colours;
 - ``runners``: simulate and fit (sections 1-5);
 - ``figures``: the matplotlib figures of sections 1-7;
-- ``pieces``: the HTML pieces every section uses (notes, figure tags, tidy rows of
-  results.csv);
+- ``pieces``: the pieces every section uses (notes, figure tags, tables with one number
+  format per column, the warnings of a part named by scenario and method, tidy rows of
+  results.csv, the DataTrees thinned or in full);
+- ``summary``: the opening summary;
 - ``html``: the blocks of sections 1-7, and the page;
 - ``learned`` and ``calibration``: sections 8 and 9, each with its runner, figures and blocks;
 - ``build``: ``write_report``, the parts on worker processes and the page assembled.

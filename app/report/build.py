@@ -54,6 +54,7 @@ from .learned import (
     learned_key_numbers,
     run_learned_attention,
 )
+from .pieces import THINNED_DROPS, TREE_DRAWS_PER_CHAIN, named_warnings, warnings_note
 from .scenarios import (
     ATOM_COUNTS,
     REQUIRED_METHODS,
@@ -63,6 +64,7 @@ from .scenarios import (
     Scenario,
     SwitchingSettings,
 )
+from .summary import summary_section
 
 # ----------------------------------------------------------------------------- the report
 
@@ -97,6 +99,7 @@ def write_report(
     learned: LearnedSettings | None = LEARNED,
     calibration: CalibrationSettings | None = CALIBRATION,
     workers: int | None = None,
+    keep_trees: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Run the built-in comparisons and write ``out_dir/name/index.html``; return its path.
@@ -121,7 +124,15 @@ def write_report(
             maps, the learned attention, the calibration); default ``default_workers()``, one
             per core up to four. 1 runs everything in this process. The report is the same
             for any number (each part has its own keys); only the wall times differ.
-        progress: called with a message at every step (the CLI prints them).
+        keep_trees: write the samplers' DataTrees in full (``*.nc``: every draw, the posterior
+            predictive included; the full report's add up to about 180 MB). By default each is
+            thinned (``pieces.thin_datatree``: at most ``TREE_DRAWS_PER_CHAIN`` = 100 evenly
+            spaced draws per chain, without the posterior predictive draws, zlib-compressed;
+            its attrs say so), so the full report's folder stays under about 25 MB.
+        progress: called with a message at every step (the CLI prints them), and with one
+            line per distinct warning a part raised (ArviZ's among them), naming its scenario
+            and method: ``"warning: three-atoms, nuts: UserWarning: ..."``; the page lists
+            them too.
 
     Raises:
         ValueError (``InputError`` for the folder): bad arguments, before any computation.
@@ -129,6 +140,8 @@ def write_report(
             written is not finite); nothing is written.
     """
     methods, seed = _check_args(name, methods, seed, scenarios)
+    if not isinstance(keep_trees, bool):
+        raise ValueError(f"keep_trees: expected True or False, got {keep_trees!r}")
     workers = (
         default_workers()
         if workers is None
@@ -143,12 +156,15 @@ def write_report(
         key_dec, key_sw, key_k, key_att, key_nw = jax.random.split(jax.random.PRNGKey(seed), 5)
         keys_dec = list(jax.random.split(key_dec, len(chosen)))
         tasks = [
-            (_scenario_parts, ([(i, chosen[i], keys_dec[i]) for i in group], quick, methods, tmp))
+            (
+                _scenario_parts,
+                ([(i, chosen[i], keys_dec[i]) for i in group], quick, methods, tmp, keep_trees),
+            )
             for group in _same_shapes(chosen, quick)
         ]
         later = []
         if switching is not None:
-            later.append((_switching_part, (switching, quick, key_sw, tmp)))
+            later.append((_switching_part, (switching, quick, key_sw, tmp, keep_trees)))
             later.append((_learning_part, (switching, quick, jax.random.fold_in(key_sw, 1))))
         later.append((_atoms_part, (chosen[0], keys_dec[0], atom_counts[size], quick, key_k)))
         later.append((_attention_part, (key_att, key_nw, quick)))
@@ -170,9 +186,19 @@ def write_report(
         results.to_csv(tmp / "results.csv", index=False)
         for file_name, png in figures.items():
             (tmp / file_name).write_bytes(png)
+        summary = summary_section(results)
         elapsed = time.perf_counter() - started
         (tmp / "index.html").write_text(
-            page_html(blocks, chosen, switching, quick=quick, seed=seed, elapsed=elapsed),
+            page_html(
+                blocks,
+                chosen,
+                switching,
+                quick=quick,
+                seed=seed,
+                elapsed=elapsed,
+                summary=summary,
+                trees_note=_trees_note(keep_trees),
+            ),
             encoding="utf-8",
         )
         (tmp / MANIFEST).write_text(
@@ -183,6 +209,7 @@ def write_report(
                 scenarios=[s.name for s in chosen],
                 methods=list(methods),
                 switching=switching is not None,
+                keep_trees=keep_trees,
                 wall_time_s=round(elapsed, 3),
                 versions=versions(),
                 files=sorted([*(p.name for p in tmp.iterdir()), MANIFEST]),
@@ -191,6 +218,17 @@ def write_report(
         )
     say(f"report written to {target / 'index.html'} in {elapsed:.0f} s")
     return target / "index.html"
+
+
+def _trees_note(keep_trees: bool) -> str:
+    if keep_trees:
+        return " (in full: <code>--keep-trees</code>)"
+    return (
+        f" (thinned: at most {TREE_DRAWS_PER_CHAIN} evenly spaced draws per chain, without "
+        f"{', '.join(g.replace('_', ' ') for g in THINNED_DROPS)} draws, as each file's attrs "
+        "say; the numbers on this page come from all draws, and "
+        "<code>attnbayes report --keep-trees</code> writes the full DataTrees)"
+    )
 
 
 # ----------------------------------------------------------------------------- the parts
@@ -239,36 +277,58 @@ def _data_dim(scenario) -> int:
     return 1 if atoms.ndim == 1 else atoms.shape[1]
 
 
-def _scenario_parts(jobs, quick, methods, tmp, *, progress):
+def _scenario_parts(jobs, quick, methods, tmp, keep_trees, *, progress):
     out = []
     for slot, scenario, key in jobs:
+        warned = []
         comparison, x, z, measure = runners.run_scenario(
-            scenario, quick=quick, key=key, progress=progress, methods=methods
+            scenario, quick=quick, key=key, progress=progress, methods=methods, warned=warned
         )
         check_finite_table(f"{scenario.name}: compare_deconvolution", comparison.table)
         progress(f"{scenario.name}: figures")
         p = new_part(_SECTION_IDS)
-        deconvolution_blocks(
-            p.blocks, p.figures, scenario, x, z, measure, comparison, p.diagnostics, p.frames, tmp
-        )
+        with named_warnings(f"{scenario.name}, figures and nuts vs nuts-dp", progress, warned):
+            deconvolution_blocks(
+                p.blocks,
+                p.figures,
+                scenario,
+                x,
+                z,
+                measure,
+                comparison,
+                p.diagnostics,
+                p.frames,
+                tmp,
+                keep_trees=keep_trees,
+            )
+        p.blocks["methods"].append(warnings_note(warned))
         out.append((slot, p))
     return out
 
 
-def _switching_part(slot, settings, quick, key, tmp, *, progress):
-    run = runners.run_switching(settings, quick=quick, key=key, progress=progress)
+def _switching_part(slot, settings, quick, key, tmp, keep_trees, *, progress):
+    warned = []
+    run = runners.run_switching(settings, quick=quick, key=key, progress=progress, warned=warned)
     check_finite_table("maneuvering-target: compare_switching", run.comparison.table)
     progress("maneuvering-target: figures")
     p = new_part(_SECTION_IDS)
-    switching_blocks(p.blocks, p.figures, run, p.diagnostics, p.frames, tmp, key)
+    with named_warnings("maneuvering-target, figures", progress, warned):
+        switching_blocks(
+            p.blocks, p.figures, run, p.diagnostics, p.frames, tmp, key, keep_trees=keep_trees
+        )
+    p.blocks["methods"].append(warnings_note(warned))
     return [(slot, p)]
 
 
 def _learning_part(slot, settings, quick, key, *, progress):
-    learning = runners.run_switching_learning(settings, quick=quick, key=key, progress=progress)
+    warned = []
+    learning = runners.run_switching_learning(
+        settings, quick=quick, key=key, progress=progress, warned=warned
+    )
     check_finite_table("learning: compare_switching_learning", learning.comparison.table)
     p = new_part(_SECTION_IDS)
     learning_blocks(p.blocks, learning, p.frames)
+    p.blocks["learning"].append(warnings_note(warned))
     return [(slot, p)]
 
 
@@ -277,41 +337,54 @@ def _atoms_part(slot, scenario, scenario_key, counts, quick, key, *, progress):
     _, _, x, _ = runners.scenario_data(scenario, quick=quick, key=scenario_key)
     progress(f"numbers of atoms: Gibbs fits for K in {list(counts)} on {scenario.name}")
     draws = 300 if quick else 1000
-    atoms = compare_num_atoms(
-        key,
-        np.asarray(x),
-        scenario.sigma,
-        counts,
-        sampler_kwargs={"num_warmup": draws, "num_samples": draws},
-        progress=lambda msg: progress(f"numbers of atoms: {msg}"),
-    )
+    warned = []
+    with named_warnings(f"{scenario.name}, gibbs for K in {list(counts)}", progress, warned):
+        atoms = compare_num_atoms(
+            key,
+            np.asarray(x),
+            scenario.sigma,
+            counts,
+            sampler_kwargs={"num_warmup": draws, "num_samples": draws},
+            progress=lambda msg: progress(f"numbers of atoms: {msg}"),
+        )
     p = new_part(_SECTION_IDS, leads=("model-comparison",))
     atoms_block(p.blocks, p.figures, scenario, atoms, p.frames)
+    p.blocks["model-comparison"].append(warnings_note(warned))
     return [(slot, p)]
 
 
 def _attention_part(slot, key_att, key_nw, quick, *, progress):
     progress("attention maps and Nadaraya-Watson")
     p = new_part(_SECTION_IDS, leads=("attention",))
-    att_figs, att_table = attention_demo(key_att)
+    warned = []
+    with named_warnings("attention maps", progress, warned):
+        att_figs, att_table = attention_demo(key_att)
     attention_block(p.blocks, p.figures, att_figs, att_table, p.frames)
-    nw_figs, nw_table = kernel_regression_demo(key_nw, 300 if quick else 1000)
+    p.blocks["attention"].append(warnings_note(warned))
+    warned = []
+    with named_warnings("sine, nadaraya-watson", progress, warned):
+        nw_figs, nw_table = kernel_regression_demo(key_nw, 300 if quick else 1000)
     kernel_block(p.blocks, p.figures, nw_figs, nw_table, p.frames)
+    p.blocks["kernel-regression"].append(warnings_note(warned))
     return [(slot, p)]
 
 
 def _learned_part(slot, settings, quick, key, *, progress):
-    run = run_learned_attention(settings, quick=quick, key=key, progress=progress)
+    warned = []
+    run = run_learned_attention(settings, quick=quick, key=key, progress=progress, warned=warned)
     for label, table in learned_key_numbers(run):
         check_finite_table(label, table)
     p = new_part(_SECTION_IDS)
     learned_blocks(p.blocks, p.figures, run, p.frames)
+    p.blocks["learned"].append(warnings_note(warned))
     return [(slot, p)]
 
 
 def _calibration_part(slot, settings, quick, key, *, progress):
-    run = run_calibration_section(settings, quick=quick, key=key, progress=progress)
+    warned = []
+    run = run_calibration_section(settings, quick=quick, key=key, progress=progress, warned=warned)
     check_finite_table("calibration", calibration_key_numbers(run))
     p = new_part(_SECTION_IDS)
     calibration_blocks_html(p.blocks, p.figures, run, p.frames)
+    p.blocks["calibration"].append(warnings_note(warned))
     return [(slot, p)]

@@ -10,6 +10,7 @@ power. Each method has a verdict by ``calibration_verdict``'s rule.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -19,8 +20,8 @@ import pandas as pd
 from ...constants import CALIBRATION_CHUNK_SIZE
 from ...inference import calibration as cal
 from ...inference.methods import CALIBRATE_DEFAULT, get_method
-from ..calibrate import calibration_blocks, figure_ecdf_pit, key_numbers
-from .pieces import figure_tag, note
+from ..calibrate import figure_ecdf_pit, key_numbers
+from .pieces import figure_tag, named_warnings, note, number_table
 
 
 class CalibrationSettings(NamedTuple):
@@ -45,9 +46,16 @@ class CalibrationRun(NamedTuple):
 
 
 def run_calibration_section(
-    settings: CalibrationSettings, *, quick: bool, key, progress: Callable[[str], None]
+    settings: CalibrationSettings,
+    *,
+    quick: bool,
+    key,
+    progress: Callable[[str], None],
+    warned: list[str] | None = None,
 ) -> CalibrationRun:
-    """Every study of section 9, in order; the wrong sampler is ``nuts (sigma x 1.3)``."""
+    """Every study of section 9, in order; the wrong sampler is ``nuts (sigma x 1.3)``. A
+    warning is said once on one line naming the study ("calibration, <method>") and kept in
+    ``warned``."""
     size = 0 if quick else 1
     draws = settings.sampler_draws[size]
     sampler_sizes = {"num_warmup": draws, "num_samples": draws, "num_chains": 2}
@@ -75,15 +83,16 @@ def run_calibration_section(
     trees = {}
     for i, (label, reading, method, st, overrides, replicates) in enumerate(jobs):
         progress(f"calibration: {label}, {replicates} replicates")
-        trees[label] = cal.calibrate(
-            jax.random.fold_in(key, i),
-            reading,
-            method,
-            study=st,
-            num_replicates=replicates,
-            overrides=overrides,
-            chunk_size=CALIBRATION_CHUNK_SIZE,
-        )
+        with named_warnings(f"calibration, {label}", progress, warned):
+            trees[label] = cal.calibrate(
+                jax.random.fold_in(key, i),
+                reading,
+                method,
+                study=st,
+                num_replicates=replicates,
+                overrides=overrides,
+                chunk_size=CALIBRATION_CHUNK_SIZE,
+            )
     return CalibrationRun(trees, cal.calibration_table(trees))
 
 
@@ -93,6 +102,52 @@ def calibration_key_numbers(run: CalibrationRun) -> pd.DataFrame:
     rows.insert(0, "scenario", "prior")
     rows.insert(0, "section", "calibration")
     return rows
+
+
+def calibration_tables(table: pd.DataFrame) -> str:
+    """``inference.calibration.calibration_table`` as the page shows it, narrow enough for the
+    page: one table of the samplers (SBC ranks), one of the interval methods with a row per
+    target and the coverage of each level beside its standard error, then each verdict's
+    reason."""
+    base = {
+        "method": table["method"],
+        "verdict": table["verdict"],
+        "replicates": table["num_replicates"],
+        "failed": table["num_failed"],
+    }
+    frame = pd.DataFrame(base)
+    parts = []
+    ranks = table["kind"] == "ranks"
+    if ranks.any():
+        samplers = frame[ranks].assign(
+            **{
+                "divergent replicates": table.loc[ranks, "num_divergent_replicates"],
+                "smallest adjusted p": table.loc[ranks].get("min_p_adjusted"),
+            }
+        )
+        parts.append("<h4>Samplers: SBC ranks</h4>" + number_table(samplers, index=False))
+    tags = [m.groups() for c in table.columns if (m := re.fullmatch(r"coverage_(.+)_(\d+)", c))]
+    rows = []
+    for i in table.index[~ranks]:
+        for target in dict.fromkeys(t for t, _ in tags):
+            cells = {
+                f"{label} {level}%": table.at[i, f"{prefix}_{target}_{level}"]
+                for _, level in (t for t in tags if t[0] == target)
+                for label, prefix in (("coverage", "coverage"), ("se", "se"))
+            }
+            if all(pd.isna(v) for v in cells.values()):
+                continue
+            rows.append({**frame.loc[i].to_dict(), "target": target, **cells})
+    if rows:
+        parts.append(
+            "<h4>Interval methods: coverage</h4>" + number_table(pd.DataFrame(rows), index=False)
+        )
+    reasons = "".join(
+        f"<li><b>{html.escape(r['method'])}</b>: {html.escape(r['verdict'])}: "
+        f"{html.escape(r['reason'])}</li>"
+        for _, r in table.iterrows()
+    )
+    return "".join(parts) + f"<ul class='note'>{reasons}</ul>"
 
 
 def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames) -> None:
@@ -119,7 +174,7 @@ def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames) -> Non
             "standard errors. A row '... (sigma x 1.3)' is a deliberately wrong sampler: the "
             "test must flag it. Verdicts follow calibration_verdict's rule (alpha = 0.01)."
         )
-        + calibration_blocks(run.table, trees)
+        + calibration_tables(run.table)
         + '<h3 id="calibration-ecdf">ECDF-PIT</h3>'
         + note(
             "ECDF minus the uniform CDF of one PIT value per replicate, one panel per method "

@@ -10,8 +10,9 @@ import jax
 import numpy as np
 import pandas as pd
 
+from ...inference import methods as registry
 from ...inference.model_comparison import loo_compare
-from ..pages import page, save_datatree, table_html
+from ..pages import page
 from .figures import (
     figure_data_and_measures,
     figure_deconvolution_data,
@@ -27,8 +28,15 @@ from .figures import (
     invariant_series,
     switching_predictive_draws,
 )
-from .pieces import figure_tag, note, tidy_rows
-from .runners import LearningRun, SwitchingRun
+from .pieces import (
+    figure_tag,
+    iteration_cap_note,
+    note,
+    number_table,
+    save_report_tree,
+    tidy_rows,
+)
+from .runners import LEARNING_EM_ITERATIONS, LearningRun, SwitchingRun
 from .scenarios import NUM_ATOMS_DP, SECTIONS
 
 # ----------------------------------------------------------------------------- HTML pieces
@@ -78,18 +86,49 @@ _EXPLAIN_LEARNING = {
     "min_ess_bulk_theta": "smallest bulk ESS over the entries of theta",
     "ess_bulk_per_s": "smallest bulk ESS per second of wall time",
     "divergences": "divergent NUTS transitions after warmup",
+    "iterations": "EM iterations run",
+    "converged": "1 if EM met its tolerance",
     "wall_time_s": "wall time in seconds, JIT compilation included",
 }
 
+# The iteration limits of the iterative methods (the registry's, as compare_deconvolution uses)
+_DECONVOLUTION_CAPS = {
+    name: settings["max_iters"]
+    for name in registry.method_names("deconvolution")
+    if "max_iters" in (settings := registry.settings("deconvolution", name))
+}
 
-def _metrics_table(table: pd.DataFrame, explain: dict[str, str]) -> str:
-    """Methods as columns, metrics as rows, with a column saying what each metric means."""
+
+def _metrics_table(
+    table: pd.DataFrame, explain: dict[str, str], caps: dict[str, int] | None = None
+) -> str:
+    """Methods as columns, metrics as rows (one number format per metric), with a column saying
+    what each metric means, and a note on any method that did not converge (``caps``: the
+    iteration limits, ``pieces.iteration_cap_note``)."""
     wide = table.pivot(index="metric", columns="method", values="value")
     wide = wide[[m for m in dict.fromkeys(table.method) if m in wide.columns]]
     wide = wide.reindex([m for m in explain if m in wide.index])
     wide.index.name = "metric"
     wide["meaning"] = [explain[m] for m in wide.index]
-    return table_html(wide)
+    return number_table(wide, by_row=True) + iteration_cap_note(table, caps)
+
+
+# Method names as the headings of the report print them.
+_DISPLAY = {
+    "mle": "MLE",
+    "em": "EM",
+    "nuts": "NUTS",
+    "gibbs": "Gibbs",
+    "gpb1": "GPB1",
+    "gpb2": "GPB2",
+    "imm": "IMM",
+}
+
+
+def _named(methods) -> str:
+    """Methods as a heading names them: "MLE, EM and NUTS"."""
+    names = [_DISPLAY.get(m, m) for m in dict.fromkeys(methods)]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _data_rows(scenario: str, values: dict) -> pd.DataFrame:
@@ -99,7 +138,9 @@ def _data_rows(scenario: str, values: dict) -> pd.DataFrame:
     )
 
 
-def deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, diag, frames, tmp):
+def deconvolution_blocks(
+    blocks, figures, scenario, x, z, measure, comparison, diag, frames, tmp, *, keep_trees=False
+):
     name = scenario.name
     fits = comparison.fits
     shape = "x".join(str(s) for s in np.shape(x))
@@ -141,7 +182,7 @@ def deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, d
             "discrete posterior's interval either holds z_i exactly or misses it, and EM's "
             "plug-in intervals collapse to one atom wherever A_i. concentrates."
         )
-        + _metrics_table(comparison.table, _EXPLAIN)
+        + _metrics_table(comparison.table, _EXPLAIN, _DECONVOLUTION_CAPS)
         + figure_tag(
             figures,
             f"{name}-data-and-measures",
@@ -178,7 +219,7 @@ def deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, d
                 f"{name} {method} rank plots",
             )
         )
-    save_datatree(fits["nuts"].datatree, tmp / f"{name}-nuts.nc")
+    save_report_tree(fits["nuts"].datatree, tmp / f"{name}-nuts.nc", keep=keep_trees)
     parts.append(
         "<h4>Posterior predictive check (NUTS)</h4>"
         + note(
@@ -203,7 +244,7 @@ def deconvolution_blocks(blocks, figures, scenario, x, z, measure, comparison, d
         frames.append(tidy_rows("model-comparison", name, dp, _LOO_COLUMNS))
         blocks["model-comparison"].append(
             f'<h3 id="dp-{name}">Finite mixture vs Dirichlet process: {html.escape(name)}</h3>'
-            + table_html(_loo_columns(dp))
+            + number_table(_loo_columns(dp))
         )
     blocks["attention"].append(
         f"<h3>EM responsibilities on {html.escape(name)}</h3>"
@@ -227,11 +268,31 @@ _LOO_COLUMNS = ["rank", "elpd", "p", "elpd_diff", "se", "dse", "p_worse", "weigh
 
 
 def _loo_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """The columns of an ``az.compare`` table that the report shows, in a fixed order."""
-    return frame[[c for c in _LOO_COLUMNS if c in frame.columns]]
+    """The columns of an ``az.compare`` table that the report shows, in a fixed order, its rows
+    named "model"."""
+    return frame[[c for c in _LOO_COLUMNS if c in frame.columns]].rename_axis("model")
 
 
-def switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key):
+def _references_text(references: dict[str, str]) -> str:
+    """What the reference_* rows compare with: the reference of each target that has one."""
+    smoother, filter_ = references.get("smoother"), references.get("filter")
+    if smoother and filter_:
+        return (
+            f"so the reference for smoothers is {html.escape(smoother)} and for filters "
+            f"{html.escape(filter_)}."
+        )
+    if smoother or filter_:
+        has, lacks = ("smoothers", "filters") if smoother else ("filters", "smoothers")
+        return (
+            f"so the reference for {has} is {html.escape(smoother or filter_)}; {lacks} have "
+            "none (no reference_* rows)."
+        )
+    return "so there is no reference posterior (no reference_* rows)."
+
+
+def switching_blocks(
+    blocks, figures, run: SwitchingRun, diag, frames, tmp, key, *, keep_trees=False
+):
     name = "maneuvering-target"
     cmp = run.comparison
     t_max = len(run.modes)
@@ -266,10 +327,9 @@ def switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key)
             "RBPF keeps particles over modes with a Kalman filter each. Smoothers and samplers "
             "target p(x_t, s_t | y_1:T): Kim's backward pass over GPB2 / IMM, the collapsed "
             "Gibbs sampler, and the Kalman smoother along the true modes (known-modes: the "
-            "floor). With 2^T mode histories the exact posterior is out of reach, so the "
-            f"reference for smoothers is {html.escape(cmp.references.get('smoother', '-'))} and "
-            f"for filters {html.escape(cmp.references.get('filter', '-'))}. All use the true "
-            "parameters. Kim's smoother passes later evidence back to s_t only through "
+            "floor). With 2^T mode histories the exact posterior is out of reach, "
+            f"{_references_text(cmp.references)} All use the true parameters. Kim's smoother "
+            "passes later evidence back to s_t only through "
             "s_t+1: on this target (little constant-velocity noise, sigma = 10 measurements) it "
             "under-detects turns and carries the resulting heading error backward, so it can "
             "be worse than its own filter. That is the approximation, not a bug (a test checks "
@@ -285,7 +345,7 @@ def switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key)
         )
     )
     gibbs = cmp.fits["gibbs"].result
-    save_datatree(gibbs, tmp / f"{name}-gibbs.nc")
+    save_report_tree(gibbs, tmp / f"{name}-gibbs.nc", keep=keep_trees)
     value = cmp.table.set_index(["method", "metric"]).value
     post = gibbs["posterior"]
     diag.append(
@@ -332,7 +392,7 @@ def switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key)
     )
     mc = run.modes_comparison
     for model, tree in mc.datatrees.items():
-        save_datatree(tree, tmp / f"{name}-gibbs-{model.replace(' ', '-')}.nc")
+        save_report_tree(tree, tmp / f"{name}-gibbs-{model.replace(' ', '-')}.nc", keep=keep_trees)
     frames.append(tidy_rows("model-comparison", name, mc.table, _LOO_COLUMNS))
     frames.append(tidy_rows("model-comparison", name, mc.summary.drop(columns="se")))
     fits_done = ", ".join(f"{k}: {int(v)}" for k, v in mc.summary["gibbs_fits"].items())
@@ -348,8 +408,8 @@ def switching_blocks(blocks, figures, run: SwitchingRun, diag, frames, tmp, key)
             f"{fits_done}). Pi and the scales of Q_j and R_j get weakly informative priors. "
             "Candidates: constant velocity only; plus a left turn; plus a right turn."
         )
-        + table_html(_loo_columns(mc.table))
-        + table_html(mc.summary)
+        + number_table(_loo_columns(mc.table))
+        + number_table(mc.summary)
         + figure_tag(figures, "modes-lfo", figure_lfo_pointwise(mc.lfo), "LFO pointwise")
     )
 
@@ -367,15 +427,18 @@ def learning_blocks(blocks, run: LearningRun, frames):
     frames.append(tidy_rows("learning", f"shift-T{run.shift_steps}", summary))
     rows = shift.table[shift.table["method"] != shift.reference]
     wide = rows.pivot(index="parameter", columns="method", values="shift")
+    moved = [m for m in dict.fromkeys(rows["method"]) if not m.startswith(shift.reference)]
+    learners = list(dict.fromkeys(cmp.table["method"]))
     blocks["learning"].append(
-        '<h3 id="learning-methods">MLE, EM, NUTS and Gibbs learn a switching model</h3>'
+        f'<h3 id="learning-methods">{_named(learners)} learn a switching model</h3>'
         + note(
             "A 1-D switching AR(1): x_t = 0.9 x_t-1 + noise whose variance switches between a "
             "calm mode (0.05) and a volatile one (1.5), observed with noise 0.3, simulated for "
             f"{run.num_steps} training and {run.num_heldout} held-out steps. Learned: the "
             "transition matrix and the scales c_j, r_j of Q_j = c_j Q0_j and R_j = r_j R0_j "
             "(truth: the matrix [[0.9, 0.1], [0.2, 0.8]], scales 1), the set the conjugate "
-            "Gibbs sampler draws, so all four learn the same thing. MLE (L-BFGS from 4 starts) "
+            f"Gibbs sampler draws, so all {len(learners)} learn the same thing. MLE (L-BFGS "
+            "from 4 starts) "
             "and EM (Kim's smoother in the E-step) maximise the IMM filter's log-likelihood; "
             "NUTS samples theta with the states and modes integrated out by the same filter; "
             "Gibbs samples (s, x, theta) exactly, with no filter approximation, but moves "
@@ -386,10 +449,10 @@ def learning_blocks(blocks, run: LearningRun, frames):
             "the posterior mean. With an approximate E-step EM stops at the last iterate that "
             "raised the log-likelihood."
         )
-        + _metrics_table(cmp.table, _EXPLAIN_LEARNING)
+        + _metrics_table(cmp.table, _EXPLAIN_LEARNING, {"em": LEARNING_EM_ITERATIONS})
     )
     blocks["learning"].append(
-        '<h3 id="learning-shift">How far GPB2, IMM and GPB1 move the posterior of theta</h3>'
+        f'<h3 id="learning-shift">How far {_named(moved)} move the posterior of theta</h3>'
         + note(
             f"The same model, T = {run.shift_steps} steps: NUTS over theta (transition matrix "
             "and noise scales, the priors above) with each filter's likelihood against the exact "
@@ -400,8 +463,8 @@ def learning_blocks(blocks, run: LearningRun, frames):
             "larger study (the maneuvering target, and T = 200 against the Gibbs sampler) is "
             "benchmarks/switching_posterior_shift.py, recorded in BENCHMARKS.md."
         )
-        + table_html(wide)
-        + table_html(summary)
+        + number_table(wide)
+        + number_table(summary)
     )
 
 
@@ -421,8 +484,8 @@ def atoms_block(blocks, figures, scenario, atoms, frames):
             "the standard error of the difference to the best model; R-hat and ESS are those "
             "of the total log-likelihood, which every labelling of the atoms agrees on."
         )
-        + table_html(_loo_columns(atoms.table))
-        + table_html(atoms.summary)
+        + number_table(_loo_columns(atoms.table))
+        + number_table(atoms.summary)
         + figure_tag(
             figures,
             "atoms-loo",
@@ -448,7 +511,7 @@ def attention_block(blocks, figures, att_figs, att_table, frames):
         + figure_tag(
             figures, "attention-matrices", att_figs["attention-matrices"], "attention matrices"
         )
-        + table_html(att_table),
+        + number_table(att_table),
     )
 
 
@@ -463,7 +526,7 @@ def kernel_block(blocks, figures, nw_figs, nw_table, frames):
             "leave-one-out error; ISE is the integrated squared error against the truth."
         )
         + figure_tag(figures, "nadaraya-watson", nw_figs["nadaraya-watson"], "Nadaraya-Watson")
-        + table_html(nw_table)
+        + number_table(nw_table)
     )
 
 
@@ -480,13 +543,19 @@ def diagnostics_summary(blocks, rows, frames):
             "so R-hat on the atoms themselves measures label switching, not mixing), and on the "
             "states for the switching sampler. Divergences are NUTS transitions after warmup."
         )
-        + table_html(frame),
+        + number_table(frame),
     )
 
 
-def page_html(blocks, scenarios, switching, *, quick, seed, elapsed) -> str:
+def page_html(
+    blocks, scenarios, switching, *, quick, seed, elapsed, summary="", trees_note=""
+) -> str:
+    """The page: a title and introduction, the table of contents, ``summary`` (the HTML of the
+    opening "Summary" section, ``<h2 id="summary">`` first), then the sections in order.
+    ``trees_note`` says what the ``*.nc`` files hold."""
     mode = "quick" if quick else "full"
-    toc = "".join(f'<li><a href="#{sid}">{html.escape(title)}</a></li>' for sid, title in SECTIONS)
+    entries = ((("summary", "Summary"),) if summary else ()) + SECTIONS
+    toc = "".join(f'<li><a href="#{sid}">{html.escape(title)}</a></li>' for sid, title in entries)
     names = ", ".join(s.name for s in scenarios)
     body = [
         "<h1>attnbayes: attention as inference, measured</h1>",
@@ -503,9 +572,10 @@ def page_html(blocks, scenarios, switching, *, quick, seed, elapsed) -> str:
             + "attention weights as regularised argmax; and Nadaraya-Watson kernel regression "
             f"as attention pooling. Run: {mode}, seed {seed}, {elapsed:.0f} s in all. Every "
             "number is also in <code>results.csv</code>; the samplers' DataTrees are the "
-            "<code>*.nc</code> files beside this page."
+            f"<code>*.nc</code> files beside this page{trees_note}."
         ),
         f"<nav><ul>{toc}</ul></nav>",
+        summary,
     ]
     for sid, title in SECTIONS:
         body.append(f'<h2 id="{sid}">{html.escape(title)}</h2>')

@@ -26,14 +26,15 @@ from ...inference.deconvolution import (
     length_generalisation,
     pretrained_unrolled_em,
 )
-from ..pages import png_bytes, table_html
-from .pieces import figure_tag, note, tidy_rows
+from ..pages import png_bytes
+from .pieces import figure_tag, named_warnings, note, number_table, tidy_rows
 
 FAMILIES = ("dp", "sparse-means", "three-atoms", "uniform", "far-atoms")
 POINT_METHODS = ("learned", "em-steps", "em", "npmle", "james-stein")
 LINK_RANGES = ((0.5, 2.0), (1.0, 10.0), (0.1, 100.0))
 BLOWUP_COUNTS = (1, 5, 20, 80)
 BLOWUP_STEPS = (0.05, 0.1, 0.2, 0.3, 1.0)
+BLOWUP_DEPTH = 100
 COLORS = {
     "learned": "tab:green",
     "em-steps": "tab:blue",
@@ -78,65 +79,81 @@ def _sunspots() -> np.ndarray:
 
 
 def run_learned_attention(
-    settings: LearnedSettings, *, quick: bool, key, progress: Callable[[str], None]
+    settings: LearnedSettings,
+    *,
+    quick: bool,
+    key,
+    progress: Callable[[str], None],
+    warned: list[str] | None = None,
 ) -> LearnedRun:
-    """Every study of section 8 at the report's sizes (module docstring)."""
+    """Every study of section 8 at the report's sizes (module docstring). A warning is said once
+    on one line naming the study and its methods, and kept in ``warned``."""
+
+    def named(context: str):
+        return named_warnings(f"learned attention, {context}", progress, warned)
+
     size = 0 if quick else 1
     k_cmp, k_nuts, k_len, k_bat = jax.random.split(key, 4)
     params, metadata = pretrained_unrolled_em(metadata=True)
     tasks = settings.num_tasks[size]
     progress(f"learned attention: regret on {len(FAMILIES)} families x {tasks} tasks")
-    cmp = compare_learned_attention(
-        k_cmp, params, families=FAMILIES, num_tasks=tasks, methods=POINT_METHODS
-    )
+    with named(f"regret, {'/'.join(POINT_METHODS)}"):
+        cmp = compare_learned_attention(
+            k_cmp, params, families=FAMILIES, num_tasks=tasks, methods=POINT_METHODS
+        )
     draws = settings.nuts_draws[size]
     nuts_kwargs = {"num_warmup": draws, "num_samples": draws, "num_chains": 2}
     progress("learned attention: NUTS under the training DP prior")
-    nuts = compare_learned_attention(
-        k_nuts,
-        params,
-        families=("dp",),
-        num_tasks=max(settings.nuts_tasks[size], 2),
-        methods=("learned", "nuts-dp"),
-        nuts_tasks=settings.nuts_tasks[size],
-        nuts_kwargs=nuts_kwargs,
-    )
+    with named("dp tasks, nuts-dp (and learned)"):
+        nuts = compare_learned_attention(
+            k_nuts,
+            params,
+            families=("dp",),
+            num_tasks=max(settings.nuts_tasks[size], 2),
+            methods=("learned", "nuts-dp"),
+            nuts_tasks=settings.nuts_tasks[size],
+            nuts_kwargs=nuts_kwargs,
+        )
     progress("learned attention: length generalisation")
-    length = length_generalisation(
-        k_len,
-        params,
-        family="dp",
-        sizes=settings.sizes[size],
-        num_tasks=settings.length_tasks[size],
-        methods=("learned", "em-steps", "npmle"),
-    )
+    with named("length generalisation, learned/em-steps/npmle"):
+        length = length_generalisation(
+            k_len,
+            params,
+            family="dp",
+            sizes=settings.sizes[size],
+            num_tasks=settings.length_tasks[size],
+            methods=("learned", "em-steps", "npmle"),
+        )
     progress("learned attention: the Efron-Morris batting averages")
-    batting = batting_averages_comparison(k_bat, params, nuts_kwargs=nuts_kwargs)
+    with named("batting averages, the point methods and nuts-dp"):
+        batting = batting_averages_comparison(k_bat, params, nuts_kwargs=nuts_kwargs)
     progress("learned attention: the link-function conjecture and the sunspot forecasters")
     link_rows, link_fits = [], {}
-    for lo, hi in LINK_RANGES:
-        rates = np.geomspace(lo, hi, 40)
-        fit = fit_linear_link(rates)
-        link_fits[(lo, hi)] = (rates, fit)
-        link_rows.append(
-            {
-                "rates": f"[{lo:g}, {hi:g}]",
-                "kl_identity": float(fit.identity_kl),
-                "kl_best_linear": float(fit.mean_kl),
-                "key_slope_a": float(fit.link.key_slope),
-                "bias_slope_c": float(fit.link.bias_slope),
-                "max_key_error": float(np.max(np.abs(fit.affine_relative_error))),
-            }
+    with named("the link conjecture, exact and linear links"):
+        for lo, hi in LINK_RANGES:
+            rates = np.geomspace(lo, hi, 40)
+            fit = fit_linear_link(rates)
+            link_fits[(lo, hi)] = (rates, fit)
+            link_rows.append(
+                {
+                    "rates": f"[{lo:g}, {hi:g}]",
+                    "kl_identity": float(fit.identity_kl),
+                    "kl_best_linear": float(fit.mean_kl),
+                    "key_slope_a": float(fit.link.key_slope),
+                    "bias_slope_c": float(fit.link.bias_slope),
+                    "max_key_error": float(np.max(np.abs(fit.affine_relative_error))),
+                }
+            )
+        blowup = normaliser_blowup(
+            list(BLOWUP_COUNTS),
+            list(BLOWUP_STEPS),
+            list(range(1, BLOWUP_DEPTH + 1)),
+            linear_params=link_fits[(1.0, 10.0)][1],
         )
-    blowup = normaliser_blowup(
-        list(BLOWUP_COUNTS),
-        list(BLOWUP_STEPS),
-        list(range(1, 101)),
-        linear_params=link_fits[(1.0, 10.0)][1],
-    )
-    pooling = compare_pooling_forecasters(
-        _sunspots(), window=20, seed=0, num_steps=settings.pooling_steps[size]
-    )
+    with named("sunspots, the pooling forecasters"):
+        pooling = compare_pooling_forecasters(
+            _sunspots(), window=20, seed=0, num_steps=settings.pooling_steps[size]
+        )
     return LearnedRun(
         cmp.regret,
         cmp.coverage,
@@ -257,6 +274,25 @@ def _p(text: str) -> str:
     return note(html.escape(text))
 
 
+def _few_tasks(frame: pd.DataFrame, what: str) -> str:
+    """A sentence on the rows of ``frame`` (``method``, ``num_tasks``) that average one or two
+    tasks only: examples rather than averages ("" when every row averages three or more)."""
+    few = frame[frame["num_tasks"] <= 2]
+    if few.empty:
+        return ""
+    per = dict(zip(few["method"], few["num_tasks"].astype(int), strict=False))
+    if len(few) == len(frame) and len(set(per.values())) == 1:
+        n = next(iter(per.values()))
+        who = f"every row {what} averages {n} task{'s' * (n > 1)} only"
+    else:
+        who = ", ".join(f"{m} averages {n} task{'s' * (n > 1)}" for m, n in per.items())
+        who += " only"
+    return (
+        f" Few tasks: {who}, so read these numbers as examples rather than averages (a "
+        "standard error needs two tasks or more, and two give a rough one)."
+    )
+
+
 def _tidy(scenario: str, frame: pd.DataFrame, index: str) -> pd.DataFrame:
     """Section 8's rows of results.csv: ``tidy_rows`` of the numeric columns."""
     return tidy_rows("learned", scenario, frame.set_index(index).select_dtypes("number"))
@@ -312,32 +348,35 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames) -> None:
             "'em-steps' is EM with the stack's depth (its starting point), 'em' is EM to "
             "convergence. 'uniform' and 'far-atoms' lie outside the training prior."
         )
-        + table_html(wide)
+        + number_table(wide)
         + figure_tag(figures, "learned-regret", figure_regret(regret), "regret by family")
     )
-    nuts = run.nuts.set_index("method")
+    nuts = run.nuts.drop(columns="family")
     blocks["learned"].append(
         '<h3 id="learned-nuts">Against full Bayes under the training prior</h3>'
         + _p(
             "NUTS on the deconvolution model with the truncated DP prior the tasks were drawn "
             "from (concentration Gamma(2, 2), base measure N(0, 3^2), 20 atoms): the Bayes rule "
             "the stack is trained towards. Paired on the same tasks (learned_regret_same_tasks); "
-            "time per data set includes NUTS's compilation on the first."
+            "time per data set includes NUTS's compilation on the first." + _few_tasks(nuts, "here")
         )
-        + table_html(nuts.drop(columns="family"))
+        + number_table(nuts.set_index("method"))
     )
     coverage = run.coverage.pivot_table(
         index=["family", "method"], columns="prob", values="coverage"
-    )
+    ).rename(columns=lambda p: f"coverage {round(100 * float(p))}%")
+    coverage = coverage.reset_index().rename_axis(columns=None)
+    length = run.length.drop(columns="family")
     blocks["learned"].append(
         '<h3 id="learned-coverage">Coverage and length generalisation</h3>'
         + _p(
             "Coverage of 50% and 90% intervals: the stack's normal intervals mean -+ z sd from "
             "its predicted posterior variance, against the NPMLE's discrete-posterior intervals. "
             "Then the stack, trained at N <= 200, run at larger N (streamed from N = 2000)."
+            + _few_tasks(length, "of the length table")
         )
-        + table_html(coverage)
-        + table_html(run.length.drop(columns="family"))
+        + number_table(coverage, index=False)
+        + number_table(length, index=False)
         + figure_tag(figures, "learned-length", figure_length(run.length), "regret vs N")
     )
     blocks["learned"].append(
@@ -348,7 +387,9 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames) -> None:
             "the truth is the rest-of-season average. Sums of squared errors on that scale and "
             "as batting averages (the paper's 0.075 for the raw averages)."
         )
-        + table_html(run.batting[["method", "sse_transformed", "sse_average"]].set_index("method"))
+        + number_table(
+            run.batting[["method", "sse_transformed", "sse_average"]].set_index("method")
+        )
         + figure_tag(
             figures,
             "learned-batting",
@@ -359,7 +400,9 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames) -> None:
     blow = run.blowup
     first = pd.DataFrame(
         {
-            f"{kind} y={y}": ["-" if int(d) < 0 else str(int(d)) for d in np.asarray(depth)[:, j]]
+            f"{kind} y={y}": [
+                "never" if int(d) < 0 else str(int(d)) for d in np.asarray(depth)[:, j]
+            ]
             for kind, depth in (
                 ("exact", blow.exact_first_depth),
                 ("linear", blow.linear_first_depth),
@@ -380,13 +423,14 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames) -> None:
             "wide one. Its section 4.1: with a skip connection the update eta <- eta + step "
             "(y - m(eta)) is gradient ascent on the natural parameter; the table gives the "
             "first depth at which the true log-normaliser A(eta) = exp(eta) exceeds 10 times "
-            f"A(log y), for the exact mean map exp(eta) and the linear link's (a = {a:.3f}, fitted "
-            "on [1, 10]): the exact map never converges for step y > 2 but stays bounded; the "
+            f"A(log y) (never: not within {BLOWUP_DEPTH} steps), for the exact mean map exp(eta) "
+            f"and the linear link's (a = {a:.3f}, fitted on [1, 10]): the exact map never "
+            "converges for step y > 2 but stays bounded; the "
             "linear one blows up for step > 2a at every y, and converges to a y + b elsewhere, "
             "far above log y for large counts."
         )
-        + table_html(run.link.set_index("rates"))
-        + table_html(first)
+        + number_table(run.link.set_index("rates"))
+        + number_table(first)
     )
     pool = run.pooling
     blocks["learned"].append(
@@ -399,7 +443,7 @@ def learned_blocks(blocks, figures, run: LearnedRun, frames) -> None:
             "out), against Nadaraya-Watson on the last 3 values at its leave-one-out bandwidth, "
             "moving averages and AR(p) by AIC."
         )
-        + table_html(pool.table.set_index("method"))
+        + number_table(pool.table.set_index("method"))
         + figure_tag(
             figures, "learned-pooling", figure_pooling_weights(pool), "learned pooling weights"
         )

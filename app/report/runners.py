@@ -1,4 +1,9 @@
-"""Simulate a scenario and run every method on it (deconvolution and switching)."""
+"""Simulate a scenario and run every method on it (deconvolution and switching).
+
+The warnings raised while a method runs (ArviZ's: Pareto k, R-hat, ESS) are said once each on
+one line naming the scenario and the method (``pieces.named_warnings``), and kept in
+``warned`` for the page.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+import pandas as pd
 
 from ...inference.deconvolution.comparison import (
     METHODS,
@@ -25,6 +31,7 @@ from ...inference.switching import (
 from ...models.deconvolution import DiscreteMeasure, get_measure, simulate
 from ...models.switching import SwitchingParams, maneuvering_target
 from ...models.switching import simulate as simulate_switching
+from .pieces import named_warnings
 from .scenarios import NUM_ATOMS_DP, Scenario, SwitchingSettings
 
 # ----------------------------------------------------------------------------- running
@@ -50,8 +57,14 @@ def run_scenario(
     key: jax.Array,
     progress: Callable[[str], None],
     methods: tuple[str, ...] = METHODS,
+    warned: list[str] | None = None,
 ) -> tuple[DeconvolutionComparison, np.ndarray, np.ndarray, DiscreteMeasure]:
-    """Simulate one scenario (and as many held-out points) and run every method on it."""
+    """Simulate one scenario (and as many held-out points) and run every method on it.
+
+    Each method runs in its own ``compare_deconvolution`` call (the same fits and rows as one
+    call with every method: each sampler's key depends on its name only), so that a warning
+    names its method: ``progress("warning: <scenario>, <method>: ...")``, and the line is
+    appended to ``warned``."""
     size = 0 if quick else 1
     measure, z, x, x_heldout = scenario_data(scenario, quick=quick, key=key)
     key_fit = jax.random.split(key, 3)[1]
@@ -69,19 +82,25 @@ def run_scenario(
     # the report checks the finite mixture's posterior predictive only: NUTS-DP skips compiling
     # its own (the draws are the same either way)
     extra = {"gibbs": gibbs, "nuts-dp": {**dp, "posterior_predictive": False}}
-    comparison = compare_deconvolution(
-        key_fit,
-        x,
-        scenario.sigma,
-        z_true=z,
-        true_measure=measure,
-        x_heldout=x_heldout,
-        methods=methods,
-        num_atoms_dp=NUM_ATOMS_DP,
-        nuts_kwargs={"num_warmup": draws, "num_samples": draws},
-        method_kwargs={m: kw for m, kw in extra.items() if m in methods},
-        progress=lambda msg: progress(f"{scenario.name}: {msg}"),
-    )
+    tables, fits = [], {}
+    for method in methods:
+        with named_warnings(f"{scenario.name}, {method}", progress, warned):
+            one = compare_deconvolution(
+                key_fit,
+                x,
+                scenario.sigma,
+                z_true=z,
+                true_measure=measure,
+                x_heldout=x_heldout,
+                methods=(method,),
+                num_atoms_dp=NUM_ATOMS_DP,
+                nuts_kwargs={"num_warmup": draws, "num_samples": draws},
+                method_kwargs={m: kw for m, kw in extra.items() if m == method},
+                progress=lambda msg: progress(f"{scenario.name}: {msg}"),
+            )
+        tables.append(one.table)
+        fits.update(one.fits)
+    comparison = DeconvolutionComparison(table=pd.concat(tables, ignore_index=True), fits=fits)
     return comparison, np.asarray(x), np.asarray(z), measure
 
 
@@ -96,9 +115,15 @@ class SwitchingRun(NamedTuple):
 
 
 def run_switching(
-    settings: SwitchingSettings, *, quick: bool, key, progress: Callable[[str], None]
+    settings: SwitchingSettings,
+    *,
+    quick: bool,
+    key,
+    progress: Callable[[str], None],
+    warned: list[str] | None = None,
 ) -> SwitchingRun:
-    """The maneuvering target: every filter, smoother and sampler, then numbers of modes."""
+    """The maneuvering target: every filter, smoother and sampler, then numbers of modes.
+    Warnings are said naming the target and the step (``warned`` keeps them)."""
     size = 0 if quick else 1
     key_data, key_cmp, key_modes = jax.random.split(key, 3)
     params = maneuvering_target()
@@ -109,29 +134,39 @@ def run_switching(
         "num_samples": settings.gibbs_draws[size],
         "num_chains": settings.gibbs_chains,
     }
-    comparison = compare_switching(
-        key_cmp,
-        params,
-        y,
-        states_true=states,
-        modes_true=modes,
-        gibbs_kwargs=gibbs,
-        progress=lambda msg: progress(f"maneuvering-target: {msg}"),
-    )
+    # one call (the reference rows compare methods with each other); of its methods only the
+    # samplers' diagnostics call ArviZ
+    with named_warnings("maneuvering-target, compare_switching", progress, warned):
+        comparison = compare_switching(
+            key_cmp,
+            params,
+            y,
+            states_true=states,
+            modes_true=modes,
+            gibbs_kwargs=gibbs,
+            progress=lambda msg: progress(f"maneuvering-target: {msg}"),
+        )
     candidates = {
         f"{m} mode{'s' * (m > 1)}": maneuvering_target(turn_rates_deg=(3.0, -3.0)[: m - 1])
         for m in settings.mode_counts[size]
     }
     min_obs = round(num_steps * (1 - settings.heldout_fraction))
-    modes_comparison = compare_num_modes(
-        key_modes,
-        candidates,
-        y,
-        min_observations=min_obs,
-        gibbs_kwargs=gibbs,
-        progress=lambda msg: progress(f"numbers of modes: {msg}"),
-    )
+    with named_warnings(
+        "maneuvering-target, gibbs on 1-3 modes (leave-future-out)", progress, warned
+    ):
+        modes_comparison = compare_num_modes(
+            key_modes,
+            candidates,
+            y,
+            min_observations=min_obs,
+            gibbs_kwargs=gibbs,
+            progress=lambda msg: progress(f"numbers of modes: {msg}"),
+        )
     return SwitchingRun(params, modes, states, y, comparison, modes_comparison, min_obs)
+
+
+# EM's iteration limit in ``run_switching_learning``
+LEARNING_EM_ITERATIONS = 300
 
 
 class LearningRun(NamedTuple):
@@ -162,7 +197,12 @@ def shift_model() -> SwitchingParams:
 
 
 def run_switching_learning(
-    settings: SwitchingSettings, *, quick: bool, key, progress: Callable[[str], None]
+    settings: SwitchingSettings,
+    *,
+    quick: bool,
+    key,
+    progress: Callable[[str], None],
+    warned: list[str] | None = None,
 ) -> LearningRun:
     """Learn the 1-D model's (``shift_model``) transition matrix and noise scales by MLE, EM,
     NUTS and Gibbs (``compare_switching_learning``), and measure how far GPB2 and IMM move the
@@ -178,27 +218,29 @@ def run_switching_learning(
     draws = settings.learning_draws[size]
     sizes = {"num_warmup": draws, "num_samples": draws, "num_chains": 2}
     progress(f"learning: MLE, EM, NUTS and Gibbs on T = {num_steps} steps")
-    comparison = compare_switching_learning(
-        key_cmp,
-        params,
-        y[:num_steps],
-        y[num_steps:],
-        mle_kwargs={"num_starts": 4},
-        em_kwargs={"max_iterations": 300},
-        nuts_kwargs=sizes,
-        gibbs_kwargs={**sizes, "num_warmup": 4 * draws, "num_samples": 4 * draws},
-    )
+    with named_warnings("1-d-switching-ar, mle/em/nuts/gibbs", progress, warned):
+        comparison = compare_switching_learning(
+            key_cmp,
+            params,
+            y[:num_steps],
+            y[num_steps:],
+            mle_kwargs={"num_starts": 4},
+            em_kwargs={"max_iterations": LEARNING_EM_ITERATIONS},
+            nuts_kwargs=sizes,
+            gibbs_kwargs={**sizes, "num_warmup": 4 * draws, "num_samples": 4 * draws},
+        )
     small = shift_model()
     steps = settings.shift_steps[size]
     progress(f"learning: NUTS over theta with the exact, GPB2 and IMM likelihoods, T = {steps}")
     _, _, y_short = simulate_switching(key_shift_data, small, steps)
     draws = settings.shift_draws[size]
-    shift = posterior_shift(
-        key_shift,
-        small,
-        np.asarray(y_short),
-        methods=("gpb2", "imm"),
-        reference="exact",
-        nuts_kwargs={"num_warmup": draws, "num_samples": draws, "num_chains": 2},
-    )
+    with named_warnings(f"shift-T{steps}, nuts with exact/gpb2/imm", progress, warned):
+        shift = posterior_shift(
+            key_shift,
+            small,
+            np.asarray(y_short),
+            methods=("gpb2", "imm"),
+            reference="exact",
+            nuts_kwargs={"num_warmup": draws, "num_samples": draws, "num_chains": 2},
+        )
     return LearningRun(params, num_steps, heldout, comparison, small, steps, shift)

@@ -1,0 +1,201 @@
+"""The report's pieces without running it: thinned DataTrees, warnings named by scenario and
+method, one number format per column, the iteration-cap note, the calibration tables."""
+
+import warnings
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from attnbayes.app.report import Scenario, runners
+from attnbayes.app.report.calibration import calibration_tables
+from attnbayes.app.report.pieces import (
+    TREE_DRAWS_PER_CHAIN,
+    formatted,
+    iteration_cap_note,
+    named_warnings,
+    save_report_tree,
+    thin_datatree,
+    warnings_note,
+)
+from attnbayes.inference.deconvolution.comparison import DeconvolutionComparison
+
+
+def _sampler_tree(draws: int = 250) -> xr.DataTree:
+    rng = np.random.default_rng(0)
+
+    def group(**shapes):
+        return xr.Dataset(
+            {
+                name: (("chain", "draw", *dims), rng.normal(size=(2, draws, *[5] * len(dims))))
+                for name, dims in shapes.items()
+            },
+            coords={"chain": [0, 1], "draw": np.arange(draws)},
+        )
+
+    return xr.DataTree.from_dict(
+        {
+            "posterior": group(atoms=("atom",), z_draw=("point",), log_lik_total=()),
+            "sample_stats": group(lp=()),
+            "log_likelihood": group(x=("point",)),
+            "posterior_predictive": group(x=("point",)),
+            "observed_data": xr.Dataset({"x": (("point",), np.arange(5.0))}),
+        }
+    )
+
+
+def test_thinned_datatree_keeps_evenly_spaced_draws_and_says_so(tmp_path):
+    full = _sampler_tree(250)
+    path = tmp_path / "t.nc"
+    save_report_tree(full, path, keep=False)
+    thinned = xr.open_datatree(path, engine="h5netcdf")
+    step = 3  # ceil(250 / 100)
+    assert thinned.attrs["attnbayes_thinned"] == 1
+    assert thinned.attrs["thinning_step"] == step
+    assert thinned.attrs["draws_per_chain_kept"] == 84 <= TREE_DRAWS_PER_CHAIN
+    assert thinned.attrs["draws_per_chain_full"] == 250
+    assert thinned.attrs["groups_left_out"] == "posterior_predictive"
+    assert "one draw in 3 of each chain (84 of 250)" in thinned.attrs["thinning"]
+    assert set(thinned.children) == {"posterior", "sample_stats", "log_likelihood", "observed_data"}
+    assert "z_draw" not in thinned["posterior"]
+    for group, name in (("posterior", "atoms"), ("sample_stats", "lp"), ("log_likelihood", "x")):
+        np.testing.assert_array_equal(
+            thinned[group][name].values, full[group][name].values[:, ::step]
+        )
+    np.testing.assert_array_equal(thinned["posterior"]["draw"].values, np.arange(0, 250, step))
+    np.testing.assert_array_equal(thinned["observed_data"]["x"].values, np.arange(5.0))
+    kept = tmp_path / "full.nc"
+    save_report_tree(full, kept, keep=True)
+    whole = xr.open_datatree(kept, engine="h5netcdf")
+    assert "attnbayes_thinned" not in whole.attrs
+    assert whole["posterior_predictive"].sizes["draw"] == 250
+    assert path.stat().st_size < kept.stat().st_size / 2
+
+
+def test_short_chains_are_kept_whole():
+    tree = thin_datatree(_sampler_tree(60))
+    assert tree.attrs["thinning_step"] == 1
+    assert tree.attrs["draws_per_chain_kept"] == tree.attrs["draws_per_chain_full"] == 60
+
+
+def test_warnings_are_said_once_each_naming_scenario_and_method():
+    said, notes = [], []
+    with named_warnings("three-atoms, nuts", said.append, notes):
+        for _ in range(3):
+            warnings.warn(
+                "Estimated shape parameter of Pareto\n distribution", UserWarning, stacklevel=1
+            )
+        warnings.warn("R-hat above 1.01", RuntimeWarning, stacklevel=1)
+    assert said == [
+        "warning: three-atoms, nuts: UserWarning: Estimated shape parameter of Pareto distribution",
+        "warning: three-atoms, nuts: RuntimeWarning: R-hat above 1.01",
+    ]
+    assert notes == [line.removeprefix("warning: ") for line in said]
+    page = warnings_note(notes)
+    assert "three-atoms, nuts: RuntimeWarning: R-hat above 1.01</li>" in page
+    assert warnings_note([]) == ""
+
+
+def test_run_scenario_names_the_method_that_warned(monkeypatch):
+    """A warning raised while one method runs (here forced, as ArviZ's Pareto-k warning is
+    raised inside compare_deconvolution's PSIS-LOO of that method) is said with the scenario
+    and that method, once."""
+    calls = []
+
+    def fake(key, x, sigma, *, methods, **kwargs):
+        (method,) = methods
+        calls.append(method)
+        if method == "nuts":
+            warnings.warn(
+                "Estimated shape parameter of Pareto distribution", UserWarning, stacklevel=1
+            )
+            warnings.warn(
+                "Estimated shape parameter of Pareto distribution", UserWarning, stacklevel=1
+            )
+        table = pd.DataFrame({"method": [method], "metric": ["mse_z"], "value": [0.5]})
+        return DeconvolutionComparison(table, {method: None})
+
+    monkeypatch.setattr(runners, "compare_deconvolution", fake)
+    said, warned = [], []
+    scenario = Scenario("three-atoms", "three-atoms", {}, 1.0, (20, 20), (10, 10), "test", True)
+    comparison, *_ = runners.run_scenario(
+        scenario,
+        quick=True,
+        key=jax.random.PRNGKey(0),
+        progress=said.append,
+        methods=("attention-em", "nuts", "oracle"),
+        warned=warned,
+    )
+    assert calls == ["attention-em", "nuts", "oracle"]
+    assert list(comparison.table.method) == calls and list(comparison.fits) == calls
+    line = "three-atoms, nuts: UserWarning: Estimated shape parameter of Pareto distribution"
+    assert [m for m in said if m.startswith("warning:")] == [f"warning: {line}"]
+    assert warned == [line]
+
+
+def test_one_number_format_per_column():
+    frame = pd.DataFrame(
+        {
+            "seconds": [0.0001604, 9.082, 13.11],
+            "kl": [0.01091, 0.5, 9.91],
+            "tasks": [2.0, 1.0, np.nan],
+            "tiny": [1.665e-16, 2e-5, 3e-4],
+            "label": ["a", "b", "c"],
+        }
+    )
+    shown = formatted(frame)
+    # four orders of magnitude apart: scientific, else no value would keep two digits
+    assert list(shown["seconds"]) == ["1.604e-04", "9.082e+00", "1.311e+01"]
+    assert list(shown["kl"]) == ["0.011", "0.500", "9.910"]
+    assert list(shown["tasks"]) == ["2", "1", ""]
+    assert list(shown["tiny"]) == ["1.665e-16", "2.000e-05", "3.000e-04"]
+    assert list(shown["label"]) == ["a", "b", "c"]
+    by_row = formatted(frame[["kl", "tiny"]].T, by_row=True)
+    assert list(by_row.loc["kl"]) == ["0.011", "0.500", "9.910"]
+
+
+def test_iteration_cap_note_names_the_method_and_its_iterations():
+    table = pd.DataFrame(
+        {
+            "method": ["attention-em", "attention-em", "npmle", "npmle"],
+            "metric": ["iterations", "converged", "iterations", "converged"],
+            "value": [500.0, 0.0, 40.0, 1.0],
+        }
+    )
+    text = iteration_cap_note(table, {"attention-em": 500})
+    assert "attention-em stopped at its iteration cap (500 iterations) without meeting" in text
+    assert "npmle" not in text
+    assert "attention-em stopped after 500 iterations without" in iteration_cap_note(table)
+    assert iteration_cap_note(table.assign(value=[500.0, 1.0, 40.0, 1.0])) == ""
+
+
+@pytest.mark.parametrize("with_states", [False, True])
+def test_calibration_tables_are_narrow_and_have_no_empty_column(with_states):
+    rows = [
+        {"method": "nuts", "kind": "ranks", "verdict": "calibrated", "num_replicates": 100,
+         "num_failed": 0, "num_divergent_replicates": 1, "reason": "p = 0.4",
+         "min_p_adjusted": 0.4},
+        {"method": "attention-em", "kind": "coverage", "verdict": "over-confident",
+         "num_replicates": 200, "num_failed": 0, "num_divergent_replicates": 0,
+         "reason": "too narrow", "coverage_z_50": 0.13, "se_z_50": 0.03,
+         "coverage_z_90": 0.29, "se_z_90": 0.05},
+    ]  # fmt: skip
+    if with_states:
+        rows.append(
+            {"method": "imm", "kind": "coverage", "verdict": "calibrated", "num_replicates": 40,
+             "num_failed": 0, "num_divergent_replicates": 0, "reason": "fine",
+             "coverage_states_50": 0.5, "se_states_50": 0.02, "coverage_states_90": 0.92,
+             "se_states_90": 0.01}
+        )  # fmt: skip
+    page = calibration_tables(pd.DataFrame(rows))
+    tables = page.split("<table>")[1:]
+    assert len(tables) == 2
+    for table in tables:
+        head = table.split("</tr>")[0]
+        assert head.count("<th>") <= 9
+        assert "<th></th>" not in head
+    assert "<td>0.1300</td>" in page and "coverage 90%" in page
+    assert ("<td>states</td>" in page) == with_states
+    assert "<li><b>attention-em</b>: over-confident: too narrow</li>" in page
