@@ -1,6 +1,6 @@
 # `make run`  : write the comparison report into reports/attnbayes/ (the main job)
 # `make test` : lint and run the test suite
-# `make notebooks` : execute the notebooks (CI runs it after `make test`)
+# `make notebooks` : execute the notebooks and README's Python blocks (CI runs it after `make test`)
 # Both create .venv with a Python >= 3.12 found on this machine and install the project into it.
 
 VENV := .venv
@@ -41,15 +41,18 @@ run: $(STAMP)
 	$(VENV)/bin/attnbayes report --out reports
 
 # Two pytest workers (one per core; tests/conftest.py keeps each file on one worker).
+# README's blocks run in `make notebooks` (README_BLOCKS): here only their cheap checks.
+README_BLOCKS := tests/test_docs.py::test_readme_block_runs
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -P -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests
+	$(PY) -P -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests --deselect $(README_BLOCKS)
 
-# Executes the seven notebooks with small sizes (ATTNBAYES_NB_N); they are not rewritten.
-# CI runs it after `make test`.
+# Executes the seven notebooks with small sizes (ATTNBAYES_NB_N; they are not rewritten) and
+# each of README's Python blocks in a fresh interpreter. CI runs it after `make test`.
 notebooks: $(STAMP)
 	ATTNBAYES_NB_N=200 $(PY) -P -m pytest -q -n 2 --nbmake notebooks
+	$(PY) -P -m pytest -q -n 2 $(README_BLOCKS)
 
 test-slow: $(STAMP)
 	$(PY) -P -m pytest -q -m slow

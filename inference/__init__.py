@@ -15,11 +15,58 @@ A sub-package per reading of attention:
 - ``calibration``: simulation-based calibration of the registry's methods over a fixed prior
   (SBC ranks for samplers, interval coverage for the others) with a verdict;
 
-and shared modules: ``mcmc`` (NUTS to an ArviZ DataTree, and ``run_nuts_unchecked``, its traceable
-core), ``diagnostics`` (R-hat, ESS; ``sbc`` and ``interval_coverage``),
-``model_comparison`` (PSIS-LOO, leave-future-out), ``methods`` (the method registry),
-``sampling`` (random variates the samplers share) and ``optimize`` (L-BFGS compiled with one
-gradient, a Hessian by differences). Sub-packages are imported on first use.
+and shared modules, imported by their module names (each has its own ``__all__``):
+
+- ``mcmc``: ``run_nuts(key, model, model_args, model_kwargs, *, settings)`` -> an ArviZ
+  DataTree; ``run_nuts_unchecked``, its traceable kernel (for vmapping over data sets);
+  ``sampler_sizes`` and ``check_sampler_sizes`` (the sizes the diagnostics need);
+- ``diagnostics``: R-hat, bulk/tail ESS, divergences, PSIS-LOO; ``sbc`` and
+  ``interval_coverage``;
+- ``calibration``: ``calibrate`` (the registry's methods on the fixed priors
+  ``DeconvolutionStudy`` and ``SwitchingStudy``), ``calibration_verdict``,
+  ``calibration_table``;
+- ``model_comparison``: ``loo_compare`` and ``compare_num_atoms`` (PSIS-LOO, ``az.compare``);
+  ``switching_lfo`` and ``compare_num_modes`` (leave-future-out with Gibbs refits);
+- ``methods``: the method registry (imports no JAX): ``Method``, ``REGISTRY``, ``get_method``,
+  ``method_names``, ``settings``; the comparisons, the report and the command read it;
+- ``optimize``: ``minimize_lbfgs`` (one value-and-gradient per step, compiled once) and
+  ``hessian_by_differences``, on which ``fit_switching``'s MLE runs;
+- ``sampling``: ``log_gamma`` and ``uniform_positive``, random variates the samplers share.
+
+``attnbayes.inference.NAME`` imports a sub-package or module on first use. The learned stack's
+entry points are also reachable here: ``init_unrolled_em``, ``pretrained_unrolled_em``,
+``train_unrolled_em``, ``unrolled_em``, ``unrolled_em_moments`` (from ``deconvolution``).
+
+Conventions, as in NumPyro's ``MCMC.run(rng_key, ...)`` and BlackJAX's kernels:
+
+- The PRNG key first and positional in every stochastic function: ``run_nuts(key, ...)``,
+  ``run_gibbs(key, x, sigma, ...)``, ``run_switching_gibbs(key, params, observations, ...)``,
+  ``rbpf(key, params, observations, num_particles)``, the models' ``simulate(key, ...)`` and
+  the comparisons (``compare_deconvolution(key, x, sigma, ...)``, ``compare_switching(key,
+  params, observations, ...)``, ``compare_num_atoms``, ``compare_num_modes``,
+  ``switching_lfo``), which accept ``None`` when every method asked for is deterministic.
+- Parameters before data: ``imm_filter(params, observations)``, ``fit_switching(key, init,
+  observations)``, and ``SwitchingParams`` for every switching filter, smoother and sampler; a
+  time series is called ``observations``. Deconvolution keeps its statistical order, data then
+  noise scale (``fit_em(x, sigma)``, ``posterior_mean(x, atoms, weights, sigma)``); attention
+  keeps ``(queries, keys, values)`` and kernel regression ``(keys, values, queries)``.
+- ``max_iters`` is a cap (EM and the NPMLE stop earlier on convergence, and ``num_iters`` in
+  the result says when); ``num_iters`` is an exact count (``approximate_gibbs``, entmax's
+  bisection).
+- One sampler API for the Gibbs samplers, in BlackJAX's shape: ``init``, then
+  ``step(key, state, ...) -> (state, info)`` with State and Info as NamedTuples
+  (``gibbs_init`` / ``gibbs_step``, ``switching_gibbs_init`` / ``switching_gibbs_step``);
+  ``run_gibbs`` and ``run_switching_gibbs`` drive them and return DataTrees.
+- Traceable: every public algorithm can be ``jax.jit``-ted, ``jax.vmap``-ped and differentiated
+  in its array arguments, parameters included; results are pytrees of arrays (``FilterResult``,
+  ``SmootherResult``, ``EMResult``, ``NPMLEResult``; counts and flags as 0-d arrays). The
+  package and module docstrings say what is not differentiable and why (a ``lax.while_loop``,
+  a discrete draw, a step function, an argmin); the drivers that build DataTrees and tables
+  (``run_nuts``, ``run_gibbs``, ``run_switching_gibbs``, the comparisons) run eagerly.
+  ``jax.grad`` of every switching filter's log-likelihood in every field of ``SwitchingParams``
+  matches central finite differences in float64, as do the EM posterior mean (in sigma and the
+  atoms), Nadaraya-Watson (in the bandwidth), entmax (in alpha) and the NPMLE objective (in its
+  weights): ``tests/inference/*/test_traceable.py``.
 """
 
 import importlib

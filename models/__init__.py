@@ -11,6 +11,23 @@
 - ``kernel_joint``: the kernel density estimate of a joint density, whose conditional mean is
   Nadaraya-Watson regression.
 
+Each module's ``__all__`` is its API; ``attnbayes.models`` exports the modules. The main names:
+
+- ``deconvolution``: ``deconvolution_model`` (prior "dirichlet", "dp" or "uniform-weights"),
+  ``DiscreteMeasure``, ``simulate``, ``get_measure`` and the named measures ``MEASURES``
+  ("three-atoms", "sparse-means", "ring"), the ``SortedNormal`` prior, ``stick_breaking``;
+- ``switching``: ``SwitchingParams``, ``SwitchingPriors``, ``switching_model`` (modes summed by
+  a forward algorithm), ``simulate``, ``get_scenario`` and ``SCENARIOS`` ("maneuvering-target",
+  rank-2 DWNA noise, and "maneuvering-target-cwna"), ``check_params``;
+- ``markov_switching``: ``SwitchingSpec``, ``markov_switching_regression``,
+  ``markov_switching_ar``, ``switching_state_space``, ``build_params``, ``default_priors``,
+  ``OrderedIID``, ``OrderedNormal``, ``regime_ordering``, ``relabel_regimes``
+  (statsmodels' conventions stated);
+- ``kinematics``: ``constant_velocity``, ``coordinated_turn``, ``white_noise_acceleration``,
+  ``continuous_white_noise_acceleration``;
+- ``kernel_joint``: ``kernel_joint_model``, ``kernel_conditional_model``,
+  ``conditional_mean``, ``conditional_moments``.
+
 A simulator or log-density used inside traced programs comes as a pair: ``name`` checks its
 arguments on concrete values (a ValueError naming the argument) and calls ``name_unchecked``,
 the traceable kernel without checks.

@@ -77,6 +77,39 @@ softmax, ``log_partition`` and ``key_moments``. Not differentiable everywhere:
 - ``regulariser_value`` / ``regularised_objective`` with "shannon": p log p has an infinite
   derivative as p -> 0 (the value at p = 0 is taken as 0, with gradient 0 there).
 - A boolean ``mask`` is not an array of numbers to differentiate.
+
+Public API (``__all__``), one line each:
+
+- ``dot_product_scores``: s_ij = scale <q_i, k_j> + b_j (scale 1/sqrt(d) by default).
+- ``additive_scores``: Bahdanau scores v^T tanh(W q_i + U k_j).
+- ``neg_sq_distance_scores``: -|q_i - k_j|^2 / (2 h^2), the Gaussian-kernel scores.
+- ``softmax``: softmax(s / tau), the Shannon-regularised argmax.
+- ``sparsemax``: the Euclidean projection of s / tau onto the simplex (Gini-regularised).
+- ``entmax15``: 1.5-entmax (Tsallis, alpha = 1.5), exact by sorting.
+- ``entmax_bisect``: alpha-entmax for any alpha > 1, by bisection on the threshold.
+- ``regularised_argmax``: argmax_{p in simplex} <p, s> - tau Omega(p), by regulariser name.
+- ``regularised_objective``: <p, s> - tau Omega(p), the objective it maximises.
+- ``regulariser_value``: Omega(p) (0 log 0 = 0).
+- ``REGULARISERS``: the regulariser names ("shannon", "gini", "tsallis").
+- ``attend``: attention pooling with softmax / sparsemax / entmax15; ``block_size`` streams.
+- ``scored_attention``: softmax attention for any score function, dense or streamed.
+- ``scored_attention_unchecked``: its traceable kernel, for inputs already checked.
+- ``softmax_attention``: dense softmax attention with a key bias and a boolean mask.
+- ``Attention``: the result of one attention pass (output, weights, log-normaliser).
+- ``WEIGHT_MAPS``: the weight maps ``attend`` takes.
+- ``log_partition``: log Z(q) = log sum_j exp(<k_j, q>), the log-partition of attention.
+- ``key_moments``: its gradient and Hessian in closed form (mean and covariance of the keys).
+- ``poisson_key_weights``: exact attention as the Poisson posterior over keys (Robbins).
+- ``poisson_posterior_mean``: Robbins' Poisson empirical Bayes as attention (values = rates).
+- ``fit_linear_link``: the best linear surrogate of the link (key linear in the mean).
+- ``link_kl``: KL(exact || linear surrogate) of the attention weights.
+- ``skip_connection_iteration``: the skip connection as gradient ascent on eta (the note, 4.1).
+- ``normaliser_blowup``: the true log-normaliser at the skip-connection iterate.
+- ``LINKS``: the links compared ("exact", "linear").
+- ``LinearLink``: a linear surrogate of the Poisson link (key and bias linear in lambda).
+- ``LinearLinkFit``: the result of ``fit_linear_link``.
+- ``SkipConnectionTrace``: the result of ``skip_connection_iteration``.
+- ``NormaliserBlowup``: the result of ``normaliser_blowup``.
 """
 
 from .exponential_family import key_moments, log_partition

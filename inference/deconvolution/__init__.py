@@ -66,6 +66,53 @@ N * ``npmle_gradient``). Not differentiable:
   ``approximate_gibbs``'s ``diverged`` and ``first_nonfinite`` are a flag and an index.
 - Eager only (NumPy, SciPy or xarray; not traceable): ``run_gibbs``, ``relaxation_stability``
   (NumPy eigenvalues), ``add_invariants``, ``compare_deconvolution``, ``estep_memory_bytes``.
+
+Public API (``__all__``), one line each:
+
+- ``fit_em``: nu = sum_k w_k delta(mu_k) by EM, iterating attention E-steps (``max_iters`` a cap).
+- ``em_step``: one EM step: the E-step by softmax attention, then the M-step.
+- ``e_step_attention``: the E-step as attention: queries x, keys = values = atoms.
+- ``responsibilities``: A_ik = P(z_i = mu_k | x_i), the E-step's attention matrix (N, K).
+- ``posterior``: one E-step under nu: (E[z_i | x_i], A).
+- ``posterior_mean``: E[z_i | x_i] = sum_k A_ik mu_k, one attention step (Tweedie's denoiser).
+- ``log_likelihood``: log p(x) = sum_i log sum_k w_k N(x_i; mu_k, sigma^2 I), streamed or sharded.
+- ``initial_atoms``: starting atoms: the data (K = N), K data at spread ranks, or an array.
+- ``check_problem``: every value check of the EM entry points, on concrete inputs.
+- ``estep_memory_bytes``: the peak memory of one EM iteration on N points and K atoms.
+- ``EMResult``: the fitted measure, the log-likelihood trace, ``num_iters`` and ``converged``.
+- ``npmle``: the Kiefer-Wolfowitz NPMLE of nu on a grid (mix-SQP, SQUAREM or EM).
+- ``npmle_posterior``: the empirical-Bayes posterior of z_i under the fitted measure (GMLEB).
+- ``npmle_gradient``: the NPMLE objective's gradient in the weights (the KKT certificate).
+- ``default_grid``: the default grid of G points spanning the data.
+- ``NPMLEResult``: the fitted NPMLE and the solver's record.
+- ``run_gibbs``: blocked conjugate Gibbs on the Dirichlet mixture, as a DataTree like ``run_nuts``.
+- ``gibbs_init``: the starting state of one chain (BlackJAX style: ``init`` then ``step``).
+- ``gibbs_step``: one sweep c | (mu, w); w | c; mu | c, x -> (state, info).
+- ``GibbsState``: one chain's state (atoms, log weights).
+- ``GibbsInfo``: what one sweep computed (log-likelihood, log density, occupied atoms).
+- ``approximate_gibbs``: every draw replaced by its expectation (iterated attention, step eta).
+- ``ApproximateGibbsTrace``: its states and scalar summaries.
+- ``relaxation_stability``: where the relaxed iteration mu + eta (EM(mu) - mu) blows up.
+- ``RelaxationStability``: its eigenvalues and critical step size.
+- ``add_invariants``: a DataTree's posterior with the permutation-invariant quantities added.
+- ``measure_cdf``: F(t) = sum_k w_k 1[mu_k <= t] for scalar atoms.
+- ``INVARIANT_NAMES``: the invariant quantities (z_mean, nu_cdf, log_lik_total).
+- ``discrete_posterior_intervals``: equal-tailed intervals of a discrete posterior.
+- ``INTERVAL_PROBS``: the interval levels reported (0.5, 0.9).
+- ``compare_deconvolution``: every method on the same data: a tidy table and each fit.
+- ``DeconvolutionComparison``: its result (``table``: method, metric, value; ``fits``).
+- ``MethodFit``: what one method estimated, in the data's shape convention.
+- ``METHODS``: the methods ``compare_deconvolution`` runs (the registry's names).
+- ``wasserstein1``: W1 between two discrete measures on the line, exact.
+
+and the learned stack's names, re-exported from ``learned`` (listed there): ``FAMILIES``,
+``HELDOUT_FAMILIES``, ``LEARNED_METHODS``, ``LayerParams``, ``LearnedComparison``,
+``PosteriorMoments``, ``ReadoutParams``, ``TaskPrior``, ``Tasks``, ``TrainProgress``,
+``TrainResult``, ``UnrolledEMParams``, ``batting_averages_comparison``,
+``compare_learned_attention``, ``heldout_tasks``, ``init_unrolled_em``, ``length_generalisation``,
+``load_unrolled_em``, ``oracle_posterior_mean``, ``pretrained_unrolled_em``, ``sample_tasks``,
+``save_unrolled_em``, ``task_regret``, ``train_unrolled_em``, ``unrolled_em``,
+``unrolled_em_intervals``, ``unrolled_em_moments``.
 """
 
 from .comparison import (

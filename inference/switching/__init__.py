@@ -38,6 +38,54 @@ name for other modules and for use inside ``jit``/``vmap``/``grad`` (``imm_filte
 ``imm_filter_unchecked``, ``kim_smoother_moments`` / ``kim_smoother_moments_unchecked``,
 ``rbpf`` / ``rbpf_unchecked``, ``switching_log_likelihood`` /
 ``switching_log_likelihood_unchecked``, ...).
+
+Public API (``__all__``), one line each:
+
+- ``kalman_filter``: the Kalman filter of a one-mode model (M = 1), as a ``FilterResult``.
+- ``kalman_predict``: x_{t+1} | y_{1:t} ~ N(F m + b, F P F^T + Q).
+- ``kalman_update``: condition N(m, P) on y ~ N(H x, R) (Joseph form), with log N(y; ...).
+- ``check_inputs``: validate (params, observations, inputs) at a public entry point.
+- ``FilterResult``: p(x_t, s_t | y_{1:t}): mode probabilities, moments, log-likelihood.
+- ``gpb1_filter``: GPB1: collapse to one Gaussian, then predict and update under each mode.
+- ``gpb2_filter``: GPB2: M^2 Kalman updates (i -> j), then collapse over i for each j.
+- ``imm_filter``: the IMM filter: mix, then M Kalman predict-update steps.
+- ``exact_filter``: the exact filter over all M^T mode histories (small T only).
+- ``imm_mixing``: IMM's mixing probabilities mu_{i|j} and predicted mode probabilities.
+- ``collapse``: moment-match a Gaussian mixture to one Gaussian.
+- ``all_histories``: every mode sequence (M^T, T), in lexicographic order.
+- ``attention_as_imm_step``: the attention sublayer as one IMM mixing-and-collapse step.
+- ``check_filter_result``: raise ``FloatingPointError`` naming the first non-finite step.
+- ``one_step_log_predictive``: log p(y_t | y_{1:t-1}, theta), t = 1..T, under a filter.
+- ``one_step_log_predictive_unchecked``: its traceable kernel, on checked arrays.
+- ``kalman_smoother``: the Rauch-Tung-Striebel smoother of a one-mode model.
+- ``kim_smoother``: Kim's (1994) approximate switching smoother over a filter's result.
+- ``exact_smoother``: exact smoothing by enumeration of the mode histories (small T only).
+- ``fixed_modes_smoother``: Kalman filter and RTS smoother along a given mode sequence.
+- ``kim_smoother_moments``: EM's E-step moments by Kim's smoother (``SmootherMoments``).
+- ``exact_smoother_moments``: the same moments exactly, by enumeration (small T only).
+- ``SmootherResult``: smoothed posteriors p(x_t, s_t | y_{1:T}).
+- ``SmootherMoments``: per-mode moments, pairwise mode probabilities, lag-one covariances.
+- ``rbpf``: the Rao-Blackwellised particle filter (particles over modes, a Kalman filter each).
+- ``systematic_resample``: systematic resampling indices.
+- ``run_switching_gibbs``: Gibbs sampling of p(s, x, theta | y), as a DataTree.
+- ``switching_gibbs_init``: the initial state of one chain.
+- ``switching_gibbs_step``: one sweep (modes, states by FFBS, parameters) -> (state, info).
+- ``SwitchingGibbsState``: one chain's state.
+- ``SwitchingGibbsInfo``: what one sweep did.
+- ``MODE_SAMPLERS``: how the modes are drawn ("collapsed", "conditional").
+- ``compare_switching``: every method on the same series: a tidy table and each fit.
+- ``SwitchingComparison``: its result (``table``, ``fits``, the reference per target).
+- ``SwitchingFit``: one method's summary of its target posterior.
+- ``default_switching_methods``: every method that fits the series' size.
+- ``SWITCHING_METHODS``: the registry's switching methods.
+- ``FILTERS``: the filters among them.
+- ``SMOOTHERS``: the smoothers among them.
+
+and the names re-exported from ``learning`` (listed there): ``LIKELIHOODS``, ``PosteriorShift``,
+``SwitchingFitResult``, ``SwitchingLearningComparison``, ``compare_switching_learning``,
+``expected_durations``, ``fit_switching``, ``hamilton_filter``, ``information_criteria``,
+``posterior_shift``, ``smoothed_regime_probabilities``, ``study_priors``,
+``switching_log_likelihood``, ``switching_marginal_model``.
 """
 
 from .comparison import (

@@ -31,6 +31,38 @@ learning comparison. The models are ``attnbayes.models.markov_switching``'s ``Sw
 compiled kernels. Checked fronts and kernels follow the package's convention
 (``attnbayes.inference.switching``): ``name`` checks, ``name_unchecked`` computes
 (``switching_log_likelihood`` / ``switching_log_likelihood_unchecked``).
+
+Public API (``__all__``), one line each:
+
+- ``switching_log_likelihood``: log p(y_{1:T} | theta) of a ``SwitchingSpec`` by a named filter.
+- ``switching_log_likelihood_unchecked``: its traceable kernel, on checked arrays.
+- ``filter_unchecked``: the named filter on checked arrays.
+- ``hamilton_filter``: Hamilton's (1989) filter on the modes alone (econometric models).
+- ``LIKELIHOODS``: the filters a likelihood can use (exact, gpb2, imm, gpb1, kalman).
+- ``fit_switching``: fit by maximum likelihood (L-BFGS, several starts, Hessian SEs) or EM.
+- ``METHODS``: the methods of ``fit_switching`` ("mle", "em").
+- ``pairwise_mode_probabilities``: P(s_t = i, s_{t+1} = j | y_{1:T}) (Kim 1994), for EM.
+- ``SwitchingFitResult``: a fitted model: theta, standard errors, trace, AIC / BIC.
+- ``information_criteria``: AIC, BIC and HQIC (statsmodels' definitions).
+- ``expected_durations``: the expected stay in each regime, 1 / (1 - P_ii).
+- ``boundary_mask``: where an estimate lies on the boundary of its support.
+- ``forecast_switching``: k-step-ahead forecasts with central intervals, by simulation.
+- ``SwitchingForecast``: its predictive distributions.
+- ``smoothed_regime_probabilities``: P(s_t = j | y_{1:T}) of the regimes, (T, M).
+- ``select_num_regimes``: the number of regimes by BIC and held-out predictive density.
+- ``RegimeSelection``: its candidates, each fitted by maximum likelihood.
+- ``switching_marginal_model``: the NumPyro program over theta alone, for NUTS.
+- ``numpyro_priors``: the NumPyro priors matching the Gibbs sampler's conjugate ones.
+- ``study_priors``: the priors of the parameter-learning study.
+- ``sample_theta_posterior``: the posterior of theta by NUTS (under a filter) or Gibbs.
+- ``ThetaPosterior``: its draws.
+- ``POSTERIORS``: the ways to sample it (the filters but kalman, and "gibbs").
+- ``GIBBS_FREE``: the parameters the Gibbs sampler learns.
+- ``compare_switching_learning``: MLE, EM, NUTS and Gibbs on one series, one tidy table.
+- ``SwitchingLearningComparison``: its result.
+- ``LEARNING_METHODS``: the methods it compares ("mle", "em", "nuts", "gibbs").
+- ``posterior_shift``: how far the collapsed filters' likelihoods move the posterior of theta.
+- ``PosteriorShift``: its result.
 """
 
 from .comparison import LEARNING_METHODS, SwitchingLearningComparison, compare_switching_learning
