@@ -11,7 +11,8 @@ For each method, ``attnbayes.inference.calibration.calibrate`` runs a study over
   PIT values for samplers, the randomised PIT of the truth for interval methods;
 - ``index.html`` and ``run.json``.
 
-``figure_ecdf_pit`` and ``calibration_blocks`` are shared with the report's calibration section.
+``figure_ecdf_pit`` is shared with the report's calibration section (which splits the table with
+``attnbayes.app.report.calibration.calibration_tables``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ defaults that only the command has (``DECONVOLVE_DEFAULT``, ``FIT_METHODS``, ``R
 ``attnbayes.inference.kernel_regression.KERNELS`` (that package imports JAX; a test keeps the
 two equal). Nothing here imports JAX, so ``attnbayes --help`` and a refused command line are
 fast.
+
+Over 800 lines because it is five commands' options and help texts, most of it prose a user
+reads in ``--help``; splitting it per command would scatter the shared texts (input format,
+output folder, exit statuses) that every command prints the same.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ EXIT_STATUSES = """exit status:
   0  success: the path of the written index.html is printed on stdout
   1  the run failed while computing or writing (e.g. a result that is not finite, a
      full disk): one line names the quantity or the file; nothing is written
-  2  bad usage or bad input, refused before any computation; nothing is written
+  2  bad usage or bad input, refused before any computation (but a regress --bandwidth
+     so small that a point is alone in its window, found after the fit); nothing is written
   130 interrupted (Ctrl-C), 143 terminated (SIGTERM); nothing is written
 Every failure prints one line 'attnbayes: error: ...'; --debug (or ATTNBAYES_DEBUG=1)
 also prints the full traceback."""

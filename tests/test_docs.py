@@ -192,7 +192,7 @@ def test_readme_blocks_have_distinct_ids_and_the_expected_outputs():
 def test_readme_block_runs(block, tmp_path):
     """Each block runs on its own as printed, in a fresh interpreter (``-P``: the checkout's
     folders are not importable by their bare names) in an empty folder. ``make notebooks``
-    runs these (about a minute and a half cold); ``make test`` leaves them out."""
+    runs these (about 40 s on two workers); ``make test`` leaves them out."""
     block_id = _block_id(block)
     script = tmp_path / f"{block_id}.py"
     script.write_text(block)

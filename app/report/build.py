@@ -127,7 +127,8 @@ def write_report(
         keep_trees: write the samplers' DataTrees in full (``*.nc``: every draw, the posterior
             predictive included; the full report's add up to about 180 MB). By default each is
             thinned (``pieces.thin_datatree``: at most ``TREE_DRAWS_PER_CHAIN`` = 100 evenly
-            spaced draws per chain, without the posterior predictive draws, zlib-compressed;
+            spaced draws per chain, without the posterior predictive draws and the latent z draws,
+            zlib-compressed;
             its attrs say so), so the full report's folder stays under about 25 MB.
         progress: called with a message at every step (the CLI prints them), and with one
             line per distinct warning a part raised (ArviZ's among them), naming its scenario
@@ -225,8 +226,8 @@ def _trees_note(keep_trees: bool) -> str:
         return " (in full: <code>--keep-trees</code>)"
     return (
         f" (thinned: at most {TREE_DRAWS_PER_CHAIN} evenly spaced draws per chain, without "
-        f"{', '.join(g.replace('_', ' ') for g in THINNED_DROPS)} draws, as each file's attrs "
-        "say; the numbers on this page come from all draws, and "
+        f"{', '.join(g.replace('_', ' ') for g in THINNED_DROPS)} draws and the latent z "
+        "draws, as each file's attrs say; the numbers on this page come from all draws, and "
         "<code>attnbayes report --keep-trees</code> writes the full DataTrees)"
     )
 

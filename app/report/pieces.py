@@ -179,7 +179,7 @@ def thin_datatree(
     ceil(draws / draws_per_chain), with their original draw coordinates), ``THINNED_DROPS``
     and the posterior's ``z_draw`` are left out, and the root's attrs say so
     (``attnbayes_thinned`` 1, ``draws_per_chain_kept``, ``draws_per_chain_full``,
-    ``thinning_step``, ``groups_left_out``, ``thinning``: a sentence)."""
+    ``thinning_step``, ``left_out``, ``thinning``: a sentence)."""
     draws = max((node.sizes.get("draw", 0) for node in datatree.subtree), default=0)
     step = max(1, math.ceil(draws / draws_per_chain))
     kept = {}
@@ -194,13 +194,15 @@ def thin_datatree(
         kept[node.path] = data
     thinned = xr.DataTree.from_dict(kept)
     left_out = [name for name in THINNED_DROPS if name in datatree.children]
+    if "posterior" in datatree.children and "z_draw" in datatree["posterior"].data_vars:
+        left_out.append("the posterior's z_draw (a draw of every latent z_i)")
     thinned.attrs = {
         **datatree.attrs,
         "attnbayes_thinned": 1,
         "draws_per_chain_kept": len(range(0, draws, step)),
         "draws_per_chain_full": draws,
         "thinning_step": step,
-        "groups_left_out": ", ".join(left_out) or "none",
+        "left_out": ", ".join(left_out) or "none",
         "thinning": (
             f"Thinned for the report's folder: one draw in {step} of each chain "
             f"({len(range(0, draws, step))} of {draws}), without "

@@ -11,12 +11,17 @@ The rules, stated on the page as well:
   as winners. A method whose diagnostics failed (R-hat above ``RHAT_OK``, divergent
   transitions, ``converged`` 0, failed replicates) carries the failure beside its name, and a
   failed winner the best method without one.
+  A winner whose positive error or time is within ``TIE_WITHIN`` of the runner-up's, or
+  within their combined standard errors
+  where results.csv has a ``<metric>_se``, ties with it (said in the margin column).
 - *agree*: a point method's error is within ``AGREE_WITHIN`` (relative) of the best full-Bayes
-  method's error on the same data, |e_point - e_Bayes| <= ``AGREE_WITHIN`` e_Bayes.
-- *under-covers*: an interval's coverage is below its nominal level by more than its standard
-  error: the one its section reports (calibration, learned attention), else the binomial
-  sqrt(p (1 - p) / n) at the nominal p over the n points or steps of the data set (the
-  coordinates of one point counted once, which errs towards a larger error).
+  method's error without failed diagnostics (else the best) on the same data,
+  |e_point - e_Bayes| <= ``AGREE_WITHIN`` e_Bayes.
+- *under-covers*: an interval's coverage is below its nominal level by more than
+  ``UNDERCOVER_SES`` standard errors: the one its section reports (calibration, learned
+  attention), else the binomial sqrt(p (1 - p) / n) at the nominal p over the n points or
+  steps of the data set (the coordinates of one point counted once, which errs towards a
+  larger error; the steps of a series treated as independent).
 
 Every number links to the sub-section whose table holds it (``ANCHORS``).
 """
@@ -35,6 +40,12 @@ from ...inference import methods as registry
 from ..pages import RHAT_OK
 
 AGREE_WITHIN = 0.10
+# a winner within this relative margin of the runner-up (or within the measure's standard error,
+# where results.csv has one: "<metric>_se") ties with it
+TIE_WITHIN = 0.01
+# an interval under-covers when its coverage is below the nominal level by more than this many
+# of its standard errors (about 1 in 40 calibrated intervals is flagged, one-sided)
+UNDERCOVER_SES = 2.0
 SBC_ALPHA = 0.01
 REFERENCES = frozenset({"oracle", "known-modes", "exact", "exact-smoother", "exact-repeat"})
 # the point methods measured against full Bayes: attention-EM and the NPMLE; Kim's smoother
@@ -224,9 +235,12 @@ class _Row(NamedTuple):
     note: str
 
 
-def _ranked(group: _Group, measure: _Measure, reading: str, candidates=None) -> _Row | None:
+def _ranked(
+    group: _Group, measure: _Measure, reading: str, candidates=None, kinds=None
+) -> _Row | None:
     """The winner of ``measure`` in ``group`` (``candidates``: the methods that compete, default
-    all but the references), or None when no method has a finite value."""
+    all but the references), or None when no method has a finite value. ``kinds`` ({method:
+    "filter" | "smoother"}): the references shown are those of the winner's kind only."""
     pool = [m for m in (group.values if candidates is None else candidates) if m not in REFERENCES]
     values = group.metric(measure.metric, pool)
     if not values:
@@ -237,6 +251,15 @@ def _ranked(group: _Group, measure: _Measure, reading: str, candidates=None) -> 
     best = order[0]
     runner = order[1] if len(order) > 1 else None
     notes = []
+    margin = "" if runner is None else _margin(values[best], values[runner], kind)
+    if runner is not None:
+        gap = abs(values[best] - values[runner])
+        ses = group.metric(f"{measure.metric}_se", [best, runner])
+        within_se = len(ses) == 2 and gap <= math.hypot(*ses.values())
+        relative = kind in ("error", "time") and values[best] > 0
+        if (relative and gap <= TIE_WITHIN * values[best]) or within_se:
+            why = "within its standard error" if within_se else f"within {TIE_WITHIN:.0%}"
+            margin = f"tie ({why}): {margin}"
     if _problems(group, best):
         clean = next((m for m in order[1:] if not _problems(group, m)), None)
         notes.append(
@@ -245,14 +268,20 @@ def _ranked(group: _Group, measure: _Measure, reading: str, candidates=None) -> 
             else f"best without a failure: {_named(group, clean, values[clean], kind)}"
         )
     if kind != "time":
-        refs = group.metric(measure.metric, [m for m in group.values if m in REFERENCES])
+        # a reference of the winner's kind only (a smoother's floor is not a filter's)
+        same = [
+            m
+            for m in group.values
+            if m in REFERENCES and (kinds is None or kinds.get(m) == kinds.get(best))
+        ]
+        refs = group.metric(measure.metric, same)
         notes += [f"reference: {_named(group, m, v, kind)}" for m, v in refs.items()]
     return _Row(
         reading,
         measure.label + (" (compilation included)" if kind == "time" else ""),
         _named(group, best, values[best], kind),
         "" if runner is None else _named(group, runner, values[runner], kind),
-        "" if runner is None else _margin(values[best], values[runner], kind),
+        margin,
         "; ".join(notes),
     )
 
@@ -285,7 +314,13 @@ def _reading_rows(groups: dict[tuple[str, str], _Group]) -> list[_Row]:
             filters = [m for m in group.values if kinds.get(m) == "filter"]
             others = [m for m in group.values if kinds.get(m) != "filter"]
             rows.append(
-                _ranked(group, _STATE_RMSE._replace(label="state RMSE, filters"), reading, filters)
+                _ranked(
+                    group,
+                    _STATE_RMSE._replace(label="state RMSE, filters"),
+                    reading,
+                    filters,
+                    kinds,
+                )
             )
             rows.append(
                 _ranked(
@@ -293,6 +328,7 @@ def _reading_rows(groups: dict[tuple[str, str], _Group]) -> list[_Row]:
                     _STATE_RMSE._replace(label="state RMSE, smoothers and samplers"),
                     reading,
                     others,
+                    kinds,
                 )
             )
             rows.append(_ranked(group, _WALL_TIME, reading))
@@ -511,7 +547,7 @@ def _undercover(groups) -> list[str]:
         intervals = [i for i in _intervals(group, n) if math.isfinite(i.se)]
         if not intervals:
             continue
-        under = [i for i in intervals if i.level - i.coverage > i.se]
+        under = [i for i in intervals if i.level - i.coverage > UNDERCOVER_SES * i.se]
         if not under:
             items.append(
                 f"{html.escape(where)}: none of {len(intervals)} intervals "
@@ -585,16 +621,20 @@ def summary_section(results: pd.DataFrame) -> str:
     groups = _groups(_check(results))
     rules = (
         "<b>Wins</b>: the best finite value of a measure (lowest error or time, highest log "
-        "density) among the methods that do not know the truth, by the margin runner-up / "
-        "winner (&times;), or their difference (&Delta;) where a ratio means nothing. "
+        "density) among the methods that are not references, by the margin runner-up / "
+        "winner (&times;), or their difference (&Delta;) where a ratio means nothing; a winner "
+        f"whose error or time is within {TIE_WITHIN:.0%} of the runner-up's, or within their "
+        "standard errors where the table has them, ties with it. "
         f"<b>Agrees</b>: a point method's error is within {AGREE_WITHIN:.0%} of the best "
-        "full-Bayes method's on the same data. <b>Under-covers</b>: an interval's coverage is "
-        "below its nominal level by more than its standard error (its section's, else the "
-        "binomial sqrt(p(1 - p)/n) at the nominal p over the n points or steps of the data). "
+        "full-Bayes method's without failed diagnostics (else the best) on the same data. "
+        "<b>Under-covers</b>: an interval's coverage is below its nominal level by more than "
+        f"{UNDERCOVER_SES:g} standard errors (its section's, else the binomial "
+        "sqrt(p(1 - p)/n) at the nominal p over the n points or steps of the data, which "
+        "treats them as independent). "
         f"Failed diagnostics (R-hat &gt; {RHAT_OK}, divergent transitions, not converged) "
-        "stand beside the method's name; the references that know the truth (oracle, "
-        "known-modes, exact) stand beside the winner, never as winners. Every number links to "
-        "its table."
+        "stand beside the method's name; the references (the oracle Bayes rule and the known "
+        "modes know the truth, the exact filter and smoother are exact inference) stand beside "
+        "a winner of their kind, never as winners. Every number links to its table."
     )
     parts = ['<h2 id="summary">Summary</h2>', f'<p class="note">{rules}</p>']
     rows = _reading_rows(groups)
@@ -620,4 +660,12 @@ def summary_section(results: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
-__all__ = ["AGREE_WITHIN", "ANCHORS", "POINT_METHODS", "REFERENCES", "summary_section"]
+__all__ = [
+    "AGREE_WITHIN",
+    "ANCHORS",
+    "POINT_METHODS",
+    "REFERENCES",
+    "TIE_WITHIN",
+    "UNDERCOVER_SES",
+    "summary_section",
+]

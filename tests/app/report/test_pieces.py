@@ -56,8 +56,9 @@ def test_thinned_datatree_keeps_evenly_spaced_draws_and_says_so(tmp_path):
     assert thinned.attrs["thinning_step"] == step
     assert thinned.attrs["draws_per_chain_kept"] == 84 <= TREE_DRAWS_PER_CHAIN
     assert thinned.attrs["draws_per_chain_full"] == 250
-    assert thinned.attrs["groups_left_out"] == "posterior_predictive"
+    assert thinned.attrs["left_out"].startswith("posterior_predictive, the posterior's z_draw")
     assert "one draw in 3 of each chain (84 of 250)" in thinned.attrs["thinning"]
+    assert "z_draw" in thinned.attrs["thinning"]
     assert set(thinned.children) == {"posterior", "sample_stats", "log_likelihood", "observed_data"}
     assert "z_draw" not in thinned["posterior"]
     for group, name in (("posterior", "atoms"), ("sample_stats", "lp"), ("log_likelihood", "x")):

@@ -103,7 +103,7 @@ def test_the_winner_its_number_runner_up_margin_and_link():
     assert "full Bayes nuts " + LINK.format("0.400") in agree
     assert "attention-em " + LINK.format("0.430") + " <b>agrees</b> (+7.5%)" in agree
     assert "npmle " + LINK.format("0.520") + " <b>differs</b> (+30.0%)" in agree
-    # 90% intervals: se = sqrt(0.9 0.1 / 200) = 2.1%; EM's 80% is below 90% - 2.1%, the
+    # 90% intervals: se = sqrt(0.9 0.1 / 200) = 2.1%; EM's 80% is below 90% - 2 x 2.1%, the
     # NPMLE's 89% is not; the oracle is not checked
     under = item_of(page, "three-atoms, 1 of 3 intervals")
     assert "attention-em 90% " + LINK.format("80.0%") + " (se 2.1%)" in under
@@ -179,6 +179,7 @@ def test_every_other_reading_is_summarised_from_its_rows():
     best, runner, margin, note = cells(row_of(page, "state RMSE, filters"))[2:]
     assert best == "gpb2 " + link("methods-maneuvering-target", "8.00")
     assert (runner.split()[0], margin) == ("imm", "1.20&times;")
+    assert note == ""  # known-modes is a smoother's floor, not a filter's
     best, _, _, note = cells(row_of(page, "state RMSE, smoothers"))[2:]
     assert best == "gibbs " + link("methods-maneuvering-target", "5.00")
     assert note == "reference: known-modes " + link("methods-maneuvering-target", "4.00")
@@ -210,6 +211,28 @@ def test_every_other_reading_is_summarised_from_its_rows():
     assert cells(row_of(page, "integrated squared error"))[2] == "gaussian " + link(
         "kernel-regression", "0.0200"
     )
+
+
+def test_ties_and_under_coverage_follow_their_stated_rules():
+    """A winner within its standard error of the runner-up ties with it (regret 0.0262 against
+    0.0276, se 0.0125); within 1% on an error too; coverage 1.5 se below nominal is not
+    under-coverage, 2.5 se is."""
+    rows = [
+        ("learned", "regret-dp", "learned", "regret", 0.0262),
+        ("learned", "regret-dp", "learned", "regret_se", 0.0125),
+        ("learned", "regret-dp", "npmle", "regret", 0.0276),
+        ("learned", "regret-dp", "npmle", "regret_se", 0.0110),
+        *methods_rows("three-atoms", "mse_z", {"nuts": 0.400, "gibbs": 0.402}),
+        ("data", "three-atoms", "data", "num_points", 400.0),
+        # se of a 90% interval over 400 points: 1.5%
+        *methods_rows("three-atoms", "coverage_90", {"nuts": 0.9 - 0.0225, "gibbs": 0.9 - 0.0375}),
+    ]
+    page = summary_section(frame(rows))
+    margin = cells(row_of(page, "regret (MSE above the oracle), dp tasks"))[4]
+    assert margin.startswith("tie (within its standard error)")
+    assert cells(row_of(page, "MSE of z"))[4] == "tie (within 1%): 1.00&times;"
+    under = item_of(page, "three-atoms, 1 of 2 intervals")
+    assert "gibbs 90%" in under and "nuts" not in under
 
 
 def test_text_is_escaped_and_bad_input_refused():
@@ -353,7 +376,7 @@ def test_a_real_results_csv_links_only_to_ids_the_report_writes():
     link = '<a href="#methods-three-atoms">{}</a>'.format
     _, _, best, runner, margin, note = rows["Deconvolution, three-atoms", "MSE of z"]
     assert best == "gibbs " + link("0.639") + " (R-hat 1.015 &gt; 1.01)"
-    assert (runner, margin) == ("nuts " + link("0.640"), "1.00&times;")
+    assert (runner, margin) == ("nuts " + link("0.640"), "tie (within 1%): 1.00&times;")
     assert note.startswith("best without a failure: nuts " + link("0.640"))
     agree = item_of(page, "three-atoms, MSE of z")
     assert "attention-em " + link("0.641") + " (not converged after 500 iterations)" in agree
