@@ -201,17 +201,30 @@ def check_bandwidth(name: str, bandwidth, dim: int, dtype):
 
 
 def check_sigma_range(name: str, sigma, dtype) -> None:
-    """Raise unless 1 / sigma^2 is a finite positive number in ``dtype`` (skipped if traced)."""
+    """Raise unless 1 / sigma^2 is a finite positive number in ``dtype`` (skipped if traced).
+
+    ``sigma`` is a number or an array of them (one noise scale per observation, or per
+    observation and coordinate); the error names the first entry out of range.
+    """
     if is_traced(sigma):
         return
     with np.errstate(over="ignore", under="ignore", divide="ignore"):
         s = np.asarray(sigma, dtype=dtype)
         beta = np.asarray(1.0, dtype) / (s * s)
-    if not (np.isfinite(beta) and beta > 0):
+    bad = ~(np.isfinite(beta) & (beta > 0))
+    if not np.any(bad):
+        return
+    if s.ndim == 0:
         raise ValueError(
             f"{name}: {float(sigma)} is out of range for {np.dtype(dtype).name} "
             f"(1 / {name}^2 = {beta} is not a finite positive number)"
         )
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(
+        f"{name}: entry {index if len(index) > 1 else index[0]} = "
+        f"{float(np.asarray(sigma)[index])} is out of range for {np.dtype(dtype).name} "
+        f"(1 / {name}^2 = {beta[index]} is not a finite positive number)"
+    )
 
 
 def max_scaled_spread(dtype, num_points: int, dim: int) -> float:
@@ -234,10 +247,11 @@ def check_scaled_spread(name: str, points, sigma, dtype, *, others=()) -> None:
     ``points`` are the data (N, p); ``others`` are ``(name, (M, p) array)`` pairs of atoms or
     grid points that enter the same distances. The spread is (max - min) per coordinate over
     the data and all of ``others``, in units of ``sigma``, and must not exceed
-    ``max_scaled_spread(dtype, N, p)``. The error names the data when they alone exceed it,
-    else the first of ``others`` that takes the spread over it. Values beyond the range of
-    ``dtype`` (float64 data computed in float32 when ``jax_enable_x64`` is off) are refused
-    first. Skipped when any value is traced.
+    ``max_scaled_spread(dtype, N, p)``; with one sigma per observation (an array) the spread is
+    measured in units of the smallest, a bound on every scaled distance. The error names the
+    data when they alone exceed it, else the first of ``others`` that takes the spread over
+    it. Values beyond the range of ``dtype`` (float64 data computed in float32 when
+    ``jax_enable_x64`` is off) are refused first. Skipped when any value is traced.
     """
     if any(is_traced(a) for a in (points, sigma, *(arr for _, arr in others))):
         return
@@ -252,7 +266,7 @@ def check_scaled_spread(name: str, points, sigma, dtype, *, others=()) -> None:
                 f"{np.dtype(dtype).name} (enable jax_enable_x64 to compute in float64)"
             )
     limit = max_scaled_spread(dtype, n, p)
-    scale = float(sigma)
+    scale = float(np.min(np.asarray(sigma, np.float64)))
     lo, hi = pts.min(axis=0), pts.max(axis=0)
     culprit, label = name, ""
     with np.errstate(over="ignore", invalid="ignore"):

@@ -1,8 +1,10 @@
 """The value checks of a deconvolution problem (x, atoms, weights, sigma), shared by ``em``,
 ``kiefer_wolfowitz``, ``gibbs`` and the learned stack (``learned.unrolled``).
 
-x is (N,) or (N, p), finite and non-empty; sigma a finite number > 0 whose 1 / sigma^2 is finite
-in x's dtype; atoms (K,) / (K, p) in the convention of x, finite; weights on the simplex; and
+x is (N,) or (N, p), finite and non-empty; sigma the known noise scale (``check_sigma``): a
+finite number > 0 whose 1 / sigma^2 is finite in x's dtype, one such per observation (N,), or
+one per observation and coordinate (N, p) (heteroscedastic: x_i ~ N(z_i, diag(s_i^2)));
+atoms (K,) / (K, p) in the convention of x, finite; weights on the simplex; and
 the spread (max - min) / sigma of x and the atoms at most
 ``attnbayes.validation.max_scaled_spread`` (beyond it the squared distances overflow). Value
 checks run on concrete inputs only, before any tracing; on tracers only the static checks
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ... import validation
 
@@ -20,20 +23,61 @@ from ... import validation
 def check_data(x, sigma):
     """Validate the data and sigma: ``(points (N, p), scalar, dtype, sigma)``.
 
-    ``points`` as ``validation.as_points`` gives them (NumPy, or the tracer), sigma a float (or
-    the tracer). Value checks run on concrete values only.
+    ``points`` as ``validation.as_points`` gives them (NumPy, or the tracer), sigma as
+    ``check_sigma`` gives it. Value checks run on concrete values only.
     """
     points, scalar = validation.as_points("x", x)
-    dtype, sigma = check_sigma(points, sigma)
+    dtype, sigma = check_sigma(points, sigma, scalar=scalar)
     return points, scalar, dtype, sigma
 
 
-def check_sigma(points, sigma):
-    """sigma for checked (N, p) ``points``: ``(dtype, sigma)``, 1 / sigma^2 finite in x's dtype."""
+def check_sigma(points, sigma, *, scalar: bool = False):
+    """sigma for checked (N, p) ``points``: ``(dtype, sigma)``.
+
+    The user's sigma is a number (one noise scale for all), an (N,) array (s_i, one per
+    observation) or, for x given as (N, p) (``scalar`` False), an (N, p) array (s_ic, one per
+    observation and coordinate). Returned as a float, or as "row scales" broadcasting against
+    the (N, p) points: an (N, 1) or (N, p) array (NumPy when concrete, the tracer reshaped when
+    traced). Every value is finite and > 0 with 1 / sigma^2 finite in x's dtype (on concrete
+    values; under ``jax.jit`` only the shape is checked).
+    """
     dtype = jax.dtypes.canonicalize_dtype(points.dtype)
-    sigma = validation.check_positive_scalar("sigma", sigma)
-    validation.check_sigma_range("sigma", sigma, dtype)
-    return dtype, sigma
+    try:
+        ndim = np.ndim(sigma) if isinstance(sigma, list | tuple) else getattr(sigma, "ndim", 0)
+    except ValueError:  # a ragged list: as_float_array names it below
+        ndim = 1
+    if ndim == 0:
+        if validation.is_traced(sigma):
+            return dtype, sigma
+        sigma = validation.check_positive_scalar("sigma", sigma)
+        validation.check_sigma_range("sigma", sigma, dtype)
+        return dtype, sigma
+    arr = validation.as_float_array("sigma", sigma)
+    n, p = points.shape
+    shapes = [(n,)] if scalar else [(n,), (n, p)]
+    if tuple(arr.shape) not in shapes:
+        wanted = " or ".join(str(s) for s in shapes)
+        data = f"x of shape ({n},)" if scalar else f"x of shape ({n}, {p})"
+        raise ValueError(
+            f"sigma: expected a number or an array of shape {wanted} (one per observation"
+            f"{'' if scalar else ', or per observation and coordinate'}) for {data}, got "
+            f"shape {tuple(arr.shape)}"
+        )
+    rows = arr[:, None] if arr.ndim == 1 else arr
+    if validation.is_traced(rows):
+        return dtype, rows
+    validation.check_finite("sigma", rows)
+    if np.any(rows <= 0):
+        index = tuple(int(i) for i in np.argwhere(arr <= 0)[0])
+        where = index[0] if len(index) == 1 else index
+        raise ValueError(f"sigma: must be > 0, got {float(arr[index])} at entry {where}")
+    validation.check_sigma_range("sigma", arr, dtype)
+    return dtype, np.asarray(rows, np.float64)
+
+
+def noise_precisions(sigma, shape):
+    """1 / sigma^2 broadcast to ``shape`` (N, p): the (N, p) precisions of the observations."""
+    return jnp.broadcast_to(1.0 / jnp.square(sigma), shape)
 
 
 def _check_atoms(atoms, points, scalar, name="atoms"):
@@ -84,4 +128,4 @@ def checked_problem(x, atoms, weights, sigma, *, names=("atoms", "weights")):
     )
 
 
-__all__ = ["check_data", "check_sigma", "checked_problem"]
+__all__ = ["check_data", "check_sigma", "checked_problem", "noise_precisions"]

@@ -17,6 +17,20 @@ both formed from the differences x_i - mu_k (exact for nearby points wherever th
   recomputed A_ik = exp(s_ik - lse_i); memory O(B^2), never N x K. With ``num_devices > 1`` the
   data rows are sharded over devices (``jax.shard_map``) and the sums over rows ``psum``-reduced.
 
+Heteroscedastic noise, x_i ~ N(z_i, diag(s_i1^2, ..., s_ip^2)): sigma is an array of shape ()
+(one scale for all), (N, 1) (s_i per observation) or (N, p) (per observation and coordinate),
+broadcasting against x (``checks.check_sigma``). The scores become
+s_ik = log w_k - sum_c (x_ic - mu_kc)^2 / (2 s_ic^2): for (N, 1) the dot-product form
+log w_k + (<x_i, mu_k> - |mu_k|^2 / 2) / s_i^2 is softmax attention with a per-query temperature
+s_i^2 that scales the key bias -|mu_k|^2 / 2 but not log w_k
+(``attnbayes.inference.attention.attend``'s ``temperature`` (Q,) and ``log_prior``). The M-step
+is then precision-weighted, coordinate by coordinate,
+mu_kc <- mu_kc + sum_i A_ik (x_ic - mu_kc) / s_ic^2 / sum_i A_ik / s_ic^2 (w_k <- sum_i A_ik / N
+as before): the exact maximiser of the expected complete-data log-likelihood, so the iteration
+stays monotone. Streamed, the row scales travel with the rows (pass 1 attends with queries
+[x_i, 1 / s_i]; pass 2 blocks them with x; the sharded path shards them with x). A scalar sigma
+takes exactly the homoscedastic code (the same numbers as before).
+
 ``em_iteration`` is one EM update and the log-likelihood at its start; ``em_step_unchecked``,
 ``log_likelihood_unchecked``, ``posterior_unchecked``, ``posterior_mean_unchecked`` and
 ``e_step_attention_unchecked`` are the kernels of the checked functions of ``em`` of the same
@@ -51,13 +65,37 @@ def _log_kernel(x, atoms, sigma):
 
 
 def _sq_distances(x, atoms, sigma):
-    """(N, K) |x_i - mu_k|^2 / sigma^2 from the differences, one coordinate at a time."""
+    """(N, K) sum_c (x_ic - mu_kc)^2 / s_ic^2 from the differences, one coordinate at a time.
+
+    ``sigma`` has shape (), (N, 1) or (N, p) (``row_scale`` picks coordinate c's column).
+    """
     inv_sigma = 1.0 / sigma
     total = None
     for c in range(x.shape[1]):
-        u = (x[:, c, None] - atoms[None, :, c]) * inv_sigma
+        u = (x[:, c, None] - atoms[None, :, c]) * row_scale(inv_sigma, c)
         total = u * u if total is None else total + u * u
     return total
+
+
+def row_scale(scales, c: int):
+    """Coordinate c's column of row scales of shape () (returned as is), (N, 1) or (N, p), as
+    an (N, 1) column (or the scalar) that broadcasts against an (N, K) block."""
+    if jnp.ndim(scales) == 0:
+        return scales
+    return scales[:, min(c, scales.shape[1] - 1), None]
+
+
+def _row_scaled_log_kernel(rows, atoms, _):
+    """(B, K) -sum_c (x_ic - mu_kc)^2 / (2 s_ic^2) for ``rows`` = [x_i, 1 / s_i] (B, p + r):
+    the score function of the heteroscedastic streamed pass (the row scales ride with the
+    queries, so the blocks of rows carry their own scales)."""
+    p = atoms.shape[1]
+    x, inv_sigma = rows[:, :p], rows[:, p:]
+    total = None
+    for c in range(p):
+        u = (x[:, c, None] - atoms[None, :, c]) * row_scale(inv_sigma, c)
+        total = u * u if total is None else total + u * u
+    return -0.5 * total
 
 
 def _e_step(x, atoms, weights, sigma) -> Attention:
@@ -83,33 +121,66 @@ def e_step_attention_unchecked(x, atoms, weights, sigma) -> Attention:
     with the log-normaliser of the dot-product scores centred at c = mean of x (see there)."""
     att = _e_step(x, atoms, weights, sigma)
     centred = x - jnp.mean(x, axis=0)
-    log_normalizer = att.log_normalizer + 0.5 * jnp.sum(centred**2, axis=-1) / sigma**2
+    if jnp.ndim(sigma) == 0:
+        log_normalizer = att.log_normalizer + 0.5 * jnp.sum(centred**2, axis=-1) / sigma**2
+    else:
+        log_normalizer = att.log_normalizer + 0.5 * jnp.sum(centred**2 / sigma**2, axis=-1)
     return att._replace(log_normalizer=log_normalizer)
 
 
 def _log_likelihood_from_normalizer(x, lse_sum, sigma):
-    """log p(x) = sum_i lse_i - N p log(2 pi sigma^2) / 2.
+    """log p(x) = sum_i lse_i - N p log(2 pi sigma^2) / 2 (sum_ic log(2 pi s_ic^2) / 2 per unit).
 
     ``lse_sum`` is sum_i log sum_k w_k exp(-|x_i - mu_k|^2 / (2 sigma^2)): the row
     log-normalisers of the difference-form scores (``_e_step``, ``_streamed_statistics``), which
     need no centring term.
     """
     n, p = x.shape
-    return lse_sum - 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    if jnp.ndim(sigma) == 0:
+        return lse_sum - 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    log_norm = jnp.broadcast_to(jnp.log(2.0 * jnp.pi * sigma**2), x.shape)
+    return lse_sum - 0.5 * jnp.sum(log_norm)
 
 
-def m_step(x, responsibilities, atoms, weights, update_weights: bool):
+def m_step(x, responsibilities, atoms, weights, update_weights: bool, sigma=None):
     """mu_k <- mu_k + sum_i A_ik (x_i - mu_k) / sum_i A_ik; an atom with no mass stays put.
 
     Equal to sum_i A_ik x_i / sum_i A_ik, but summing the differences x_i - mu_k (small where
     A_ik is not negligible) keeps the precision of nearby points wherever the data sit.
+    ``sigma`` None or of shape () (one noise scale: the M-step does not depend on it), or row
+    scales (N, 1) / (N, p): then the precision-weighted update
+    mu_kc <- mu_kc + sum_i A_ik (x_ic - mu_kc) / s_ic^2 / sum_i A_ik / s_ic^2.
     """
     mass = jnp.sum(responsibilities, axis=0)
     # the barrier keeps XLA from sharing x_i - mu_k with the E-step, which would store it as an
     # (N, K, p) array; recomputed here it fuses into the reduction
     x, atoms = jax.lax.optimization_barrier((x, atoms))
-    shift = weighted_differences(responsibilities, x, atoms)
-    return _atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights)
+    if sigma is None or jnp.ndim(sigma) == 0:
+        shift = weighted_differences(responsibilities, x, atoms)
+        return _atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights)
+    precision_mass, shift = precision_sums(
+        responsibilities, x, atoms, 1.0 / sigma**2, weighted_differences
+    )
+    return _atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights, precision_mass)
+
+
+def precision_sums(a, x, atoms, precisions, sums):
+    """``(precision mass (K, r), shift (K, p))``: sum_i a_ik / s_ic^2 and
+    sum_i a_ik (x_ic - mu_kc) / s_ic^2 for row precisions (N, r), r = 1 or p.
+
+    ``sums(a, x, atoms)`` is the homoscedastic reduction (``weighted_differences`` dense,
+    ``block_sums``' shift streamed). With one precision per row (r = 1) the rows of ``a`` are
+    scaled once; per coordinate (r = p) each coordinate gets its own scaled copy.
+    """
+    if precisions.shape[1] == 1:
+        scaled = a * precisions
+        return jnp.sum(scaled, axis=0)[:, None], sums(scaled, x, atoms)
+    masses, shifts = [], []
+    for c in range(x.shape[1]):
+        scaled = a * precisions[:, c, None]
+        masses.append(jnp.sum(scaled, axis=0))
+        shifts.append(sums(scaled, x[:, c : c + 1], atoms[:, c : c + 1])[:, 0])
+    return jnp.stack(masses, axis=-1), jnp.stack(shifts, axis=-1)
 
 
 def weighted_differences(a, x, atoms):
@@ -166,15 +237,17 @@ def block_sums(a, x, atoms):
     return mass, shift.T
 
 
-def _atoms_from_sums(mass, shift, atoms, weights, n, update_weights):
+def _atoms_from_sums(mass, shift, atoms, weights, n, update_weights, precision_mass=None):
     """mu_k + shift_k / mass_k (unchanged where mass_k = 0); w_k = mass_k / N if updated.
 
-    A NaN mass (an overflowed row under jit) propagates to the atom rather than being read as
-    "no mass".
+    With per-unit noise the atoms divide by the precision mass (K, r) instead (an atom, or a
+    coordinate of one, with no precision mass stays put). A NaN mass (an overflowed row under
+    jit) propagates to the atom rather than being read as "no mass".
     """
-    empty = mass == 0
-    new_atoms = atoms + shift / jnp.where(empty, 1.0, mass)[:, None]
-    new_atoms = jnp.where(empty[:, None], atoms, new_atoms)
+    divisor = mass[:, None] if precision_mass is None else precision_mass
+    empty = divisor == 0
+    new_atoms = atoms + shift / jnp.where(empty, 1.0, divisor)
+    new_atoms = jnp.where(empty, atoms, new_atoms)
     new_weights = mass / n if update_weights else weights
     return new_atoms, new_weights
 
@@ -188,13 +261,20 @@ def _atoms_from_sums(mass, shift, atoms, weights, n, update_weights):
 _COLUMN_TILE = 256
 
 
+def _block_shift(a, x, atoms):
+    """``block_sums``' shift alone: sum_i a_ik (x_i - mu_k) of one block."""
+    return block_sums(a, x, atoms)[1]
+
+
 def _column_sums(x, lse, atoms, log_weights, sigma, block_size):
     """Pass 2 over row blocks, per atom block: mass_k = sum_i A_ik and
-    shift_k = sum_i A_ik (x_i - mu_k).
+    shift_k = sum_i A_ik (x_i - mu_k); with row scales ``sigma`` (N, r) also the precision
+    mass sum_i A_ik / s_ic^2, and the shift precision-weighted (``precision_sums``).
 
     A_ik = exp(s_ik - lse_i) is recomputed block by block from the row log-normalisers of
     pass 1 (``lse_i = +inf`` drops row i), so nothing N x K is formed. The blocks are
-    ``min(block_size, _COLUMN_TILE)`` square; their sums are ``block_sums``.
+    ``min(block_size, _COLUMN_TILE)`` square; their sums are ``block_sums``. Returns
+    ``(mass (K,), precision mass (K, r) or None, shift (K, p))``.
     """
     n, p, k = x.shape[0], x.shape[1], atoms.shape[0]
     b = min(block_size, _COLUMN_TILE)
@@ -203,23 +283,42 @@ def _column_sums(x, lse, atoms, log_weights, sigma, block_size):
     lse_blocks = jnp.pad(lse, (0, pad_n), constant_values=jnp.inf).reshape(-1, b)
     atom_blocks = jnp.pad(atoms, ((0, pad_k), (0, 0)), mode="edge").reshape(-1, b, p)
     bias_blocks = jnp.pad(log_weights, (0, pad_k), constant_values=-jnp.inf).reshape(-1, b)
+    per_unit = jnp.ndim(sigma) > 0
+    if per_unit:
+        r = sigma.shape[1]
+        sigma_blocks = jnp.pad(sigma, ((0, pad_n), (0, 0)), mode="edge").reshape(-1, b, r)
+    else:
+        r, sigma_blocks = 1, None  # one scale: closed over
 
     def one_atom_block(args):
         mu_b, bias_b = args
 
         def body(carry, rows):
-            mass, shift = carry
-            xb, lse_b = rows
-            a = jnp.exp(_scores(xb, mu_b, bias_b, sigma) - lse_b[:, None])
-            block_mass, block_shift = block_sums(a, xb, mu_b)
-            return (mass + block_mass, shift + block_shift), None
+            mass, precision_mass, shift = carry
+            xb, lse_b, sigma_b = rows
+            sigma_b = sigma if sigma_b is None else sigma_b
+            a = jnp.exp(_scores(xb, mu_b, bias_b, sigma_b) - lse_b[:, None])
+            if per_unit:
+                block_mass = jnp.sum(a, axis=0)
+                block_precision, block_shift = precision_sums(
+                    a, xb, mu_b, 1.0 / sigma_b**2, _block_shift
+                )
+                precision_mass = precision_mass + block_precision
+            else:
+                block_mass, block_shift = block_sums(a, xb, mu_b)
+            return (mass + block_mass, precision_mass, shift + block_shift), None
 
-        init = (jnp.zeros((b,), x.dtype), jnp.zeros((b, p), x.dtype))
-        (mass, shift), _ = jax.lax.scan(body, init, (x_blocks, lse_blocks))
-        return mass, shift
+        init = (
+            jnp.zeros((b,), x.dtype),
+            jnp.zeros((b, r), x.dtype),
+            jnp.zeros((b, p), x.dtype),
+        )
+        carry, _ = jax.lax.scan(body, init, (x_blocks, lse_blocks, sigma_blocks))
+        return carry
 
-    mass, shift = jax.lax.map(one_atom_block, (atom_blocks, bias_blocks))
-    return mass.reshape(-1)[:k], shift.reshape(-1, p)[:k]
+    mass, precision_mass, shift = jax.lax.map(one_atom_block, (atom_blocks, bias_blocks))
+    precision_mass = precision_mass.reshape(-1, r)[:k] if per_unit else None
+    return mass.reshape(-1)[:k], precision_mass, shift.reshape(-1, p)[:k]
 
 
 ROWS = "rows"
@@ -228,24 +327,34 @@ ROWS = "rows"
 def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, columns):
     """The streamed E-step statistics, with the data rows sharded over ``num_devices`` devices.
 
-    Returns ``(z_mean (N, p), sum_i lse_i, mass (K,), shift (K, p))``; ``mass`` and ``shift``
-    (pass 2, ``_column_sums``) only when ``columns``, else ``None``. Scores are formed from the
-    differences x_i - mu_k block by block, as in the dense ``_e_step``. Pass 1 (row log-sum-exp
-    and the posterior means) needs no communication between devices; the sums over rows are
-    ``psum``-reduced. The rows are padded (with copies of the last row, so every padded score
-    is as finite as a real one) to a multiple of ``num_devices * block_size`` and the padding
-    masked out. With one device this is the plain two-pass stream.
+    Returns ``(z_mean (N, p), sum_i lse_i, sums)`` with ``sums`` = ``(mass (K,), precision
+    mass (K, r) or None, shift (K, p))`` (pass 2, ``_column_sums``) only when ``columns``, else
+    ``None``. Scores are formed from the differences x_i - mu_k block by block, as in the dense
+    ``_e_step``; row scales (sigma of shape (N, r)) travel with the rows. Pass 1 (row
+    log-sum-exp and the posterior means) needs no communication between devices; the sums over
+    rows are ``psum``-reduced. The rows are padded (with copies of the last row, so every
+    padded score is as finite as a real one) to a multiple of ``num_devices * block_size`` and
+    the padding masked out. With one device this is the plain two-pass stream.
     """
     n = x.shape[0]
     pad = (-n) % (num_devices * block_size)
     xp = jnp.pad(x, ((0, pad), (0, 0)), mode="edge")
     valid = jnp.arange(n + pad) < n
     log_weights = jnp.log(weights)
+    per_unit = jnp.ndim(sigma) > 0
+    if per_unit:
+        sigma = jnp.pad(sigma, ((0, pad), (0, 0)), mode="edge")
 
     def on_rows(xp, valid, atoms, log_weights, sigma):
-        out, _, lse = scored_attention_unchecked(
-            _log_kernel, sigma, xp, atoms, atoms, log_weights, block_size, False
-        )
+        if per_unit:
+            rows = jnp.concatenate([xp, 1.0 / sigma], axis=1)
+            out, _, lse = scored_attention_unchecked(
+                _row_scaled_log_kernel, None, rows, atoms, atoms, log_weights, block_size, False
+            )
+        else:
+            out, _, lse = scored_attention_unchecked(
+                _log_kernel, sigma, xp, atoms, atoms, log_weights, block_size, False
+            )
         # all scores -inf (overflow; only under jit, where the checks cannot run): NaN, not 0
         lse = jnp.where(lse == -jnp.inf, jnp.nan, lse)
         out = jnp.where(jnp.isnan(lse)[:, None], jnp.nan, out)
@@ -263,13 +372,12 @@ def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, colu
         on_rows = jax.shard_map(
             on_rows,
             mesh=mesh,
-            in_specs=(P(ROWS), P(ROWS), P(), P(), P()),
+            in_specs=(P(ROWS), P(ROWS), P(), P(), P(ROWS) if per_unit else P()),
             out_specs=(P(ROWS), P(), P()),
             check_vma=False,
         )
     out, lse_sum, sums = on_rows(xp, valid, atoms, log_weights, sigma)
-    mass, shift = sums if columns else (None, None)
-    return out[:n], lse_sum, mass, shift
+    return out[:n], lse_sum, (sums if columns else None)
 
 
 def em_iteration(x, atoms, weights, sigma, update_weights, block_size, num_devices):
@@ -277,12 +385,14 @@ def em_iteration(x, atoms, weights, sigma, update_weights, block_size, num_devic
     if block_size is None:
         att = _e_step(x, atoms, weights, sigma)
         ll = _log_likelihood_from_normalizer(x, jnp.sum(att.log_normalizer), sigma)
-        return ll, *m_step(x, att.weights, atoms, weights, update_weights)
-    _, lse_sum, mass, shift = _streamed_statistics(
+        return ll, *m_step(x, att.weights, atoms, weights, update_weights, sigma)
+    _, lse_sum, (mass, precision_mass, shift) = _streamed_statistics(
         x, atoms, weights, sigma, block_size, num_devices, columns=True
     )
     ll = _log_likelihood_from_normalizer(x, lse_sum, sigma)
-    return ll, *_atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights)
+    return ll, *_atoms_from_sums(
+        mass, shift, atoms, weights, x.shape[0], update_weights, precision_mass
+    )
 
 
 _STREAM_STATIC = ("block_size", "num_devices")
@@ -336,5 +446,7 @@ __all__ = [
     "m_step",
     "posterior_mean_unchecked",
     "posterior_unchecked",
+    "precision_sums",
+    "row_scale",
     "weighted_differences",
 ]
