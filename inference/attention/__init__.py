@@ -91,7 +91,8 @@ Public API (``__all__``), one line each:
 - ``regularised_objective``: <p, s> - tau Omega(p), the objective it maximises.
 - ``regulariser_value``: Omega(p) (0 log 0 = 0).
 - ``REGULARISERS``: the regulariser names ("shannon", "gini", "tsallis").
-- ``attend``: attention pooling with softmax / sparsemax / entmax15; ``block_size`` streams.
+- ``attend``: attention pooling with softmax / sparsemax / entmax15; ``block_size`` streams;
+  a temperature per query and a ``log_prior`` per key (the heteroscedastic E-step).
 - ``scored_attention``: softmax attention for any score function, dense or streamed.
 - ``scored_attention_unchecked``: its traceable kernel, for inputs already checked.
 - ``softmax_attention``: dense softmax attention with a key bias and a boolean mask.

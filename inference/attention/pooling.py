@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import validation
 from .scores import check_mask, check_scored, dot_product_scores_unchecked, scaled_dot_product
 from .simplex import (
     ArraySpec,
@@ -244,6 +245,51 @@ def scored_attention_unchecked(
     return Attention(out, None, lse)
 
 
+def _check_query_temperature(temperature, num_queries):
+    """A per-query temperature (Q,): its shape always; finite and > 0 on concrete values
+    (``check_scored`` then checks the smallest against the dtype, as a scalar tau). Returns
+    ``(array, smallest tau as a float, or 1.0 when traced)``."""
+    expected = f"a number or shape ({num_queries},) (one per query)"
+    if validation.is_traced(temperature):
+        if num_queries is not None and temperature.shape != (num_queries,):
+            raise ValueError(
+                f"temperature: expected {expected}, got a traced array of shape {temperature.shape}"
+            )
+        return temperature, 1.0
+    tau = validation.as_float_array("temperature", temperature)
+    if num_queries is not None and tau.shape != (num_queries,):
+        raise ValueError(f"temperature: expected {expected}, got shape {tau.shape}")
+    validation.check_finite("temperature", tau)
+    if tau.size and not np.all(tau > 0):
+        i = int(np.argmax(~(tau > 0)))
+        raise ValueError(f"temperature: must be > 0, got {float(tau[i])} at entry {i}")
+    return tau, (float(np.min(tau)) if tau.size else 1.0)
+
+
+def _check_log_prior(log_prior, num_keys: int, dtype):
+    """Log prior weights of the keys (K,): no NaN and no +inf (-inf removes a key), and
+    representable in ``dtype``."""
+    if validation.is_traced(log_prior):
+        if log_prior.shape != (num_keys,):
+            raise ValueError(
+                f"log_prior: expected shape ({num_keys},) (one per key), got a traced array of "
+                f"shape {log_prior.shape}"
+            )
+        return log_prior
+    arr = validation.as_float_array("log_prior", log_prior)
+    if arr.shape != (num_keys,):
+        raise ValueError(f"log_prior: expected shape ({num_keys},) (one per key), got {arr.shape}")
+    if np.any(np.isnan(arr)) or np.any(arr == np.inf):
+        raise ValueError("log_prior: contains NaN or +inf (only -inf, which removes a key)")
+    finite = arr[np.isfinite(arr)]
+    if finite.size and np.max(np.abs(finite)) > float(jnp.finfo(dtype).max) / 4:
+        raise ValueError(
+            f"log_prior: values up to {np.max(np.abs(finite)):.3g} overflow the scores in "
+            f"{np.dtype(dtype).name}"
+        )
+    return arr
+
+
 def attend(
     queries,
     keys,
@@ -254,55 +300,87 @@ def attend(
     block_size: int | None = None,
     scale=None,
     temperature=1.0,
+    log_prior=None,
 ) -> jax.Array:
     """Attention pooling o_i = sum_j A_ij v_j with dot-product scores s_ij = scale <q_i, k_j> + b_j.
 
-    A_i. = weights(s_i. / tau): softmax, sparsemax or 1.5-entmax of the scores divided by the
-    temperature tau.
+    A_i. = weights(s_i. / tau_i + log_prior): softmax, sparsemax or 1.5-entmax of the scores
+    divided by the temperature, plus an optional log prior weight per key that the temperature
+    does not scale:
+
+        A_i. = weights((scale <q_i, k_.> + b_.) / tau_i + log pi_.).
+
+    The temperature is one number or one per query (Q,). With queries x_i, keys = values =
+    atoms mu_k, scale 1, b_k = -|mu_k|^2 / 2, tau_i = s_i^2 and log pi_k = log w_k this is the
+    E-step of heteroscedastic deconvolution EM (x_i ~ N(z_i, s_i^2 I), z_i ~ sum_k w_k delta(mu_k)),
+    o_i = E[z_i | x_i]: softmax attention with a per-query temperature (the note "Attention as
+    deconvolution"; ``attnbayes.inference.deconvolution.estep``).
 
     Args:
         queries: (Q, d); keys: (K, d); values: (K, dv) or (K,).
-        weights: "softmax", "sparsemax" or "entmax15" (A_i. = weights(s_i. / temperature)).
-        bias: (K,) key bias; -inf removes a key.
+        weights: "softmax", "sparsemax" or "entmax15".
+        bias: (K,) key bias b, divided by the temperature; -inf removes a key.
         block_size: stream over key/query blocks (softmax only): memory O(block_size^2).
         scale: default 1 / sqrt(d).
-        temperature: tau > 0 (a finite real number; a tracer under ``jax.jit``).
+        temperature: tau > 0, a finite real number or an array (Q,) of them (a tracer under
+            ``jax.jit``).
+        log_prior: (K,) log pi, added after the temperature; -inf removes a key. None: 0.
 
     Returns:
         (Q, dv), or (Q,) for values given as (K,). A query whose keys are all removed gets 0.
 
     Raises:
         ValueError: naming the argument, before any tracing (module docstring): bad arrays,
-            scale, temperature or names, and inputs whose scores s / tau could overflow the
-            dtype: the first intermediate that can exceed finfo.max names the queries or keys
-            (the larger), the scale, the bias or the temperature. Such scores have no
-            representable answer (softmax gave NaN, sparsemax the wrong key), so they are
-            refused rather than computed. Under ``jax.jit`` the value checks do not run, and a
-            NaN output means NaN / inf inputs or overflowing scores.
+            scale, temperature, log prior or names, and inputs whose scores s / tau could
+            overflow the dtype (checked at the smallest tau): the first intermediate that can
+            exceed finfo.max names the queries or keys (the larger), the scale, the bias or
+            the temperature. Such scores have no representable answer (softmax gave NaN,
+            sparsemax the wrong key), so they are refused rather than computed. Under
+            ``jax.jit`` the value checks do not run, and a NaN output means NaN / inf inputs
+            or overflowing scores.
     """
     if not isinstance(weights, str) or weights not in WEIGHT_MAPS:
         raise ValueError(f"weights: unknown {weights!r}; known: {list(WEIGHT_MAPS)}")
     block_size = _check_block_size(block_size)
     if block_size is not None and weights != "softmax":
         raise ValueError(f"block_size: streaming needs weights='softmax', got {weights!r}")
-    queries, keys, values, bias, scale, temperature, dtype, _ = check_scored(
+    per_query = np.ndim(temperature) > 0
+    bound_tau = temperature
+    if per_query:
+        num_queries = np.shape(queries)[0] if np.ndim(queries) == 2 else None
+        temperature, bound_tau = _check_query_temperature(temperature, num_queries)
+    queries, keys, values, bias, scale, checked_tau, dtype, _ = check_scored(
         queries,
         keys,
         values=values,
         bias=bias,
         scale=scale,
-        temperature=temperature,
+        temperature=bound_tau,
         batched=False,
     )
+    if not per_query:
+        temperature = checked_tau
+    if log_prior is not None:
+        log_prior = jnp.asarray(_check_log_prior(log_prior, keys.shape[0], dtype), dtype)
     vector_values = values.ndim == 2
     queries, keys = jnp.asarray(queries, dtype), jnp.asarray(keys, dtype)
     values2 = jnp.asarray(values, dtype)
     values2 = values2 if vector_values else values2[:, None]
     if scale is None:
         scale = 1.0 / math.sqrt(queries.shape[1])
-    params = jnp.asarray(scale / temperature, dtype)
     bias = jnp.zeros((keys.shape[0],), dtype) if bias is None else jnp.asarray(bias, dtype)
-    bias = bias / temperature
+    if per_query:
+        # (scale <q_i, k_j> + b_j) / tau_i = <[q_i scale / tau_i, 1 / tau_i], [k_j, b_j]>
+        inv_tau = 1.0 / jnp.asarray(temperature, dtype)
+        queries = jnp.concatenate([queries * (scale * inv_tau)[:, None], inv_tau[:, None]], 1)
+        keys = jnp.concatenate([keys, bias[:, None]], axis=1)
+        params = jnp.asarray(1.0, dtype)
+        bias = jnp.zeros((keys.shape[0],), dtype)
+    else:
+        params = jnp.asarray(scale / temperature, dtype)
+        bias = bias / temperature
+    if log_prior is not None:
+        bias = bias + log_prior
     if weights == "softmax":
         out = scored_attention_unchecked(
             scaled_dot_product, params, queries, keys, values2, bias, block_size, False

@@ -38,6 +38,17 @@ is not noticed at all. Call ``check_problem`` on the concrete inputs before jitt
 
 The note's estimator takes K = N atoms started at the data, mu_k^0 = x_k, with w_k = 1/K fixed.
 
+Each observation its own noise. Every function here takes sigma as a number, an (N,) array
+(x_i ~ N(z_i, s_i^2 I_p)) or, for x as (N, p), an (N, p) array (x_ic ~ N(z_ic, s_ic^2)). The
+E-step scores become log w_k + (<x_i, mu_k> - |mu_k|^2 / 2) / s_i^2: softmax attention with a
+per-query temperature s_i^2 that scales the key bias but not log w_k
+(``attnbayes.inference.attention.attend`` with ``temperature`` (N,) and ``log_prior``), and the
+M-step weights each point by its precision, mu_kc <- sum_i A_ik x_ic / s_ic^2 /
+sum_i A_ik / s_ic^2, still the exact EM update (so the log-likelihood never decreases). This is
+the heteroscedastic normal-means problem of empirical Bayes (Efron and Morris 1975; Xie, Kou and
+Brown 2012; with the NPMLE, Jiang 2020 and Soloff, Guntuboyina and Sen 2024), which the
+Kiefer-Wolfowitz NPMLE of ``kiefer_wolfowitz`` solves on a grid.
+
 This module holds the checked public functions and the EM loop; their traceable kernels,
 dense and streamed, are in ``estep`` (``posterior`` runs ``estep.posterior_unchecked``, and so
 on) and the shared checks in ``checks``.
@@ -273,7 +284,8 @@ def check_problem(x, sigma, *, atoms=None, weights=None) -> None:
     The checks that ``fit_em``, ``em_step``, ``posterior``, ``posterior_mean``,
     ``log_likelihood``, ``responsibilities`` (and
     ``attnbayes.inference.deconvolution.kiefer_wolfowitz``) run before tracing: x (N,) or (N, p),
-    finite and non-empty; sigma a finite number > 0 with 1 / sigma^2 finite in x's dtype; atoms (K,)
+    finite and non-empty; sigma a finite number > 0 with 1 / sigma^2 finite in x's dtype, or an
+    array of them, (N,) or (N, p) (``checks.check_sigma``); atoms (K,)
     / (K, p) matching x and finite, weights on the simplex (default 1/K); and the spread (max - min)
     / sigma of x and the atoms at most ``attnbayes.validation.max_scaled_spread(dtype, N, p)`` =
     sqrt(finfo.max / (4 N p)), beyond which the squared distances |x_i - mu_k|^2 / sigma^2 and the
@@ -330,7 +342,8 @@ def em_step(
         x: (N,) or (N, p) observations.
         atoms: (K,) or (K, p) current atoms, in the same convention as ``x``.
         weights: (K,) current weights.
-        sigma: known noise scale.
+        sigma: known noise scale: a number, (N,) one per observation, or (N, p) one per
+            observation and coordinate (``check_problem``).
         update_weights: also set w_k <- mean_i A_ik (otherwise the weights are returned as is).
         block_size: stream in two passes over blocks of this many points and atoms (row
             log-sum-exp, then column sums): memory O(block_size^2), never N x K.
@@ -467,7 +480,8 @@ def fit_em(
 
     Args:
         x: (N,) or (N, p) observations.
-        sigma: known noise scale.
+        sigma: known noise scale: a number, (N,) one per observation, or (N, p) one per
+            observation and coordinate (``check_problem``).
         num_atoms: K; default N (one atom per data point).
         init: "data" or an initial (K,) / (K, p) array of atoms.
         weights: initial weights (K,); default 1/K.

@@ -436,7 +436,10 @@ def _cases():
             "softmax_attention": lambda s=scale: softmax_attention(Q, K, V, scale=s),
         }.items():
             add(f"{fn}-scale-{label}", call, "^scale: ")
-    for label, t in {**BAD_TEMPERATURES, "zero": 0.0, "subnormal": 1e-320}.items():
+    # attend takes one temperature per query: a vector is bad only at the wrong length (Q = 2)
+    wrong_length = {"vector": np.ones(3), "vector-zero": np.array([1.0, 0.0])}
+    bad = {**BAD_TEMPERATURES, **wrong_length, "zero": 0.0, "subnormal": 1e-320}
+    for label, t in bad.items():
         for fn, call in _attend_calls(temperature=t).items():
             add(f"{fn}-temperature-{label}", call, "^temperature: ")
     for label, name in BAD_NAMES.items():
@@ -608,7 +611,7 @@ def test_attend_refuses_complex_inputs(arg, pattern):
     assert type(excinfo.value) is ValueError
 
 
-@pytest.mark.parametrize("temperature", ["0.5", None, np.ones(2), 1j])
+@pytest.mark.parametrize("temperature", ["0.5", None, np.ones(3), np.ones((2, 1)), 1j])
 def test_attend_bad_temperature_names_it(temperature):
     with pytest.raises(ValueError, match="^temperature: ") as excinfo:
         attend(Q, K, V, temperature=temperature)
@@ -633,3 +636,28 @@ def test_jit_and_grad_still_work_and_skip_the_value_checks():
     # the static checks still run on tracers
     with pytest.raises(ValueError, match="^queries: "):
         jax.jit(lambda q: attend(q, K, V))(jnp.ones((2, 2, 2)))
+
+
+@pytest.mark.parametrize("weights", ["softmax", "sparsemax", "entmax15"])
+def test_attend_per_query_temperature_equals_one_query_at_a_time(weights):
+    """A_i. = weights((scale <q_i, k_.> + b) / tau_i + log_prior): each row equals the scalar-
+    temperature call on that query alone (a different code path: no augmented queries); for
+    softmax also the NumPy formula written out, dense and streamed."""
+    rng = np.random.default_rng(7)
+    q, k, v = rng.normal(size=(5, 2)), rng.normal(size=(4, 2)), rng.normal(size=(4, 3))
+    b, lp = rng.normal(size=4), np.log(rng.dirichlet(np.ones(4)))
+    tau = np.array([0.3, 1.0, 2.5, 0.7, 4.0])
+    out = attend(q, k, v, weights=weights, bias=b, scale=0.8, temperature=tau, log_prior=lp)
+    rows = [
+        attend(
+            q[i : i + 1], k, v, weights=weights, bias=b, scale=0.8, temperature=tau[i], log_prior=lp
+        )[0]
+        for i in range(5)
+    ]
+    np.testing.assert_allclose(out, np.stack(rows), rtol=0, atol=1e-13)
+    if weights == "softmax":
+        scores = (0.8 * q @ k.T + b[None, :]) / tau[:, None] + lp[None, :]
+        want = np_softmax(scores, axis=1) @ v
+        np.testing.assert_allclose(out, want, rtol=0, atol=1e-13)
+        streamed = attend(q, k, v, bias=b, scale=0.8, temperature=tau, log_prior=lp, block_size=2)
+        np.testing.assert_allclose(streamed, want, rtol=0, atol=1e-13)
