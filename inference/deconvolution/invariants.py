@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import validation
+from .checks import check_sigma
 from .em import e_step_attention
 
 if TYPE_CHECKING:  # xarray is imported where used: importing the algorithms stays lean
@@ -73,9 +74,10 @@ def add_invariants(
         datatree: from ``run_nuts(deconvolution_model, ...)``; posterior has ``atoms`` and
             ``weights``.
         x: the (N,) or (N, p) data the posterior was fitted to.
-        sigma: the known noise scale.
+        sigma: the known noise scale: a number, (N,) one per observation or (N, p) one per
+            observation and coordinate.
         cdf_points: (G,) grid for ``nu_cdf`` (scalar data); default 101 points spanning the
-            data +- 3 sigma.
+            data +- 3 sigma (the largest sigma when it is per unit).
         batch_size: posterior draws processed together (memory ~ batch_size * N * K).
 
     Adds ``z_mean`` and ``z_draw`` (chain, draw, point[, coord]), ``nu_cdf`` (chain, draw,
@@ -83,7 +85,7 @@ def add_invariants(
     """
     key = validation.check_key("key", key)
     points, scalar = validation.as_points("x", x)
-    sigma = validation.check_positive_scalar("sigma", sigma)
+    dtype, sigma = check_sigma(points, sigma, scalar=scalar)
     post = datatree["posterior"].to_dataset()
     for name in ("atoms", "weights"):
         if name not in post:
@@ -96,7 +98,6 @@ def add_invariants(
         raise ValueError(
             f"x: has {points.shape[1]} coordinates but the atoms have {atoms.shape[-1]}"
         )
-    dtype = jnp.asarray(points).dtype
     keys = jax.random.split(key, n_chain * n_draw)
     z_mean, z_draw = _per_draw(
         jnp.asarray(points, dtype),
@@ -116,7 +117,8 @@ def add_invariants(
     coords = {"chain": post["chain"].values, "draw": post["draw"].values}
     if scalar:
         if cdf_points is None:
-            lo, hi = float(points.min()) - 3 * sigma, float(points.max()) + 3 * sigma
+            reach = 3 * float(np.max(sigma))
+            lo, hi = float(points.min()) - reach, float(points.max()) + reach
             cdf_points = np.linspace(lo, hi, 101)
         grid = validation.as_float_array("cdf_points", cdf_points)
         if grid.ndim != 1:

@@ -67,3 +67,21 @@ def test_add_invariants_takes_the_key_first():
     atoms, weights = np.array([-1.0, 1.0]), np.array([0.5, 0.5])
     with pytest.raises(ValueError, match="^key: "):
         add_invariants(_fake_posterior(atoms, weights), np.zeros(3), 1.0, jax.random.PRNGKey(0))
+
+
+def test_add_invariants_per_unit_sigma():
+    """Per-unit noise: each point's own posterior (Bayes by hand), the grid reaching +- 3 of the
+    largest s_i; a sigma of the wrong length refused by name."""
+    from scipy.special import softmax
+    from scipy.stats import norm
+
+    x = np.array([-2.5, -0.3, 0.2, 2.9, 3.4])
+    s = np.array([0.5, 1.0, 3.0, 0.8, 2.0])
+    atoms, weights = np.array([-2.0, 0.0, 3.0]), np.array([0.5, 0.3, 0.2])
+    dt = add_invariants(jax.random.PRNGKey(0), _fake_posterior(atoms, weights), x, s)
+    a = softmax(np.log(weights) + norm.logpdf(x[:, None], atoms, s[:, None]), axis=1)
+    np.testing.assert_allclose(dt["posterior"]["z_mean"].values[1, 7], a @ atoms, atol=1e-13)
+    grid = dt["posterior"]["cdf_point"].values
+    np.testing.assert_allclose([grid[0], grid[-1]], [-2.5 - 9.0, 3.4 + 9.0])
+    with pytest.raises(ValueError, match=r"^sigma: expected a number or an array of shape"):
+        add_invariants(jax.random.PRNGKey(0), _fake_posterior(atoms, weights), x, s[:4])
