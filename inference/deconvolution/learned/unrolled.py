@@ -399,6 +399,12 @@ def _check_mask(mask, n):
 
 
 def _prepare(params, x, sigma, mask, block_size):
+    if np.ndim(sigma) > 0:
+        raise ValueError(
+            f"sigma: the unrolled-EM stack was built for one noise scale for all points, got "
+            f"an array of shape {np.shape(sigma)}; for one sigma per observation use fit_em or "
+            "npmle"
+        )
     xs, _, _, s, scalar = checked_problem(x, None, None, sigma)
     params = check_params("params", params, dim=xs.shape[1], dtype=xs.dtype)
     mask = _check_mask(mask, xs.shape[0])

@@ -247,3 +247,11 @@ def test_shipped_stack_reproduces_its_recorded_regret():
         )
         mse, oracle = training.task_regret(params, tasks)
         assert abs(float(jnp.mean(mse - oracle)) - meta[f"regret.{family}"]) < 1e-6, family
+
+
+def test_per_unit_sigma_is_refused_by_name():
+    """The v1 stack standardises by one sigma: a sigma per point would silently change the
+    model it was trained on, so it is refused before any tracing."""
+    params = init_unrolled_em(1)
+    with pytest.raises(ValueError, match=r"^sigma: the unrolled-EM stack was built for one"):
+        unrolled_em(params, np.zeros(5), np.ones(5))
