@@ -5,7 +5,9 @@ A sub-package per reading of attention:
 - ``attention``: scores, maps onto the simplex (softmax, sparsemax, entmax), pooling, streamed
   attention and the exponential-family view;
 - ``deconvolution``: EM (iterated attention), the Kiefer-Wolfowitz NPMLE, exact and approximate
-  Gibbs, permutation-invariant summaries, and the comparison of all of them;
+  Gibbs, permutation-invariant summaries, the normal-prior baselines (SURE shrinkage,
+  James-Stein, the normal hierarchical model by empirical Bayes), and the comparison of all of
+  them, with one noise scale for all or one per observation;
 - ``switching``: Kalman blocks, GPB1/GPB2/IMM/exact filters, smoothers, the Rao-Blackwellised
   particle filter, Gibbs sampling, and their comparison;
 - ``kernel_regression``: Nadaraya-Watson attention pooling and bandwidth selection;

@@ -45,9 +45,8 @@ class Method(NamedTuple):
         reading: "deconvolution" or "switching".
         label: a short human label for tables and figures.
         function: where the algorithm it runs lives, "module:name" under
-            ``attnbayes.inference`` (None for James-Stein, computed in closed form by the
-            comparison); ``fit`` is that function, looked up when asked for (so the registry
-            imports no algorithm, and a patched module attribute is what runs).
+            ``attnbayes.inference``; ``fit`` is that function, looked up when asked for (so the
+            registry imports no algorithm, and a patched module attribute is what runs).
         defaults: keyword settings used unless the caller gives others (read-only).
         returns: "draws" (posterior draws) or "intervals" (point estimate and intervals).
         needs_key: whether it needs a ``jax.random`` key.
@@ -208,12 +207,44 @@ _DECONVOLUTION = (
         "james-stein",
         "deconvolution",
         "James-Stein",
-        None,
+        "deconvolution.shrinkage:james_stein",
         {},
         "intervals",
         False,
         "prior-posterior",
         commands=("calibrate",),
+    ),
+    _method(
+        "sure",
+        "deconvolution",
+        "SURE (Xie-Kou-Brown)",
+        "deconvolution.shrinkage:sure_shrinkage",
+        {},
+        "intervals",
+        False,
+        "prior-posterior",
+        commands=("deconvolve",),
+        description="""SURE shrinkage (Xie, Kou and Brown 2012, SURE-G): z_hat_i = xbar + (1 -
+        b_i)(x_i - xbar) with b_i = s_i^2 / (s_i^2 + A), A chosen to minimise Stein's unbiased
+        estimate of the squared-error risk; noisier units are shrunk more. The intervals are
+        those of the normal prior N(xbar, A) it is the Bayes rule of: a plug-in that ignores
+        the uncertainty in A and xbar, and assumes a normal prior.""",
+    ),
+    _method(
+        "normal-eb",
+        "deconvolution",
+        "normal hierarchical (EB)",
+        "deconvolution.shrinkage:normal_eb",
+        {},
+        "intervals",
+        False,
+        "prior-posterior",
+        commands=("deconvolve",),
+        description="""the normal hierarchical model (eight schools) by empirical Bayes: z_i ~
+        N(mu, tau^2) with mu and tau^2 maximising the marginal likelihood of x_i ~ N(mu, tau^2
+        + s_i^2) (tau = 0, complete pooling, is possible and is reported); z_hat and intervals
+        from the normal posterior given those values: a plug-in that ignores their
+        uncertainty, so the intervals are too narrow (zero width when tau = 0).""",
     ),
     _method(
         "oracle",

@@ -9,7 +9,9 @@
 - ``kinematics``: the tracking blocks the scenarios are built of (constant velocity, the
   coordinated turn, white-noise and continuous white-noise acceleration);
 - ``kernel_joint``: the kernel density estimate of a joint density, whose conditional mean is
-  Nadaraya-Watson regression.
+  Nadaraya-Watson regression;
+- ``hierarchical``: the normal hierarchical model (Rubin's eight schools), units' effects
+  theta_i ~ N(mu, tau^2) observed with known standard errors, non-centred by default.
 
 Each module's ``__all__`` is its API; ``attnbayes.models`` exports the modules. The main names:
 
@@ -26,7 +28,9 @@ Each module's ``__all__`` is its API; ``attnbayes.models`` exports the modules. 
 - ``kinematics``: ``constant_velocity``, ``coordinated_turn``, ``white_noise_acceleration``,
   ``continuous_white_noise_acceleration``;
 - ``kernel_joint``: ``kernel_joint_model``, ``kernel_conditional_model``,
-  ``conditional_mean``, ``conditional_moments``.
+  ``conditional_mean``, ``conditional_moments``;
+- ``hierarchical``: ``normal_hierarchical_model`` (sites mu, tau, theta, theta_t, x) and
+  ``DIMS``.
 
 A simulator or log-density used inside traced programs comes as a pair: ``name`` checks its
 arguments on concrete values (a ValueError naming the argument) and calls ``name_unchecked``,
@@ -51,6 +55,6 @@ def _bind_numpyro_submodule() -> None:
 
 _bind_numpyro_submodule()
 
-from . import deconvolution, kernel_joint, markov_switching, switching  # noqa: E402
+from . import deconvolution, hierarchical, kernel_joint, markov_switching, switching  # noqa: E402
 
-__all__ = ["deconvolution", "kernel_joint", "markov_switching", "switching"]
+__all__ = ["deconvolution", "hierarchical", "kernel_joint", "markov_switching", "switching"]

@@ -1,5 +1,8 @@
 """Deconvolution: z ~ nu, x | z ~ N(z, sigma^2 I), nu discrete; attention as its E-step.
 
+sigma is one noise scale for all, one per observation (N,) or one per observation and
+coordinate (N, p) (``checks.check_sigma``).
+
 Modules:
 
 - ``em``: EM with one atom per data point, whose E-step is softmax attention with
@@ -16,6 +19,9 @@ Modules:
   Gibbs" (each draw replaced by its expectation: iterated attention with tied weights).
 - ``invariants``: permutation-invariant summaries of mixture draws (CDF of nu, moments).
 - ``intervals``: equal-tailed intervals of a discrete posterior.
+- ``shrinkage``: the normal-prior baselines for heteroscedastic data x_i ~ N(theta_i, s_i^2):
+  Xie-Kou-Brown SURE shrinkage, the heteroscedastic James-Stein rule, and the normal
+  hierarchical model (eight schools) by marginal maximum likelihood.
 - ``comparison``: every method on the same data, one tidy table.
 - ``learned`` (a sub-package): learned attention, an L-layer stack with its own parameters per
   layer that starts as L steps of K = N EM and the posterior mean (the note's closing remark):
@@ -104,6 +110,12 @@ Public API (``__all__``), one line each:
 - ``MethodFit``: what one method estimated, in the data's shape convention.
 - ``METHODS``: the methods ``compare_deconvolution`` runs (the registry's names).
 - ``wasserstein1``: W1 between two discrete measures on the line, exact.
+- ``sure_shrinkage``: Xie-Kou-Brown SURE shrinkage toward the grand mean, a SURE-fitted or fixed m.
+- ``sure_monotone``: XKB's semiparametric SURE-SG: shrinkage factors monotone in s_i (isotonic).
+- ``james_stein``: the heteroscedastic positive-part James-Stein rule (one factor, whitened).
+- ``normal_eb``: the normal hierarchical model by marginal ML (tau = 0 reported), plug-in posterior.
+- ``ShrinkageResult``: a shrinkage rule's estimates, plug-in posterior sd and hyperparameters.
+- ``NormalEBResult``: the normal-EB fit: posterior, (mu, tau^2), log-likelihood, at_boundary.
 
 and the learned stack's names, re-exported from ``learned`` (listed there): ``FAMILIES``,
 ``HELDOUT_FAMILIES``, ``LEARNED_METHODS``, ``LayerParams``, ``LearnedComparison``,
@@ -178,6 +190,14 @@ from .learned import (
     unrolled_em_intervals,
     unrolled_em_moments,
 )
+from .shrinkage import (
+    NormalEBResult,
+    ShrinkageResult,
+    james_stein,
+    normal_eb,
+    sure_monotone,
+    sure_shrinkage,
+)
 
 __all__ = [
     "FAMILIES",
@@ -195,9 +215,11 @@ __all__ = [
     "LearnedComparison",
     "MethodFit",
     "NPMLEResult",
+    "NormalEBResult",
     "PosteriorMoments",
     "ReadoutParams",
     "RelaxationStability",
+    "ShrinkageResult",
     "TaskPrior",
     "Tasks",
     "TrainProgress",
@@ -220,10 +242,12 @@ __all__ = [
     "heldout_tasks",
     "init_unrolled_em",
     "initial_atoms",
+    "james_stein",
     "length_generalisation",
     "load_unrolled_em",
     "log_likelihood",
     "measure_cdf",
+    "normal_eb",
     "npmle",
     "npmle_gradient",
     "npmle_posterior",
@@ -236,6 +260,8 @@ __all__ = [
     "run_gibbs",
     "sample_tasks",
     "save_unrolled_em",
+    "sure_monotone",
+    "sure_shrinkage",
     "task_regret",
     "train_unrolled_em",
     "unrolled_em",

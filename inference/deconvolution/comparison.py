@@ -18,22 +18,36 @@ Methods:
   every draw replaced by its expectation (responsibilities, then means and weights) for K =
   ``num_atoms`` atoms started at spread data points, with the residual step ``step_size`` (1 = EM
   for the finite mixture).
-- ``"james-stein"``: the positive-part James-Stein rule toward the grand mean (Efron-Morris),
-  with the normal empirical-Bayes posterior N(xbar + (1 - B)(x - xbar), (1 - B) sigma^2) for
-  intervals and N(xbar, (tau^2 + sigma^2) I) as predictive, tau^2 = sigma^2 (1 - B) / B.
+- ``"james-stein"``: the positive-part James-Stein rule toward the grand mean (Efron-Morris;
+  with per-unit sigma the heteroscedastic rule of ``shrinkage.james_stein``: one factor B in
+  the whitened coordinates x_i / s_i, toward the precision-weighted mean m), with the normal
+  empirical-Bayes posterior N(m + (1 - B)(x_i - m), (1 - B) s_i^2) for intervals and
+  N(m, s_i^2 / B) (= N(m, tau_i^2 + s_i^2), tau_i^2 = s_i^2 (1 - B) / B) as predictive.
+- ``"sure"``: Xie-Kou-Brown SURE-G shrinkage (``shrinkage.sure_shrinkage``): z_hat_i = xbar +
+  (1 - b_i)(x_i - xbar), b_i = s_i^2 / (s_i^2 + A) with A minimising SURE; intervals and
+  predictive from the normal prior N(xbar, A) it is the Bayes rule of (plug-in).
+- ``"normal-eb"``: the normal hierarchical model theta_i ~ N(mu, tau^2) by marginal maximum
+  likelihood (``shrinkage.normal_eb``); the plug-in posterior N(mu + (1 - b_i)(x_i - mu),
+  (1 - b_i) s_i^2), b_i = s_i^2 / (s_i^2 + tau^2), for intervals, N(mu, tau^2 + s_i^2) as
+  predictive. With p > 1 "sure" and "normal-eb" work coordinate by coordinate.
 - ``"oracle"`` (when ``true_measure`` is given): the Bayes rule under the true measure, the
   floor that any estimator of nu is measured against.
 
 Metrics (tidy table: method, metric, value): ``mse_z`` (mean over i of |z_hat_i - z_i|^2),
 ``coverage_50`` / ``coverage_90`` of intervals for z_i, ``wasserstein1_nu`` (1-D), the
-``log_likelihood`` (point estimates: at the estimate; samplers: its posterior mean; James-Stein:
-under its normal predictive), ``heldout_lpd`` (with ``x_heldout``: the mean over held-out
-points of the log predictive density, log p(x_new | fit) for point estimates and
+``log_likelihood`` (point estimates: at the estimate; samplers: its posterior mean; James-Stein,
+SURE and normal EB: under their normal predictive), ``heldout_lpd`` (with ``x_heldout``: the
+mean over held-out points of the log predictive density, log p(x_new | fit) for point estimates and
 log mean_s p(x_new | theta_s) for samplers), ``wall_time_s`` (compilation included), for
 iterative fits their ``iterations`` and ``converged`` (1/0), and for the samplers (NUTS,
 Gibbs) ``elpd_loo``, the largest Pareto k of PSIS-LOO (``pareto_k_max``; above 0.7 the LOO
 estimate is unreliable), the worst R-hat and smallest bulk/tail ESS over permutation-invariant
 quantities (z_mean, nu_cdf, log_lik_total), and divergences.
+
+Sigma: a number, one scale per unit (N,), or (x (N, p)) one per unit and coordinate (N, p)
+(``checks.check_sigma``); held-out points with per-unit sigma need their own ``sigma_heldout``.
+The methods that fit a discrete nu (EM, NPMLE, NUTS, Gibbs, approximate Gibbs) and the oracle
+use the per-unit likelihood N(x_i; mu_k, diag(s_i^2)).
 
 Coverage is the share of (point, coordinate) pairs whose true z lies in the equal-tailed
 interval (per coordinate in p-D). When nu is discrete and z_i sits exactly on an atom, a
@@ -58,11 +72,13 @@ from .. import methods as registry
 from ..diagnostics import diagnostics, psis_loo
 from ..mcmc import NUTS_SETTINGS, check_sampler_sizes, run_nuts
 from . import em
+from .checks import check_sigma
 from .estep import log_likelihood_unchecked, posterior_mean_unchecked, posterior_unchecked
 from .gibbs import approximate_gibbs, run_gibbs
 from .intervals import INTERVAL_PROBS, discrete_posterior_intervals
 from .invariants import add_invariants
 from .kiefer_wolfowitz import npmle
+from .shrinkage import james_stein_unchecked, normal_eb_unchecked, sure_shrinkage_unchecked
 
 if TYPE_CHECKING:  # ArviZ, pandas and xarray are imported where used
     import pandas as pd
@@ -90,6 +106,9 @@ class MethodFit(NamedTuple):
         converged: whether an iterative fit met its tolerance (EM, NPMLE, approx-Gibbs).
         log_likelihood: log p(x) at the estimate (samplers: the posterior mean of it).
         heldout_lpd: mean log predictive density of the held-out points, when given.
+        hyperparameters: the fitted hyperparameters of the normal-prior rules ("james-stein",
+            "sure", "normal-eb": their ``shrinkage`` result's location, prior_variance, ...,
+            as NumPy arrays), else None.
     """
 
     z_hat: np.ndarray
@@ -101,6 +120,7 @@ class MethodFit(NamedTuple):
     converged: bool | None = None
     log_likelihood: float | None = None
     heldout_lpd: float | None = None
+    hyperparameters: dict | None = None
 
 
 class DeconvolutionComparison(NamedTuple):
@@ -182,11 +202,17 @@ def _discrete_posterior(x, sigma, measure, scalar, block_size=None):
 
 @jax.jit
 def _point_log_density(x, atoms, weights, sigma):
-    """(N,) log sum_k w_k N(x_i; mu_k, sigma^2 I_p) for x (N, p), atoms (K, p)."""
-    sq = jnp.sum((x[:, None, :] - atoms[None, :, :]) ** 2, axis=-1)
-    p = x.shape[1]
+    """(N,) log sum_k w_k N(x_i; mu_k, diag(s_i^2)) for x (N, p), atoms (K, p) and sigma a
+    number or row scales (N, 1) / (N, p)."""
     log_w = jnp.log(weights)  # -inf for an empty atom: dropped by the logsumexp
-    log_dens = -0.5 * sq / sigma**2 - 0.5 * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    p = x.shape[1]
+    if jnp.ndim(sigma) == 0:
+        sq = jnp.sum((x[:, None, :] - atoms[None, :, :]) ** 2, axis=-1)
+        log_dens = -0.5 * sq / sigma**2 - 0.5 * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    else:
+        s = jnp.broadcast_to(sigma, x.shape)
+        sq = jnp.sum(((x[:, None, :] - atoms[None, :, :]) / s[:, None, :]) ** 2, axis=-1)
+        log_dens = -0.5 * sq - jnp.sum(jnp.log(2.0 * jnp.pi * s**2), axis=1)[:, None] / 2
     return jax.scipy.special.logsumexp(log_dens + log_w[None, :], axis=1)
 
 
@@ -200,6 +226,8 @@ def _mixture_lpd(x, atoms, weights, sigma):
 
 
 def _heldout_lpd(x_heldout, measure: DiscreteMeasure, sigma) -> float | None:
+    """Mean log density of the held-out points (or None) under the measure; ``sigma`` a
+    number or their row scales (M, 1) / (M, p)."""
     if x_heldout is None:
         return None
     points = np.asarray(x_heldout, np.float64).reshape(len(x_heldout), -1)
@@ -208,31 +236,58 @@ def _heldout_lpd(x_heldout, measure: DiscreteMeasure, sigma) -> float | None:
     return float(np.mean(_point_log_density(points, atoms, weights, sigma)))
 
 
-def _point_fit(x, sigma, measure, scalar, x_heldout, start, block_size=None, **extra) -> MethodFit:
-    """A fit that ends in one discrete measure: its EB posterior, log-likelihood, held-out lpd."""
-    z_hat, intervals = _discrete_posterior(x, sigma, measure, scalar, block_size)
-    ll = float(log_likelihood_unchecked(*_kernel_inputs(x, measure, sigma), block_size=block_size))
+def _point_fit(x, rows, measure, scalar, heldout, start, block_size=None, **extra) -> MethodFit:
+    """A fit that ends in one discrete measure: its EB posterior, log-likelihood, held-out lpd.
+
+    ``rows``: sigma as the kernels take it (a number, or row scales (N, 1) / (N, p))."""
+    z_hat, intervals = _discrete_posterior(x, rows, measure, scalar, block_size)
+    ll = float(log_likelihood_unchecked(*_kernel_inputs(x, measure, rows), block_size=block_size))
     return MethodFit(
         z_hat=z_hat,
         intervals=intervals,
         measure=measure,
         seconds=time.perf_counter() - start,
         log_likelihood=ll,
-        heldout_lpd=_heldout_lpd(x_heldout, measure, sigma),
+        heldout_lpd=None if heldout is None else _heldout_lpd(heldout.x, measure, heldout.sigma),
         **extra,
     )
 
 
-def _em_fit(x, sigma, em_kwargs, scalar, x_heldout) -> MethodFit:
+class _Heldout(NamedTuple):
+    """Held-out points (M, p) (float64) and their sigma as row scales (a number, (M, 1) or
+    (M, p))."""
+
+    x: np.ndarray
+    sigma: float | np.ndarray
+
+
+class _Problem(NamedTuple):
+    """What every method of the comparison sees (checked arrays and settings).
+
+    ``sigma`` is the user's form (a float, or an (N,) or (N, p) array), which the public fits
+    (``fit_em``, ``npmle``, the samplers) take; ``rows`` the kernels' form (the float, or row
+    scales (N, 1) / (N, p))."""
+
+    x: np.ndarray
+    sigma: float | np.ndarray
+    rows: float | np.ndarray
+    scalar: bool
+    heldout: _Heldout | None
+    true_measure: DiscreteMeasure | None
+    num_atoms: int
+    num_atoms_dp: int
+
+
+def _em_fit(p: _Problem, em_kwargs) -> MethodFit:
     start = time.perf_counter()
-    fit = em.fit_em(x, sigma, **em_kwargs)
+    fit = em.fit_em(p.x, p.sigma, **em_kwargs)
     measure = DiscreteMeasure(np.asarray(fit.atoms), np.asarray(fit.weights))
     return _point_fit(
-        x,
-        sigma,
+        p.x,
+        p.rows,
         measure,
-        scalar,
-        x_heldout,
+        p.scalar,
+        p.heldout,
         start,
         block_size=em_kwargs.get("block_size"),
         # the trace has the fixed length max_iters + 1 (NaN after num_iters): keep the run's part
@@ -241,21 +296,24 @@ def _em_fit(x, sigma, em_kwargs, scalar, x_heldout) -> MethodFit:
     )
 
 
-def _npmle_fit(x, sigma, kwargs, scalar, x_heldout) -> MethodFit:
+def _npmle_fit(p: _Problem, kwargs) -> MethodFit:
     start = time.perf_counter()
-    fit = npmle(x, sigma, **kwargs)
+    fit = npmle(p.x, p.sigma, **kwargs)
     keep = np.asarray(fit.weights) > 0
     atoms = np.asarray(fit.atoms)[keep]
     weights = np.asarray(fit.weights)[keep]
     measure = DiscreteMeasure(atoms, weights / weights.sum())
-    return _point_fit(x, sigma, measure, scalar, x_heldout, start, converged=bool(fit.converged))
+    return _point_fit(
+        p.x, p.rows, measure, p.scalar, p.heldout, start, converged=bool(fit.converged)
+    )
 
 
-def _approx_gibbs_fit(x, sigma, num_atoms, kwargs, scalar, x_heldout) -> MethodFit:
+def _approx_gibbs_fit(p: _Problem, kwargs) -> MethodFit:
     start = time.perf_counter()
     settings = dict(kwargs)
-    atoms0 = em.initial_atoms(x, num_atoms)
-    trace = approximate_gibbs(x, sigma, atoms0, np.full(num_atoms, 1.0 / num_atoms), **settings)
+    atoms0 = em.initial_atoms(p.x, p.num_atoms)
+    weights0 = np.full(p.num_atoms, 1.0 / p.num_atoms)
+    trace = approximate_gibbs(p.x, p.sigma, atoms0, weights0, **settings)
     lls = np.asarray(trace.log_likelihood)
     if trace.diverged:
         raise RuntimeError(
@@ -263,56 +321,75 @@ def _approx_gibbs_fit(x, sigma, num_atoms, kwargs, scalar, x_heldout) -> MethodF
             f"{settings['step_size']} (see relaxation_stability)"
         )
     measure = DiscreteMeasure(np.asarray(trace.atoms[-1]), np.asarray(trace.weights[-1]))
-    converged = bool(abs(lls[-1] - lls[-2]) <= 1e-8 * len(x))
+    converged = bool(abs(lls[-1] - lls[-2]) <= 1e-8 * len(p.x))
     return _point_fit(
-        x,
-        sigma,
+        p.x,
+        p.rows,
         measure,
-        scalar,
-        x_heldout,
+        p.scalar,
+        p.heldout,
         start,
         log_likelihood_trace=lls,
         converged=converged,
     )
 
 
-def _james_stein_fit(x, sigma, scalar, x_heldout) -> MethodFit:
-    """Positive-part James-Stein toward the grand mean and its normal EB posterior."""
-    start = time.perf_counter()
-    pts = np.asarray(x, np.float64).reshape(len(x), -1)
-    n, p = pts.shape
-    centre = pts.mean(axis=0)
-    spread = float(np.sum((pts - centre) ** 2))
-    dof = n * p - p  # the grand mean costs p degrees of freedom
-    shrink = min(1.0, (dof - 2) * sigma**2 / spread) if spread > 0 else 1.0  # dof > 2: checked
-    post_mean = centre + (1.0 - shrink) * (pts - centre)
-    post_sd = np.sqrt((1.0 - shrink) * sigma**2)
-    tau2 = sigma**2 * (1.0 - shrink) / shrink if shrink > 0 else np.inf
-    pred_var = tau2 + sigma**2
-    z = {prob: float(_normal_quantile((1 + prob) / 2)) for prob in INTERVAL_PROBS}
+def _normal_rule_fit(p: _Problem, method: str, start) -> MethodFit:
+    """A rule with a normal prior per coordinate ("james-stein", "sure", "normal-eb"): z_hat,
+    normal plug-in intervals z_hat +- q sd, and the normal predictive N(m_c, v_ic) for the
+    log-likelihood and held-out lpd (v = s^2 / B for James-Stein, A_c + s^2 otherwise)."""
+    pts = np.asarray(p.x, np.float64).reshape(len(p.x), -1)
+    rows = np.broadcast_to(np.asarray(p.rows, np.float64), pts.shape)
+    xs, ss = jnp.asarray(pts), jnp.asarray(rows)
+    if method == "james-stein":
+        fit = james_stein_unchecked(xs, ss)
+        shrink = float(np.asarray(fit.shrinkage)[0, 0])
+
+        def predictive_var(s):
+            return s**2 / shrink
+
+    else:
+        fit = sure_shrinkage_unchecked(xs, ss) if method == "sure" else normal_eb_unchecked(xs, ss)
+        prior_var = np.asarray(fit.prior_variance, np.float64)
+
+        def predictive_var(s):
+            return prior_var + s**2
+
+    post_mean = np.asarray(fit.z_hat, np.float64)
+    post_sd = np.asarray(fit.posterior_sd, np.float64)
+    centre = np.asarray(fit.location, np.float64)
+    z = {prob: _normal_quantile((1 + prob) / 2) for prob in INTERVAL_PROBS}
     intervals = {
         prob: (
-            validation.restore_shape(post_mean - z[prob] * post_sd, scalar),
-            validation.restore_shape(post_mean + z[prob] * post_sd, scalar),
+            np.asarray(validation.restore_shape(post_mean - z[prob] * post_sd, p.scalar)),
+            np.asarray(validation.restore_shape(post_mean + z[prob] * post_sd, p.scalar)),
         )
         for prob in INTERVAL_PROBS
     }
 
-    def gaussian_ll(points):
-        sq = np.sum((points - centre) ** 2)
-        return -0.5 * sq / pred_var - 0.5 * points.size * np.log(2 * np.pi * pred_var)
+    def gaussian_ll(points, s):
+        var = np.broadcast_to(predictive_var(s), points.shape)
+        return float(np.sum(-0.5 * (points - centre) ** 2 / var - 0.5 * np.log(2 * np.pi * var)))
 
     heldout = None
-    if x_heldout is not None:
-        held = np.asarray(x_heldout, np.float64).reshape(len(x_heldout), -1)
-        heldout = float(gaussian_ll(held) / held.shape[0])
+    if p.heldout is not None:
+        held_s = np.broadcast_to(np.asarray(p.heldout.sigma, np.float64), p.heldout.x.shape)
+        heldout = gaussian_ll(p.heldout.x, held_s) / p.heldout.x.shape[0]
+    hyper = {  # per unit: like x; per coordinate: () for scalar data, else (p,)
+        name: validation.restore_shape(value, p.scalar)
+        if value.ndim == 2
+        else (value[0] if p.scalar and value.ndim == 1 else value)
+        for name, value in ((k, np.asarray(v)) for k, v in fit._asdict().items())
+        if name not in ("z_hat", "posterior_sd")
+    }
     return MethodFit(
-        z_hat=np.asarray(validation.restore_shape(post_mean, scalar)),
-        intervals={k: (np.asarray(lo), np.asarray(hi)) for k, (lo, hi) in intervals.items()},
+        z_hat=np.asarray(validation.restore_shape(post_mean, p.scalar)),
+        intervals=intervals,
         measure=None,
         seconds=time.perf_counter() - start,
-        log_likelihood=float(gaussian_ll(pts)),
+        log_likelihood=gaussian_ll(pts, rows),
         heldout_lpd=heldout,
+        hyperparameters=hyper,
     )
 
 
@@ -321,25 +398,23 @@ def _normal_quantile(q: float) -> float:
     return statistics.NormalDist().inv_cdf(q)
 
 
-def _oracle_fit(x, sigma, measure, scalar, x_heldout) -> MethodFit:
-    return _point_fit(x, sigma, measure, scalar, x_heldout, time.perf_counter())
-
-
 def _prior_settings(x_np, sigma, scalar) -> dict:
-    """The atoms' prior shared by NUTS and Gibbs: centred at the data, scale 2 sd(x) + sigma.
+    """The atoms' prior shared by NUTS and Gibbs: centred at the data, scale 2 sd(x) + sigma
+    (per-unit sigma: its root mean square).
 
     Arrays (0-d for scalar data), not Python floats: ``run_nuts`` compiles Python numbers into
     its program, so new data would compile again; arrays are arguments of one program.
     """
+    scale = sigma if np.ndim(sigma) == 0 else float(np.sqrt(np.mean(np.square(sigma))))
     return dict(
         atom_loc=np.asarray(np.mean(x_np, axis=0) if not scalar else np.mean(x_np)),
-        atom_scale=np.asarray(2.0 * np.std(x_np) + sigma),
+        atom_scale=np.asarray(2.0 * np.std(x_np) + scale),
     )
 
 
-def _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout) -> MethodFit:
+def _sampler_fit(p: _Problem, datatree, key_inv, start) -> MethodFit:
     """Summaries of an MCMC DataTree (NUTS or Gibbs) through permutation-invariant quantities."""
-    datatree = add_invariants(key_inv, datatree, x_np, sigma)
+    datatree = add_invariants(key_inv, datatree, np.asarray(p.x), p.sigma)
     post = datatree["posterior"]
     z_hat = np.asarray(post["z_mean"].mean(("chain", "draw")))
     z_draw = post["z_draw"].transpose("chain", "draw", ...).values
@@ -354,10 +429,9 @@ def _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout) -> Me
         atoms.reshape(-1, *atoms.shape[2:]), weights.reshape(-1) / weights.shape[0]
     )
     heldout = None
-    if x_heldout is not None:
-        held = np.asarray(x_heldout, np.float64).reshape(len(x_heldout), -1)
-        lpd = _mixture_lpd(held, atoms.reshape(*atoms.shape[:2], -1), weights, sigma)
-        heldout = float(np.mean(lpd))
+    if p.heldout is not None:
+        draws = atoms.reshape(*atoms.shape[:2], -1)
+        heldout = float(np.mean(_mixture_lpd(p.heldout.x, draws, weights, p.heldout.sigma)))
     return MethodFit(
         z_hat=z_hat,
         intervals=intervals,
@@ -369,12 +443,12 @@ def _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout) -> Me
     )
 
 
-def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar, x_heldout, prior) -> MethodFit:
-    x_np = np.asarray(x)
+def _nuts_fit(p: _Problem, key, num_atoms, nuts_kwargs, prior) -> MethodFit:
+    x_np = np.asarray(p.x)
     settings = dict(
         prior=prior,
-        ordered=scalar and prior != "dp",
-        **_prior_settings(x_np, sigma, scalar),
+        ordered=p.scalar and prior != "dp",
+        **_prior_settings(x_np, p.sigma, p.scalar),
     )
     settings.update(nuts_kwargs)
     key_nuts, key_inv = jax.random.split(key)
@@ -385,70 +459,67 @@ def _nuts_fit(x, sigma, key, num_atoms, nuts_kwargs, scalar, x_heldout, prior) -
         key_nuts,
         deconvolution_model,
         (jnp.asarray(x_np),),
-        dict(sigma=sigma, num_atoms=num_atoms, **model_kwargs),
-        dims=model_dims(scalar, prior=settings["prior"]),
+        dict(sigma=p.sigma, num_atoms=num_atoms, **model_kwargs),
+        dims=model_dims(p.scalar, prior=settings["prior"]),
         **sampler,
     )
-    return _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout)
+    return _sampler_fit(p, datatree, key_inv, start)
 
 
-def _gibbs_fit(x, sigma, key, num_atoms, gibbs_kwargs, scalar, x_heldout) -> MethodFit:
-    x_np = np.asarray(x)
+def _gibbs_fit(p: _Problem, key, gibbs_kwargs) -> MethodFit:
+    x_np = np.asarray(p.x)
     settings = dict(
-        ordered=scalar,
-        **_prior_settings(x_np, sigma, scalar),
+        ordered=p.scalar,
+        **_prior_settings(x_np, p.sigma, p.scalar),
     )
     settings.update(gibbs_kwargs)
     key_gibbs, key_inv = jax.random.split(key)
     start = time.perf_counter()
-    datatree = run_gibbs(key_gibbs, x_np, sigma, num_atoms=num_atoms, **settings)
-    return _sampler_fit(x_np, sigma, datatree, key_inv, start, scalar, x_heldout)
-
-
-class _Problem(NamedTuple):
-    """What every method of the comparison sees (checked arrays and settings)."""
-
-    x: np.ndarray
-    sigma: float
-    scalar: bool
-    x_heldout: np.ndarray | None
-    true_measure: DiscreteMeasure | None
-    num_atoms: int
-    num_atoms_dp: int
+    datatree = run_gibbs(key_gibbs, x_np, p.sigma, num_atoms=p.num_atoms, **settings)
+    return _sampler_fit(p, datatree, key_inv, start)
 
 
 def _run_em(p: _Problem, key, opts) -> MethodFit:
-    return _em_fit(p.x, p.sigma, opts, p.scalar, p.x_heldout)
+    return _em_fit(p, opts)
 
 
 def _run_npmle(p: _Problem, key, opts) -> MethodFit:
-    return _npmle_fit(p.x, p.sigma, opts, p.scalar, p.x_heldout)
+    return _npmle_fit(p, opts)
 
 
 def _run_nuts(p: _Problem, key, opts) -> MethodFit:
     prior = opts.pop("prior")
-    return _nuts_fit(p.x, p.sigma, key, p.num_atoms, opts, p.scalar, p.x_heldout, prior)
+    return _nuts_fit(p, key, p.num_atoms, opts, prior)
 
 
 def _run_nuts_dp(p: _Problem, key, opts) -> MethodFit:
     prior = opts.pop("prior")
-    return _nuts_fit(p.x, p.sigma, key, p.num_atoms_dp, opts, p.scalar, p.x_heldout, prior)
+    return _nuts_fit(p, key, p.num_atoms_dp, opts, prior)
 
 
 def _run_gibbs(p: _Problem, key, opts) -> MethodFit:
-    return _gibbs_fit(p.x, p.sigma, key, p.num_atoms, opts, p.scalar, p.x_heldout)
+    return _gibbs_fit(p, key, opts)
 
 
 def _run_approx_gibbs(p: _Problem, key, opts) -> MethodFit:
-    return _approx_gibbs_fit(p.x, p.sigma, p.num_atoms, opts, p.scalar, p.x_heldout)
+    return _approx_gibbs_fit(p, opts)
 
 
 def _run_james_stein(p: _Problem, key, opts) -> MethodFit:
-    return _james_stein_fit(p.x, p.sigma, p.scalar, p.x_heldout)
+    return _normal_rule_fit(p, "james-stein", time.perf_counter())
+
+
+def _run_sure(p: _Problem, key, opts) -> MethodFit:
+    return _normal_rule_fit(p, "sure", time.perf_counter())
+
+
+def _run_normal_eb(p: _Problem, key, opts) -> MethodFit:
+    return _normal_rule_fit(p, "normal-eb", time.perf_counter())
 
 
 def _run_oracle(p: _Problem, key, opts) -> MethodFit:
-    return _oracle_fit(p.x, p.sigma, p.true_measure, p.scalar, p.x_heldout)
+    start = time.perf_counter()
+    return _point_fit(p.x, p.rows, p.true_measure, p.scalar, p.heldout, start)
 
 
 # each registered method's runner: (problem, key or None, settings) -> MethodFit
@@ -460,6 +531,8 @@ _RUNNERS = {
     "gibbs": _run_gibbs,
     "approx-gibbs": _run_approx_gibbs,
     "james-stein": _run_james_stein,
+    "sure": _run_sure,
+    "normal-eb": _run_normal_eb,
     "oracle": _run_oracle,
 }
 assert tuple(_RUNNERS) == METHODS, "every registered deconvolution method has a runner"
@@ -476,6 +549,7 @@ def compare_deconvolution(
     z_true=None,
     true_measure: DiscreteMeasure | None = None,
     x_heldout=None,
+    sigma_heldout=None,
     methods=("attention-em", "nuts"),
     num_atoms: int | None = None,
     num_atoms_dp: int = 20,
@@ -490,12 +564,16 @@ def compare_deconvolution(
         key: ``jax.random`` key, first and positional; required for the samplers ("nuts",
             "nuts-dp", "gibbs"), ``None`` allowed when every method is deterministic.
         x: (N,) or (N, p) observations.
-        sigma: known noise scale.
+        sigma: known noise scale(s): a number, one per observation (N,), or one per
+            observation and coordinate (N, p) (x (N, p) only).
         z_true: the latent z (same shape as x) when known (simulations): enables mse_z and
             coverage.
         true_measure: the true nu when known: enables ``wasserstein1_nu`` and the oracle.
         x_heldout: held-out observations (M,) or (M, p) from the same distribution: enables
             ``heldout_lpd``.
+        sigma_heldout: the held-out points' noise scale(s), in the forms of ``sigma`` ((M,) or
+            (M, p) per point); default ``sigma`` when that is a number (required when sigma is
+            per unit).
         methods: any of ``METHODS``; "oracle" needs ``true_measure``.
         num_atoms: K for NUTS, Gibbs and approx-Gibbs; default the true number of atoms if
             known, else 5.
@@ -519,7 +597,11 @@ def compare_deconvolution(
     """
     em.check_problem(x, sigma)  # once: the data, sigma's range, scores that cannot overflow
     points, scalar = validation.as_points("x", x)
-    sigma = float(sigma)
+    _, rows = check_sigma(points, sigma, scalar=scalar)
+    if np.ndim(rows) == 0:
+        sigma = float(sigma)
+    else:  # the user's (N,) or (N, p) form, for the public fits; ``rows`` for the kernels
+        sigma = np.asarray(sigma, np.float64)
     methods = (methods,) if isinstance(methods, str) else tuple(methods)
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
@@ -541,6 +623,7 @@ def compare_deconvolution(
             raise ValueError(f"z_true: shape {tuple(z_arr.shape)} does not match x {np.shape(x)}")
         validation.check_finite("z_true", z_arr)
         z_true = np.asarray(z_arr)
+    heldout = None
     if x_heldout is not None:
         held, held_scalar = validation.as_points("x_heldout", x_heldout)
         if held_scalar != scalar or held.shape[1] != points.shape[1]:
@@ -548,7 +631,22 @@ def compare_deconvolution(
                 f"x_heldout: shape {tuple(np.shape(x_heldout))} does not match x of shape "
                 f"{tuple(np.shape(x))}"
             )
-        x_heldout = np.asarray(x_heldout, np.float64)
+        if sigma_heldout is None:
+            if np.ndim(rows) != 0:
+                raise ValueError(
+                    "sigma_heldout: required with x_heldout when sigma is given per "
+                    f"observation (shape {tuple(np.shape(sigma))}): the held-out points' own "
+                    "noise scales"
+                )
+            held_rows = rows
+        else:
+            try:
+                _, held_rows = check_sigma(held, sigma_heldout, scalar=held_scalar)
+            except ValueError as err:  # check_sigma names "sigma"
+                raise ValueError(f"sigma_heldout{str(err)[len('sigma') :]}") from None
+        heldout = _Heldout(np.asarray(held, np.float64), held_rows)
+    elif sigma_heldout is not None:
+        raise ValueError("sigma_heldout: given without x_heldout")
     if "james-stein" in methods and points.shape[0] * points.shape[1] - points.shape[1] <= 2:
         raise ValueError(
             f"x: James-Stein needs N p - p > 2 (shrinking toward the grand mean), got "
@@ -588,7 +686,7 @@ def compare_deconvolution(
         key_dp, key_gibbs = jax.random.split(key)
         keys = {"nuts": key, "nuts-dp": key_dp, "gibbs": key_gibbs}
 
-    problem = _Problem(x_in, sigma, scalar, x_heldout, true_measure, num_atoms, num_atoms_dp)
+    problem = _Problem(x_in, sigma, rows, scalar, heldout, true_measure, num_atoms, num_atoms_dp)
     fits: dict[str, MethodFit] = {}
     for method in methods:
         say(f"{method}: fitting")

@@ -50,6 +50,8 @@ def test_the_commands_lists_come_from_the_registry():
         "npmle",
         "nuts",
         "gibbs",
+        "sure",
+        "normal-eb",
     )
     assert registry.command_choices("filter", "switching") == (
         "gpb1",

@@ -185,6 +185,31 @@ COMPARE_BAD_CALLS = {  # the older bad-input catalogue's cases of the comparison
         lambda: compare_deconvolution(None, COMPARE_X1, 1.0, methods=("oracle",)),
         "^true_measure: ",
     ),
+    "compare-sigma-shape": (
+        lambda: compare_deconvolution(None, COMPARE_X1, np.ones(3), methods="sure"),
+        "^sigma: ",
+    ),
+    "compare-sigma-heldout-missing": (
+        lambda: compare_deconvolution(
+            None, COMPARE_X1, np.ones(4), methods="sure", x_heldout=COMPARE_X1
+        ),
+        "^sigma_heldout: required",
+    ),
+    "compare-sigma-heldout-shape": (
+        lambda: compare_deconvolution(
+            None,
+            COMPARE_X1,
+            np.ones(4),
+            methods="sure",
+            x_heldout=COMPARE_X1[:2],
+            sigma_heldout=np.ones(4),
+        ),
+        "^sigma_heldout: ",
+    ),
+    "compare-sigma-heldout-alone": (
+        lambda: compare_deconvolution(None, COMPARE_X1, 1.0, methods="sure", sigma_heldout=1.0),
+        "^sigma_heldout: given without x_heldout",
+    ),
     "compare-x-nan": (
         lambda: compare_deconvolution(None, np.array([-1.0, np.nan, 2.0, 3.0]), 1.0),
         "^x: ",
@@ -264,3 +289,105 @@ def test_compare_deconvolution_checks_sizes_before_sampling(monkeypatch):
     ):
         with pytest.raises(ValueError, match=pattern):
             compare_deconvolution(key, x, 1.0, methods=(method,), **kwargs)
+
+
+# ----------------------------------------------------------------------------- per-unit sigma
+
+
+def _heteroscedastic_data(n=40, m=20):
+    """Three atoms, s_i log-uniform on [0.5, 3]: (z, x, s) and held-out (x, s)."""
+    rng = np.random.default_rng(8)
+    atoms, weights = np.array([-2.0, 0.0, 3.0]), np.array([0.5, 0.3, 0.2])
+    s = np.exp(rng.uniform(np.log(0.5), np.log(3.0), n + m))
+    z = rng.choice(atoms, size=n + m, p=weights)
+    x = z + s * rng.normal(size=n + m)
+    return DiscreteMeasure(atoms, weights), z[:n], x[:n], s[:n], x[n:], s[n:]
+
+
+def test_per_unit_sigma_normal_rules_and_oracle_brute_force():
+    """With s_i per unit: the normal rules are ``shrinkage``'s, with normal plug-in intervals
+    and the predictive N(m, A + s^2) (James-Stein N(m, s^2 / B)); the oracle's z_hat and held-out
+    lpd are the brute-force Bayes rule and mixture density with each point's own s."""
+    from scipy.stats import norm
+
+    from attnbayes.inference.deconvolution import shrinkage
+
+    measure, z, x, s, held, held_s = _heteroscedastic_data()
+    result = compare_deconvolution(
+        None,
+        x,
+        s,
+        z_true=z,
+        true_measure=measure,
+        x_heldout=held,
+        sigma_heldout=held_s,
+        methods=("james-stein", "sure", "normal-eb", "oracle"),
+    )
+    value = result.table.set_index(["method", "metric"]).value
+    for method, rule in (
+        ("sure", shrinkage.sure_shrinkage),
+        ("normal-eb", shrinkage.normal_eb),
+        ("james-stein", shrinkage.james_stein),
+    ):
+        fit, direct = result.fits[method], rule(x, s)
+        np.testing.assert_allclose(fit.z_hat, direct.z_hat, rtol=1e-12)
+        lo, hi = fit.intervals[0.9]
+        np.testing.assert_allclose(hi - lo, 2 * norm.ppf(0.95) * direct.posterior_sd, rtol=1e-10)
+        m = float(direct.location)
+        if method == "james-stein":
+            b = float(direct.shrinkage[0])
+            sd, held_sd = s / np.sqrt(b), held_s / np.sqrt(b)
+        else:
+            a = float(direct.prior_variance)
+            sd, held_sd = np.sqrt(a + s**2), np.sqrt(a + held_s**2)
+            assert float(fit.hyperparameters["prior_variance"]) == a
+        assert value[method, "log_likelihood"] == pytest.approx(
+            norm.logpdf(x, m, sd).sum(), rel=1e-12
+        )
+        assert value[method, "heldout_lpd"] == pytest.approx(
+            norm.logpdf(held, m, held_sd).mean(), rel=1e-12
+        )
+        assert value[method, "mse_z"] == pytest.approx(np.mean((direct.z_hat - z) ** 2))
+    atoms, weights = np.asarray(measure.atoms), np.asarray(measure.weights)
+    post = weights * norm.pdf(x[:, None], atoms, s[:, None])
+    np.testing.assert_allclose(result.fits["oracle"].z_hat, post @ atoms / post.sum(1), rtol=1e-10)
+    dens = (weights * norm.pdf(held[:, None], atoms, held_s[:, None])).sum(1)
+    assert value["oracle", "heldout_lpd"] == pytest.approx(np.log(dens).mean(), rel=1e-12)
+    assert value["oracle", "log_likelihood"] == pytest.approx(np.log(post.sum(1)).sum(), rel=1e-12)
+    # a constant vector of scales is the homoscedastic problem
+    one = compare_deconvolution(
+        None, x, 1.3, x_heldout=held, methods=("james-stein", "sure", "normal-eb")
+    ).table
+    vec = compare_deconvolution(
+        None,
+        x,
+        np.full(len(x), 1.3),
+        x_heldout=held,
+        sigma_heldout=np.full(len(held), 1.3),
+        methods=("james-stein", "sure", "normal-eb"),
+    ).table
+    keep = one.metric != "wall_time_s"
+    np.testing.assert_allclose(vec.value[keep], one.value[keep], rtol=1e-10)
+
+
+def test_point_log_density_per_unit_sigma_brute_force():
+    from scipy.stats import multivariate_normal
+
+    from attnbayes.inference.deconvolution.comparison import _point_log_density
+
+    rng = np.random.default_rng(9)
+    held = rng.normal(size=(12, 2))
+    atoms = rng.normal(size=(4, 2))
+    weights = rng.dirichlet(np.ones(4))
+    for rows in (rng.uniform(0.5, 2.0, (12, 1)), rng.uniform(0.5, 2.0, (12, 2))):
+        cov = np.broadcast_to(rows, held.shape) ** 2
+        dens = [
+            sum(
+                w * multivariate_normal(mu, np.diag(c)).pdf(xi)
+                for mu, w in zip(atoms, weights, strict=True)
+            )
+            for xi, c in zip(held, cov, strict=True)
+        ]
+        np.testing.assert_allclose(
+            _point_log_density(held, atoms, weights, rows), np.log(dens), rtol=1e-12
+        )
