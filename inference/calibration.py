@@ -9,6 +9,10 @@ replicate inside one compiled program (``attnbayes.inference.diagnostics.sbc`` /
 - Deconvolution (``DeconvolutionStudy``): the NumPyro program ``deconvolution_model`` with
   Dirichlet or truncated-DP weights and N(atom_loc, atom_scale^2) atoms, x drawn by the program
   itself; the latent z_i is drawn from its exact conditional Categorical(A_i) given (w, mu, x).
+  The noise is one sigma for all, one fixed s_i per observation (``sigma`` a tuple), or
+  heteroscedastic settings drawn afresh for every replicate (``noise_range``: s_i = sigma_i r_i,
+  r_i log-uniform on the range, ``attnbayes.models.deconvolution.noise_scales``); the methods
+  see the s_i with the data (``data["sigma"]``) and condition on them.
   Samplers ("nuts", "nuts-dp", "gibbs") are ranked on permutation-invariant test quantities
   (``deconvolution_quantities``: nu's CDF at fixed points, its mean and standard deviation, and
   the log-likelihood); interval methods ("attention-em", "npmle", "approx-gibbs", "james-stein",
@@ -80,19 +84,26 @@ CALIBRATION_METHODS = {
 class DeconvolutionStudy(NamedTuple):
     """The fixed prior and sizes of a deconvolution calibration study.
 
-    x_i ~ sum_k w_k N(mu_k, sigma^2), i = 1..N; w ~ Dirichlet(concentration 1_K) (or the
+    x_i ~ sum_k w_k N(mu_k, s_i^2), i = 1..N; w ~ Dirichlet(concentration 1_K) (or the
     truncated DP with ``prior="dp"``); mu_k ~ N(atom_loc, atom_scale^2). ``cdf_points`` are
     where nu's CDF is a test quantity, in units of atom_scale around atom_loc.
+
+    The noise scales s_i: ``sigma`` a number (s_i = sigma, the homoscedastic study) or a tuple
+    of ``num_points`` numbers (one fixed s_i per observation); with ``noise_range = (low,
+    high)`` every replicate draws s_i = sigma_i r_i with r_i log-uniform on [low, high]
+    (independent of the means; e.g. ``sigma=1.0, noise_range=(0.5, 3.0)``, the setting of
+    issue 35).
     """
 
     num_atoms: int = CALIBRATION_ATOMS
     num_points: int = CALIBRATION_POINTS
-    sigma: float = 1.0
+    sigma: float | tuple[float, ...] = 1.0
     prior: str = "dirichlet"
     concentration: float = 1.0
     atom_loc: float = 0.0
     atom_scale: float = 3.0
     cdf_points: tuple[float, ...] = (-1.0, -0.5, 0.0, 0.5, 1.0)
+    noise_range: tuple[float, float] | None = None
 
 
 class SwitchingStudy(NamedTuple):
@@ -105,9 +116,21 @@ class SwitchingStudy(NamedTuple):
 # ----------------------------------------------------------------------------- deconvolution
 
 
+def _heteroscedastic(study: DeconvolutionStudy) -> bool:
+    """Whether the study's noise scales differ by observation (then ``data["sigma"]``)."""
+    return study.noise_range is not None or np.ndim(study.sigma) > 0
+
+
+def _fixed_sigma(study: DeconvolutionStudy):
+    """The study's ``sigma``: a float, or an (N,) array."""
+    if np.ndim(study.sigma) == 0:
+        return float(study.sigma)
+    return jnp.asarray(np.asarray(study.sigma, dtype=np.float64))
+
+
 def _model_kwargs(study: DeconvolutionStudy, prior: str) -> dict:
     kwargs = {
-        "sigma": float(study.sigma),
+        "sigma": _fixed_sigma(study),
         "num_atoms": study.num_atoms,
         "prior": prior,
         "atom_loc": float(study.atom_loc),
@@ -123,7 +146,8 @@ def deconvolution_simulator(study: DeconvolutionStudy) -> Callable:
 
     ``truth``: the program's latent sites (``weights``, ``atoms``; with the DP also
     ``dp_concentration`` and ``sticks``) and z (N,), drawn from Categorical(A_i) given the
-    program's x; ``data``: ``{"x": (N,)}``.
+    program's x; ``data``: ``{"x": (N,)}``, with per-unit noise also ``"sigma": (N,)`` (the
+    s_i, drawn for the replicate with ``noise_range``, from ``fold_in(key, 2)``).
     """
     from numpyro import handlers
 
@@ -131,8 +155,13 @@ def deconvolution_simulator(study: DeconvolutionStudy) -> Callable:
 
     def simulate(key):
         k_model, k_z = jax.random.split(key)
+        sigma = kwargs["sigma"]
+        if study.noise_range is not None:
+            low, high = study.noise_range
+            r = dmodel.noise_scales(jax.random.fold_in(key, 2), study.num_points, low, high)
+            sigma = sigma * r
         tr = handlers.trace(handlers.seed(dmodel.deconvolution_model, k_model)).get_trace(
-            None, num_points=study.num_points, **kwargs
+            None, num_points=study.num_points, **{**kwargs, "sigma": sigma}
         )
         truth = {
             name: site["value"]
@@ -142,11 +171,14 @@ def deconvolution_simulator(study: DeconvolutionStudy) -> Callable:
         x = tr["x"]["value"]
         log_resp = (
             jnp.log(truth["weights"])[None, :]
-            - 0.5 * ((x[:, None] - truth["atoms"][None, :]) / study.sigma) ** 2
+            - 0.5 * ((x[:, None] - truth["atoms"][None, :]) / _column(sigma)) ** 2
         )
         labels = jax.random.categorical(k_z, log_resp, axis=-1)
         truth["z"] = truth["atoms"][labels]
-        return truth, {"x": x}
+        data = {"x": x}
+        if _heteroscedastic(study):
+            data["sigma"] = jnp.broadcast_to(sigma, x.shape)
+        return truth, data
 
     return simulate
 
@@ -156,17 +188,19 @@ def deconvolution_quantities(study: DeconvolutionStudy) -> Callable:
 
     cdf(t_j) = sum_k w_k 1[mu_k <= t_j],  t_j = atom_loc + atom_scale * cdf_points[j]
     mean = sum_k w_k mu_k,   sd = (sum_k w_k (mu_k - mean)^2)^(1/2)
-    log_likelihood = sum_i log sum_k w_k N(x_i; mu_k, sigma^2)
+    log_likelihood = sum_i log sum_k w_k N(x_i; mu_k, s_i^2)
     """
     points = study.atom_loc + study.atom_scale * np.asarray(study.cdf_points, dtype=np.float64)
+    fixed = _fixed_sigma(study)
 
     def quantities(values, data):
         w, mu, x = values["weights"], values["atoms"], data["x"]
+        sigma = _column(data.get("sigma", fixed))
         mean = jnp.sum(w * mu)
         log_comp = (
             jnp.log(w)[None, :]
-            - 0.5 * ((x[:, None] - mu[None, :]) / study.sigma) ** 2
-            - 0.5 * jnp.log(2 * jnp.pi * study.sigma**2)
+            - 0.5 * ((x[:, None] - mu[None, :]) / sigma) ** 2
+            - 0.5 * jnp.log(2 * jnp.pi * sigma**2)
         )
         return {
             "cdf": jnp.sum(w[None, :] * (mu[None, :] <= jnp.asarray(points, mu.dtype)[:, None]), 1),
@@ -178,13 +212,24 @@ def deconvolution_quantities(study: DeconvolutionStudy) -> Callable:
     return quantities
 
 
+def _column(sigma):
+    """sigma as a number, or (N,) scales as an (N, 1) column against (N, K) arrays."""
+    return sigma if jnp.ndim(sigma) == 0 else jnp.reshape(sigma, (-1, 1))
+
+
 def _visible(data, settings, sigma):
-    """The data and noise scale a (possibly deliberately wrong) method sees."""
+    """The data and noise scales a (possibly deliberately wrong) method sees: ``(x, sigma,
+    sigma_all)``, ``sigma`` for the visible x, ``sigma_all`` for all of them (both scaled by
+    ``sigma_factor``). Per-unit scales come with the data (``data["sigma"]``)."""
     x = data["x"]
+    sigma_all = data.get("sigma", sigma) * settings.pop("sigma_factor", 1.0)
+    sigma = sigma_all
     fraction = settings.pop("data_fraction", 1.0)
     if fraction != 1.0:
-        x = x[: max(1, round(fraction * x.shape[0]))]
-    return x, sigma * settings.pop("sigma_factor", 1.0)
+        keep = max(1, round(fraction * x.shape[0]))
+        x = x[:keep]
+        sigma = sigma if jnp.ndim(sigma) == 0 else sigma[:keep]
+    return x, sigma, sigma_all
 
 
 def _deconvolution_posterior(study: DeconvolutionStudy, name: str, settings: dict) -> Callable:
@@ -192,9 +237,11 @@ def _deconvolution_posterior(study: DeconvolutionStudy, name: str, settings: dic
     if name == "gibbs" and prior != "dirichlet":
         raise ValueError("method: 'gibbs' samples the Dirichlet prior; the study has prior='dp'")
 
+    fixed = _fixed_sigma(study)
+
     def posterior(key, data):
         opts = dict(settings)
-        x, sigma = _visible(data, opts, study.sigma)
+        x, sigma, _ = _visible(data, opts, fixed)
         if name in ("nuts", "nuts-dp"):
             kwargs = {**_model_kwargs(study, prior), "sigma": sigma}
             opts.pop("prior", None)
@@ -243,10 +290,17 @@ def _discrete_cdf(x, atoms, weights, sigma, z, tolerance=1e-9):
 
 
 def _deconvolution_cdf(study: DeconvolutionStudy, name: str, settings: dict) -> Callable:
+    if name == "james-stein" and _heteroscedastic(study):
+        raise ValueError(
+            "method: 'james-stein' here assumes one sigma for all; the study's noise differs "
+            "by observation"
+        )
+    fixed = _fixed_sigma(study)
+
     def posterior_cdf(key, data, target):
         opts = dict(settings)
         x_all, z = data["x"], target["z"]
-        x, sigma = _visible(data, opts, study.sigma)
+        x, sigma, sigma_all = _visible(data, opts, fixed)
         if name == "attention-em":
             fit = em.fit_em(x, sigma, **opts)
             atoms, weights = fit.atoms, fit.weights
@@ -269,7 +323,7 @@ def _deconvolution_cdf(study: DeconvolutionStudy, name: str, settings: dict) -> 
         else:  # james-stein: positive-part shrinkage to the grand mean, normal EB posterior
             cdf = _james_stein_cdf(x_all, x, sigma, z)
             return {"z": (cdf, cdf)}
-        return {"z": _discrete_cdf(x_all, atoms, weights, sigma, z)}
+        return {"z": _discrete_cdf(x_all, atoms, weights, sigma_all, z)}
 
     return posterior_cdf
 
@@ -462,8 +516,26 @@ def calibrate(
 
 def _check_deconvolution_study(study: DeconvolutionStudy) -> None:
     validation.check_positive_int("study.num_atoms", study.num_atoms)
-    validation.check_positive_int("study.num_points", study.num_points)
-    validation.check_positive_scalar("study.sigma", study.sigma)
+    num_points = validation.check_positive_int("study.num_points", study.num_points)
+    if isinstance(study.sigma, tuple | list | np.ndarray):
+        sigma = validation.as_float_array("study.sigma", study.sigma)
+        if sigma.shape != (num_points,):
+            raise ValueError(
+                f"study.sigma: expected a number or {num_points} numbers (one per observation, "
+                f"study.num_points), got shape {sigma.shape}"
+            )
+        if not np.all(np.isfinite(sigma) & (sigma > 0)):
+            raise ValueError("study.sigma: every entry must be a finite number > 0")
+    else:
+        validation.check_positive_scalar("study.sigma", study.sigma)
+    if study.noise_range is not None:
+        bounds = study.noise_range
+        if not isinstance(bounds, tuple | list) or len(bounds) != 2:
+            raise ValueError(f"study.noise_range: expected (low, high), got {bounds!r}")
+        low = validation.check_positive_scalar("study.noise_range[0]", bounds[0])
+        high = validation.check_positive_scalar("study.noise_range[1]", bounds[1])
+        if high < low:
+            raise ValueError(f"study.noise_range: high {high} is below low {low}")
     validation.check_positive_scalar("study.concentration", study.concentration)
     validation.check_positive_scalar("study.atom_scale", study.atom_scale)
     if study.prior not in ("dirichlet", "dp"):

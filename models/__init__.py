@@ -1,7 +1,8 @@
 """NumPyro programs and their simulators.
 
 - ``deconvolution``: z ~ nu, x | z ~ N(z, sigma^2 I) with nu a discrete measure (finite
-  Dirichlet or truncated Dirichlet-process mixture), its simulator and named measures;
+  Dirichlet or truncated Dirichlet-process mixture), its simulator and named measures; sigma
+  one for all, one per observation (N,) or per observation and coordinate (N, p);
 - ``switching``: the switching linear-Gaussian state-space model (``SwitchingParams``), its
   program, simulator and tracking scenarios;
 - ``markov_switching``: parametrised switching models (``SwitchingSpec``): Markov-switching
@@ -18,6 +19,9 @@ Each module's ``__all__`` is its API; ``attnbayes.models`` exports the modules. 
 - ``deconvolution``: ``deconvolution_model`` (prior "dirichlet", "dp" or "uniform-weights"),
   ``DiscreteMeasure``, ``simulate``, ``get_measure`` and the named measures ``MEASURES``
   ("three-atoms", "sparse-means", "ring"), the ``SortedNormal`` prior, ``stick_breaking``;
+  heteroscedastic data: ``noise_scales`` (s_i log-uniform), ``log_uniform_noise``,
+  ``xie_kou_brown`` (``XIE_KOU_BROWN_SETTINGS``), ``heteroscedastic_scenario``
+  (``HETEROSCEDASTIC_SCENARIOS``), ``NoisySample``, ``check_noise_scales``;
 - ``switching``: ``SwitchingParams``, ``SwitchingPriors``, ``switching_model`` (modes summed by
   a forward algorithm), ``simulate``, ``get_scenario`` and ``SCENARIOS`` ("maneuvering-target",
   rank-2 DWNA noise, and "maneuvering-target-cwna"), ``check_params``;

@@ -16,15 +16,28 @@ and S_k = sum_{i: c_i = k} x_i:
 with beta = 1 / sigma^2. The assignment step samples from the E-step's attention map (queries
 x, keys mu, key bias log w_k - beta |mu_k|^2 / 2; see ``attnbayes.inference.deconvolution.em``).
 
+Heteroscedastic noise (issue 35), x_i | c_i, mu ~ N(mu_{c_i}, diag(s_i1^2, ..., s_ip^2)) with
+sigma given as (N,) (s_ic = s_i) or (N, p): with precisions b_ic = 1 / s_ic^2 the assignment
+scores are sum_c b_ic (x_ic mu_kc - mu_kc^2 / 2) + log w_k (attention with the per-query
+temperature 1 / s_i^2 scaling the key bias but not log w_k), and the atoms' conditional is the
+precision-weighted normal posterior, coordinate by coordinate,
+
+    mu_kc | c, x ~ N(m_kc, v_kc),   1 / v_kc = 1 / s0^2 + sum_{i: c_i = k} b_ic,
+                                     m_kc = v_kc (m0_c / s0^2 + sum_{i: c_i = k} b_ic x_ic).
+
+A number sigma runs exactly the homoscedastic code above (the same draws from the same key).
+
 Approximate Gibbs (``approximate_gibbs``; "Attention as GPB2/IMM message passing", section 4.1)
 replaces every draw by its expectation: c_i by the responsibilities A_i. (an attention map), then
 mu_k by the responsibility-weighted mean of the x_i (and optionally w_k by the mean responsibility).
 That is the flat-prior limit (s0 -> inf, alpha -> 0) of the conditional means above with expected
-counts in place of counts, i.e. one EM step; iterating it is a stack of attention layers with
-tied weights. The residual (skip-connection) variant mu <- mu + eta (update - mu) is a
-preconditioned gradient-ascent step on the log-likelihood l(mu) (update - mu_k =
-sigma^2 / N_k * grad_{mu_k} l, N_k = sum_i A_ik), and ``relaxation_stability`` gives the step
-sizes for which the fixed point survives.
+counts in place of counts, i.e. one EM step (with per-unit noise the precision-weighted mean
+sum_i A_ik b_ic x_ic / sum_i A_ik b_ic, ``estep.m_step``); iterating it is a stack of attention
+layers with tied weights. The residual (skip-connection) variant mu <- mu + eta (update - mu) is
+a preconditioned gradient-ascent step on the log-likelihood l(mu) (update_kc - mu_kc =
+grad_{mu_kc} l / sum_i A_ik b_ic, i.e. sigma^2 / N_k * grad_{mu_k} l with one sigma,
+N_k = sum_i A_ik), and ``relaxation_stability`` gives the step sizes for which the fixed point
+survives.
 """
 
 from __future__ import annotations
@@ -58,31 +71,53 @@ def _scores(x_c, atoms_c, log_weights, beta):
 
     ``x_c`` (N, p), ``atoms_c`` (..., K, p), ``log_weights`` (..., K); leading axes are chains.
     Centred at c = mean(x) like ``attnbayes.inference.deconvolution.em.e_step_attention``: softmax
-    over k gives the responsibilities, logsumexp over k the row log-normaliser.
+    over k gives the responsibilities, logsumexp over k the row log-normaliser. ``beta`` is a
+    number, or row precisions b (N, 1) / (N, p): then the scores are
+    sum_d b_id ((x_id - c_d)(mu_kd - c_d) - (mu_kd - c_d)^2 / 2) + log w_k, which differ from the
+    uncentred ones by a constant per row.
     """
-    key_bias = log_weights - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
-    return beta * jnp.einsum("nd,...kd->...nk", x_c, atoms_c) + key_bias[..., None, :]
+    if jnp.ndim(beta) == 0:
+        key_bias = log_weights - 0.5 * beta * jnp.sum(atoms_c**2, axis=-1)
+        return beta * jnp.einsum("nd,...kd->...nk", x_c, atoms_c) + key_bias[..., None, :]
+    beta = jnp.broadcast_to(beta, x_c.shape)
+    cross = jnp.einsum("nd,...kd->...nk", beta * x_c, atoms_c)
+    bias = jnp.einsum("nd,...kd->...nk", beta, atoms_c**2)
+    return cross - 0.5 * bias + log_weights[..., None, :]
 
 
 def _point_log_likelihood(x_c, scores, sigma):
-    """(..., N) log sum_k w_k N(x_i; mu_k, sigma^2 I_p) from centred scores (see ``_scores``)."""
+    """(..., N) log sum_k w_k N(x_i; mu_k, diag(s_i^2)) from centred scores (see ``_scores``);
+    ``sigma`` a number or row scales (N, 1) / (N, p)."""
     p = x_c.shape[1]
     lse = jax.nn.logsumexp(scores, axis=-1)
-    return (
-        lse - 0.5 * jnp.sum(x_c**2, axis=-1) / sigma**2 - 0.5 * p * jnp.log(2.0 * jnp.pi * sigma**2)
-    )
+    if jnp.ndim(sigma) == 0:
+        return (
+            lse
+            - 0.5 * jnp.sum(x_c**2, axis=-1) / sigma**2
+            - 0.5 * p * jnp.log(2.0 * jnp.pi * sigma**2)
+        )
+    variance = jnp.broadcast_to(sigma**2, x_c.shape)
+    return lse - 0.5 * jnp.sum(x_c**2 / variance + jnp.log(2.0 * jnp.pi * variance), axis=-1)
 
 
 def _atoms_conditional(x_c, labels, num_atoms, sigma, loc_c, atom_scale):
-    """Mean (..., K, p) (centred) and sd (..., K) of mu_k | c, x, and the counts (..., K).
+    """Mean (..., K, p) (centred) and sd of mu_k | c, x, and the counts (..., K).
 
     ``labels`` (..., N) are the assignments c (leading axes are chains); ``loc_c`` = m0 - c.
+    One sigma: the sd is (..., K) (isotropic); row scales (N, 1) / (N, p): the sd is
+    (..., K, p), the precision-weighted posterior of each coordinate (module docstring).
     """
     one_hot = jax.nn.one_hot(labels, num_atoms, dtype=x_c.dtype)  # (..., N, K)
     counts = jnp.sum(one_hot, axis=-2)
-    sums = jnp.einsum("...nk,np->...kp", one_hot, x_c)
-    precision = 1.0 / atom_scale**2 + counts / sigma**2
-    mean = (loc_c / atom_scale**2 + sums / sigma**2) / precision[..., None]
+    if jnp.ndim(sigma) == 0:
+        sums = jnp.einsum("...nk,np->...kp", one_hot, x_c)
+        precision = 1.0 / atom_scale**2 + counts / sigma**2
+        mean = (loc_c / atom_scale**2 + sums / sigma**2) / precision[..., None]
+        return mean, jax.lax.rsqrt(precision), counts
+    beta = jnp.broadcast_to(1.0 / sigma**2, x_c.shape)
+    sums = jnp.einsum("...nk,np->...kp", one_hot, beta * x_c)
+    precision = 1.0 / atom_scale**2 + jnp.einsum("...nk,np->...kp", one_hot, beta)
+    mean = (loc_c / atom_scale**2 + sums) / precision
     return mean, jax.lax.rsqrt(precision), counts
 
 
@@ -104,7 +139,7 @@ class _Problem(NamedTuple):
 
     x_c: jax.Array  # (N, p) x - c
     centre: jax.Array  # (p,) c = mean of x
-    sigma: jax.Array
+    sigma: jax.Array  # () or row scales (N, 1) / (N, p)
     concentration: jax.Array
     atom_loc: jax.Array  # (p,)
     atom_scale: jax.Array
@@ -136,7 +171,7 @@ def _sweep(problem: _Problem, atoms, log_weights, key):
     log_gamma = sampling.log_gamma(key_w, problem.concentration + counts)
     new_log_weights = log_gamma - jax.nn.logsumexp(log_gamma, axis=-1, keepdims=True)
     noise = ndtri(sampling.uniform_positive(key_mu, atoms.shape, atoms.dtype))
-    new_atoms = centre + mean_c + sd[..., None] * noise
+    new_atoms = centre + mean_c + (sd[..., None] if sd.ndim < mean_c.ndim else sd) * noise
     stats = (point_ll, lp, jnp.sum(counts > 0, axis=-1).astype(jnp.int32))
     return (new_atoms, new_log_weights), stats
 
@@ -187,7 +222,8 @@ def _sort_draws(atoms, log_weights):
 def _predict(key, atoms, log_weights, sigma, num_points):
     """Replicate data sets x_rep (C, S, N, p), one per draw, from the mixture at (mu, w).
 
-    ``atoms`` (C, S, K, p), ``log_weights`` (C, S, K). Labels by inversion of the weights'
+    ``atoms`` (C, S, K, p), ``log_weights`` (C, S, K); ``sigma`` a number or row scales (N, 1) /
+    (N, p) (broadcasting against the (C, S, N, p) draws). Labels by inversion of the weights'
     CDF (c = #{k < K - 1: F_k < u}), noise by the normal quantile of uniforms.
     """
     key_c, key_e = jax.random.split(key)
@@ -305,7 +341,7 @@ class GibbsInfo(NamedTuple):
     """What one sweep computed at the state it started from (one E-step serves both).
 
     Attributes:
-        log_likelihood: (N,) log sum_k w_k N(x_i; mu_k, sigma^2 I_p), pointwise.
+        log_likelihood: (N,) log sum_k w_k N(x_i; mu_k, diag(s_i^2)), pointwise.
         lp: () the log joint log p(x, mu, w) of the marginal model (``run_gibbs``'s ``lp``).
         num_occupied: () int32, atoms occupied by the assignments c drawn in the sweep.
     """
@@ -352,6 +388,9 @@ def gibbs_init(
         validation.check_key("key", key)
         points, _, _, _, scalar = checked_problem(x, None, None, sigma)
         _check_init(init, points, num_atoms, 1, scalar)
+    elif not validation.any_traced(key, x):
+        points, scalar = validation.as_points("x", x)
+        check_sigma(points, sigma, scalar=scalar)  # the shape of a traced sigma
     else:
         scalar = jnp.ndim(x) == 1
         points = jnp.asarray(x)[:, None] if scalar else jnp.asarray(x)
@@ -383,9 +422,10 @@ def gibbs_step(
     """One blocked sweep c | (mu, w); w | c; mu | c, x (module docstring) -> (state, info).
 
     Pure and jit-able (compiled once per shape); ``jax.vmap`` it over keys and states for
-    several chains, as ``run_gibbs`` does in one loop. With concrete arguments ``x``,
-    ``sigma``, the prior and the state are validated; under ``jax.jit`` those value checks
-    are skipped, and a non-finite ``info.lp`` then means bad input (call
+    several chains, as ``run_gibbs`` does in one loop. ``sigma`` is a number, (N,) or, for
+    (N, p) data, (N, p) (module docstring: the heteroscedastic conditionals). With concrete
+    arguments ``x``, ``sigma``, the prior and the state are validated; under ``jax.jit``
+    those value checks are skipped, and a non-finite ``info.lp`` then means bad input (call
     ``gibbs_step`` once on concrete values to see which).
     """
     if not isinstance(state, GibbsState):
@@ -410,6 +450,7 @@ def gibbs_step(
         points = jnp.asarray(x)[:, None] if scalar else jnp.asarray(x)
         atoms = jnp.asarray(state.atoms)
         atoms = atoms[:, None] if scalar else atoms
+        _, sigma = check_sigma(points, sigma, scalar=scalar)  # shapes only; rows (N, 1)
     dtype = points.dtype
     prior = _check_prior(concentration, atom_loc, atom_scale, points.shape[1], scalar, dtype)
     (new_atoms, new_log_weights), (point_ll, lp, occupied) = _one_sweep(
@@ -450,7 +491,8 @@ def run_gibbs(
         key: a ``jax.random`` key (split for the initialisation, the chains and the
             posterior predictive).
         x: (N,) or (N, p) observations.
-        sigma: known noise scale.
+        sigma: known noise scale: a number, (N,) (one per observation) or, for (N, p) data,
+            (N, p) (one per observation and coordinate).
         num_atoms: K.
         num_warmup: sweeps discarded per chain; draw s is the state after num_warmup + s
             sweeps (so with ``num_warmup=0`` the first draw is the initial state).
@@ -473,7 +515,7 @@ def run_gibbs(
         A DataTree with the groups, variable names and dims of ``run_nuts`` on
         ``deconvolution_model`` with ``dims=model_dims(scalar)``: posterior ``weights``
         (chain, draw, atom) and ``atoms`` (chain, draw, atom[, coord]); log_likelihood ``x``
-        (chain, draw, point), the per-point marginal log sum_k w_k N(x_i; mu_k, sigma^2 I)
+        (chain, draw, point), the per-point marginal log sum_k w_k N(x_i; mu_k, diag(s_i^2))
         (for ``az.loo``); posterior_predictive ``x``; observed_data ``x``; sample_stats
         ``lp`` and ``num_occupied``. ``lp`` is the log joint of the marginal model on the
         constrained space, what ``numpyro.infer.util.log_density`` returns for
@@ -499,7 +541,7 @@ def run_gibbs(
     if ordered and not scalar:
         raise ValueError("ordered: only available for scalar data passed as shape (N,)")
     # the EM checks of sigma (1 / sigma^2 finite in x's dtype) and of the data's spread
-    dtype, s = check_sigma(points, sigma)
+    dtype, s = check_sigma(points, sigma, scalar=scalar)
     validation.check_scaled_spread("x", points, s, dtype)
     xs, s = jnp.asarray(points, dtype), jnp.asarray(s, dtype)
 
@@ -567,16 +609,19 @@ class ApproximateGibbsTrace(NamedTuple):
     Attributes:
         atoms: (num_iters + 1, K) for scalar data or (num_iters + 1, K, p).
         weights: (num_iters + 1, K).
-        log_likelihood: (num_iters + 1,) l_t = sum_i log sum_k w_k N(x_i; mu_k, sigma^2 I_p).
+        log_likelihood: (num_iters + 1,) l_t = sum_i log sum_k w_k N(x_i; mu_k, diag(s_i^2)).
         log_normalizer: (num_iters + 1,) sum_i log sum_k exp(s_ik) with the E-step's scores
             s_ik = beta <x_i, mu_k> + log w_k - beta |mu_k|^2 / 2 (beta = 1 / sigma^2, not
             centred): the summed row log-normaliser of the responsibilities. It equals
             l_t + beta sum_i |x_i|^2 / 2 + N p log(2 pi sigma^2) / 2, so it moves with l_t.
+            With per-unit noise, s_ik = sum_c b_ic (x_ic mu_kc - mu_kc^2 / 2) + log w_k
+            (b_ic = 1 / s_ic^2) and the terms are sum_ic (b_ic x_ic^2 + log(2 pi s_ic^2)) / 2.
         log_partition: (num_iters + 1,) sum_i log G(beta x_i), G(q) = sum_k w_k exp(<mu_k, q>):
             the exponential-family log-partition of the message-passing note's eq. (3) (keys mu_k,
             natural parameter beta x_i, base measure w), i.e. the row normaliser of the attention
             *without* the key bias -beta |mu_k|^2 / 2 (the linear link of its eq. (15)). It
-            grows like beta max_k <x_i, mu_k> when the atoms run off, while l_t falls.
+            grows like beta max_k <x_i, mu_k> when the atoms run off, while l_t falls. Per-unit
+            noise: the natural parameters are (b_ic x_ic)_c.
         diverged: () bool array, True when some state or summary became non-finite. A run
             that oscillates or drifts off while staying finite is not flagged: read
             ``log_likelihood``.
@@ -599,19 +644,27 @@ def _approximate_gibbs(x, atoms, weights, sigma, step_size, num_iters, update_we
     n, p = x.shape
     beta = 1.0 / sigma**2
     centre = jnp.mean(x, axis=0)
-    sq_dev = jnp.sum((x - centre) ** 2)
-    shift = 0.5 * n * beta * jnp.sum(centre**2)  # centred -> uncentred normaliser, summed
+    if jnp.ndim(sigma) == 0:
+        sq_dev = beta * jnp.sum((x - centre) ** 2)
+        log_norm_const = n * p * jnp.log(2.0 * jnp.pi * sigma**2)
+        shift = 0.5 * n * beta * jnp.sum(centre**2)  # centred -> uncentred normaliser, summed
+        queries = beta * x  # the natural parameters beta x_i
+    else:  # row scales (N, 1) / (N, p): every sum weighted by the precisions b_ic
+        b = jnp.broadcast_to(beta, x.shape)
+        x_c = x - centre
+        sq_dev = jnp.sum(b * x_c**2)
+        log_norm_const = -jnp.sum(jnp.log(b / (2.0 * jnp.pi)))
+        shift = jnp.sum(b * (x_c * centre + 0.5 * centre**2))
+        queries = b * x
     nan = jnp.asarray(jnp.nan, x.dtype)
 
     def body(carry, _):
         atoms, weights, bad = carry
         att = e_step_attention_unchecked(x, atoms, weights, sigma)
         lse_sum = jnp.sum(att.log_normalizer)  # centred scores, see e_step_attention
-        ll = lse_sum - 0.5 * beta * sq_dev - 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
+        ll = lse_sum - 0.5 * sq_dev - 0.5 * log_norm_const
         log_norm = lse_sum + shift
-        log_part = jnp.sum(
-            jax.nn.logsumexp(beta * (x @ atoms.T) + jnp.log(weights)[None, :], axis=-1)
-        )
+        log_part = jnp.sum(jax.nn.logsumexp(queries @ atoms.T + jnp.log(weights)[None, :], axis=-1))
         finite = (
             jnp.all(jnp.isfinite(atoms))
             & jnp.all(jnp.isfinite(weights))
@@ -622,7 +675,7 @@ def _approximate_gibbs(x, atoms, weights, sigma, step_size, num_iters, update_we
         bad = bad | ~finite
         record = (atoms, weights, ll, log_norm, log_part)
         record = tuple(jnp.where(bad, nan, r) for r in record)
-        target, new_weights = m_step(x, att.weights, atoms, weights, update_weights)
+        target, new_weights = m_step(x, att.weights, atoms, weights, update_weights, sigma)
         new_atoms = atoms + step_size * (target - atoms)
         return (new_atoms, new_weights, bad), (*record, bad)
 
@@ -689,7 +742,13 @@ def approximate_gibbs(
 
     Args:
         x: (N,) or (N, p) observations.
-        sigma: known noise scale.
+        sigma: known noise scale: a number, (N,) or, for (N, p) data, (N, p). Per-unit noise
+            gives the scores beta_i <x_i, mu_k> + log w_k - beta_i |mu_k|^2 / 2 (per-query
+            temperature, beta_i = 1 / s_i^2; per coordinate with (N, p)) and the precision-
+            weighted expected mean u_kc = sum_i A_ik x_ic / s_ic^2 / sum_i A_ik / s_ic^2
+            (``estep.m_step``); the monotonicity bound below holds as stated (Q is then a
+            quadratic with diagonal, not isotropic, curvature around u, and the same argument
+            applies coordinate by coordinate).
         atoms: (K,) or (K, p) starting atoms, in the convention of ``x``.
         weights: (K,) starting weights; default 1/K.
         num_iters: number of updates (>= 0).
@@ -749,7 +808,7 @@ def _em_jacobian(x, atoms, weights, sigma):
     def em_map(flat):
         mu = flat.reshape(atoms.shape)
         att = e_step_attention_unchecked(x, mu, weights, sigma)
-        return m_step(x, att.weights, mu, weights, False)[0].reshape(-1)
+        return m_step(x, att.weights, mu, weights, False, sigma)[0].reshape(-1)
 
     return jax.jacfwd(em_map)(atoms.reshape(-1))
 

@@ -134,6 +134,42 @@ CALIBRATE_CASES = {
         {"study": cal.DeconvolutionStudy(cdf_points=(float("nan"),))},
         "study.cdf_points",
     ),
+    # issue 35: per-unit noise in the study
+    "study-sigma-length": (
+        ("deconvolution", "oracle"),
+        {"study": cal.DeconvolutionStudy(sigma=(1.0, 2.0))},
+        r"study\.sigma: expected a number or 50 numbers",
+    ),
+    "study-sigma-entry": (
+        ("deconvolution", "oracle"),
+        {"study": cal.DeconvolutionStudy(num_points=3, sigma=(1.0, 0.0, 2.0))},
+        r"study\.sigma: every entry",
+    ),
+    "study-sigma-nan": (
+        ("deconvolution", "nuts"),
+        {"study": cal.DeconvolutionStudy(num_points=2, sigma=(1.0, float("nan")))},
+        r"study\.sigma: every entry",
+    ),
+    "study-noise-range-low": (
+        ("deconvolution", "oracle"),
+        {"study": cal.DeconvolutionStudy(noise_range=(0.0, 3.0))},
+        r"study\.noise_range\[0\]",
+    ),
+    "study-noise-range-order": (
+        ("deconvolution", "gibbs"),
+        {"study": cal.DeconvolutionStudy(noise_range=(3.0, 0.5))},
+        r"study\.noise_range: high 0.5 is below low 3.0",
+    ),
+    "study-noise-range-shape": (
+        ("deconvolution", "oracle"),
+        {"study": cal.DeconvolutionStudy(noise_range=(1.0,))},
+        r"study\.noise_range: expected \(low, high\)",
+    ),
+    "james-stein-heteroscedastic": (
+        ("deconvolution", "james-stein"),
+        {"study": cal.DeconvolutionStudy(noise_range=(0.5, 3.0))},
+        "method: 'james-stein' here assumes one sigma",
+    ),
     "gibbs-dp": (
         ("deconvolution", "gibbs"),
         {"study": cal.DeconvolutionStudy(prior="dp")},

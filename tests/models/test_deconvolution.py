@@ -15,18 +15,23 @@ from scipy import integrate, special, stats
 from scipy.special import logsumexp
 
 from attnbayes.models.deconvolution import (
+    HETEROSCEDASTIC_SCENARIOS,
     DiscreteMeasure,
     SortedNormal,
     check_measure,
     deconvolution_model,
     get_measure,
+    heteroscedastic_scenario,
+    log_uniform_noise,
     model_dims,
+    noise_scales,
     ring,
     simulate,
     sparse_means,
     stick_breaking,
     stick_breaking_log_weights,
     three_atoms,
+    xie_kou_brown,
 )
 
 N_BIG = 20_000
@@ -182,7 +187,9 @@ def test_model_sites_vector(vector_data):
 
 
 def _reference_log_joint(x, weights, atoms, sigma, concentration, atom_loc, atom_scale):
-    """Dirichlet + iid normal atoms + marginal mixture likelihood, all from scipy."""
+    """Dirichlet + iid normal atoms + marginal mixture likelihood, all from scipy.
+
+    ``sigma`` a number, or per-unit scales shaped (N, 1, 1) / (N, 1, p) against (N, K, p)."""
     x2 = x[:, None] if x.ndim == 1 else x
     mu2 = atoms[:, None] if atoms.ndim == 1 else atoms
     lp = stats.dirichlet.logpdf(weights, np.full(weights.shape[0], concentration))
@@ -257,6 +264,130 @@ def test_prior_predictive(dim):
     assert tr["x"]["value"].shape == shape
     assert tr["atoms"]["value"].shape == ((K,) if dim is None else (K, 3))
     assert np.all(np.isfinite(np.asarray(tr["x"]["value"])))
+
+
+# ----------------------------------------------------------------------------- per-unit noise
+
+S_SCALAR = np.array([0.5, 0.8, 1.3, 2.0, 0.6, 1.1, 2.7])  # one per point of scalar_data
+S_ROWS = np.array([0.5, 1.7, 0.9, 2.2, 0.7])  # one per point of vector_data
+S_CELLS = np.array([[0.5, 1.2], [0.9, 0.7], [2.0, 1.5], [1.1, 0.4], [0.6, 2.2]])
+
+
+@pytest.mark.parametrize("which", ["scalar", "rows", "cells", "dp"])
+def test_model_log_density_per_unit_sigma(which, scalar_data, vector_data):
+    """x_i ~ sum_k w_k N(mu_k, diag(s_i^2)) with s_i per observation ((N,): scalar and vector
+    data) or per observation and coordinate ((N, p)), and the DP prior: the log joint of
+    ``numpyro.infer.util.log_density`` equals scipy's to 1e-12."""
+    kwargs = {"concentration": 0.7, "atom_loc": 0.3, "atom_scale": 2.0}
+    if which in ("scalar", "dp"):
+        x, sigma = scalar_data, S_SCALAR
+        weights, atoms = np.array([0.2, 0.5, 0.3]), np.array([-2.0, 0.1, 3.0])
+        ref_sigma = sigma[:, None, None]
+    else:
+        x, sigma = vector_data, (S_ROWS if which == "rows" else S_CELLS)
+        weights, atoms = np.array([0.6, 0.4]), np.array([[-0.5, 0.0], [1.5, -0.5]])
+        ref_sigma = sigma.reshape(5, 1, -1)
+    kwargs |= {"sigma": sigma, "num_atoms": weights.shape[0]}
+    params = {"weights": weights, "atoms": atoms}
+    expected = _reference_log_joint(x, weights, atoms, ref_sigma, 0.7, 0.3, 2.0)
+    if which == "dp":
+        sticks = np.array([0.2 / 1.0, 0.5 / 0.8])  # the stick-breaking of (0.2, 0.5, 0.3)
+        kwargs |= {"prior": "dp", "dp_shape": 1.5, "dp_rate": 3.0}
+        params = {"dp_concentration": 0.8, "sticks": sticks, "atoms": atoms}
+        expected -= stats.dirichlet.logpdf(weights, np.full(3, 0.7))
+        expected += stats.gamma.logpdf(0.8, 1.5, scale=1 / 3.0)
+        expected += np.sum(stats.beta.logpdf(sticks, 1.0, 0.8))
+    got = _log_density(jnp.asarray(x), kwargs, params)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_constant_per_unit_sigma_is_the_scalar_model(vector_data):
+    """sigma = s and sigma = s 1_N give the same log joint (to 1e-12)."""
+    weights, atoms = np.array([0.6, 0.4]), np.array([[-0.5, 0.0], [1.5, -0.5]])
+    params = {"weights": weights, "atoms": atoms}
+    x = jnp.asarray(vector_data)
+    one = _log_density(x, {"sigma": 0.8, "num_atoms": 2}, params)
+    each = _log_density(x, {"sigma": np.full(5, 0.8), "num_atoms": 2}, params)
+    np.testing.assert_allclose(each, one, rtol=1e-12)
+
+
+def test_prior_predictive_per_unit_sigma():
+    """A per-unit sigma fixes N (and an (N, p) one also p); with the atoms pinned near 0
+    (atom_scale 1e-3) x_i ~ N(~0, s_i^2): 1500 points per scale have sd s_i."""
+    scales = np.array([0.3, 1.0, 2.5])
+    kwargs = {"sigma": np.repeat(scales, 1500), "num_atoms": K, "atom_scale": 1e-3}
+    x = jax.jit(lambda key: _trace(kwargs, seed=key)["x"]["value"])(jax.random.key(5))
+    x = np.asarray(x).reshape(3, 1500)
+    # the sd of 1500 normal draws has relative standard error 1 / sqrt(3000): 5 of them
+    np.testing.assert_array_less(np.abs(x.std(axis=1) / scales - 1), 5 / math.sqrt(3000))
+    shapes = jax.eval_shape(
+        lambda key: {
+            name: site["value"]
+            for name, site in _trace({"sigma": np.ones((4, 2)), "num_atoms": K}, seed=key).items()
+            if name in ("x", "atoms")
+        },
+        jax.random.key(1),
+    )
+    assert shapes["x"].shape == (4, 2) and shapes["atoms"].shape == (K, 2)
+
+
+def test_simulate_per_unit_sigma_scales_the_same_noise():
+    """x_i = z_i + s_i eps_i with the eps_i of the scalar run (same key): a constant per-unit
+    sigma gives the scalar run's x exactly; (N,) and (N, p) scales multiply the same eps.
+    (N = 50 as in test_simulate_shapes, whose eager operations these reuse.)"""
+    key = jax.random.key(0)
+    z, x = simulate(key, "three-atoms", 1.0, 50)
+    z_c, x_c = simulate(key, "three-atoms", np.full(50, 1.0), 50)
+    np.testing.assert_array_equal(z_c, z)
+    np.testing.assert_array_equal(x_c, x)
+    s = np.linspace(0.5, 3.0, 50)
+    z_s, x_s = simulate(key, "three-atoms", s, 50)
+    np.testing.assert_array_equal(z_s, z)
+    np.testing.assert_allclose(x_s - z_s, s * (x - z), rtol=1e-12)
+    z2, x2 = simulate(key, "ring", 1.0, 50)
+    cells = np.linspace(0.25, 3.0, 100).reshape(50, 2)
+    for scales, factor in ((s, s[:, None]), (cells, cells)):
+        z_s, x_s = simulate(key, "ring", scales, 50)
+        np.testing.assert_array_equal(z_s, z2)
+        np.testing.assert_allclose(x_s - z_s, factor * (x2 - z2), rtol=1e-12)
+
+
+def test_noise_scales_are_log_uniform():
+    s = np.asarray(noise_scales(jax.random.key(1), 4000, 0.5, 3.0))
+    assert s.shape == (4000,) and s.min() >= 0.5 and s.max() <= 3.0
+    u = (np.log(s) - np.log(0.5)) / (np.log(3.0) - np.log(0.5))
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+
+
+@pytest.mark.parametrize("setting", ["a", "b", "c"])
+def test_xie_kou_brown_settings(setting):
+    """A_i = s_i^2 ~ U(0.1, 1); theta ~ N(0, 1) (a), U(0, 1) (b), = A_i (c); the noise
+    (x_i - theta_i) / s_i is standard normal (KS tests, 4000 points)."""
+    sample = xie_kou_brown(jax.random.key(2), 4000, setting)
+    theta, x, s = (np.asarray(a) for a in sample)
+    variance = s**2
+    assert stats.kstest((variance - 0.1) / 0.9, "uniform").pvalue > 1e-3
+    assert stats.kstest((x - theta) / s, "norm").pvalue > 1e-3
+    if setting == "c":
+        np.testing.assert_allclose(theta, variance, rtol=1e-12)
+    else:
+        law = stats.norm() if setting == "a" else stats.uniform()
+        assert stats.kstest(theta, law.cdf).pvalue > 1e-3
+        assert abs(np.corrcoef(theta, variance)[0, 1]) < 5 / math.sqrt(4000)  # independent
+
+
+def test_heteroscedastic_scenarios():
+    key = jax.random.key(3)
+    assert set(HETEROSCEDASTIC_SCENARIOS) == {"log-uniform-noise", "xie-kou-brown"}
+    sample = heteroscedastic_scenario(key, "log-uniform-noise", 50)
+    direct = log_uniform_noise(key, 50)
+    for a, b in zip(sample, direct, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert set(np.asarray(sample.z)) <= {-2.0, 0.0, 3.0}
+    assert np.all((sample.sigma >= 0.5) & (sample.sigma <= 3.0))
+    np.testing.assert_array_equal(
+        heteroscedastic_scenario(key, "xie-kou-brown", 50).x, xie_kou_brown(key, 50, "c").x
+    )
 
 
 # ----------------------------------------------------------------------------- measures refused
@@ -568,6 +699,90 @@ def _bad_input_cases():
         "model-x-huge",
         lambda: _seeded_model(X1_HUGE, sigma=1.0, num_atoms=2),
         "^x: ",
+    )
+    # --- per-unit sigma (issue 35): the model, simulate and the heteroscedastic generators
+    for label, sigma in (
+        ("length", np.ones(3)),
+        ("rank3", np.ones((4, 1, 1))),
+        ("matrix-for-scalar-data", np.ones((4, 2))),
+        ("entry-zero", np.array([1.0, 0.0, 1.0, 1.0])),
+        ("entry-negative", np.array([1.0, -1.0, 1.0, 1.0])),
+        ("entry-nan", np.array([1.0, np.nan, 1.0, 1.0])),
+        ("entry-inf", np.array([1.0, np.inf, 1.0, 1.0])),
+        ("entry-underflow", np.array([1.0, 1e-200, 1.0, 1.0])),
+        ("strings", np.array(["1", "2", "3", "4"])),
+        ("bool", True),
+    ):
+        add(
+            f"model-per-unit-sigma-{label}",
+            lambda s=sigma: _seeded_model(X1, sigma=s, num_atoms=2),
+            "^sigma: ",
+        )
+    add(
+        "model-per-unit-sigma-columns",
+        lambda: _seeded_model(X2, sigma=np.ones((3, 3)), num_atoms=2),
+        "^sigma: ",
+    )
+    add(
+        "model-per-unit-sigma-rows",
+        lambda: _seeded_model(X2, sigma=np.ones((2, 2)), num_atoms=2),
+        "^sigma: ",
+    )
+    add(
+        "model-prior-predictive-num_points-vs-sigma",
+        lambda: _seeded_model(None, sigma=np.ones(3), num_atoms=2, num_points=4),
+        "^num_points: ",
+    )
+    add(
+        "model-prior-predictive-sigma-vs-dim",
+        lambda: _seeded_model(None, sigma=np.ones((3, 2)), num_atoms=2, dim=3),
+        "^sigma: ",
+    )
+    add(
+        "model-prior-predictive-sigma-empty",
+        lambda: _seeded_model(None, sigma=np.ones(0), num_atoms=2),
+        "^sigma: ",
+    )
+    for label, sigma in (
+        ("length", np.ones(4)),
+        ("matrix-for-scalar-atoms", np.ones((3, 2))),
+        ("entry-zero", np.array([1.0, 0.0, 1.0])),
+        ("entry-nan", np.array([1.0, np.nan, 1.0])),
+        ("entry-overflow", np.array([1.0, 1e308, 1.0])),
+    ):
+        add(
+            f"simulate-per-unit-sigma-{label}",
+            lambda s=sigma: simulate(jax.random.key(0), "three-atoms", s, 3),
+            "^sigma: ",
+        )
+    add(
+        "simulate-per-unit-sigma-columns",
+        lambda: simulate(jax.random.key(0), "ring", np.ones((3, 3)), 3),
+        "^sigma: ",
+    )
+    add("noise_scales-num_points", lambda: noise_scales(jax.random.key(0), 0), "^num_points: ")
+    add("noise_scales-low", lambda: noise_scales(jax.random.key(0), 3, low=0.0), "^low: ")
+    add("noise_scales-high", lambda: noise_scales(jax.random.key(0), 3, 2.0, 1.0), "^high: ")
+    add("noise_scales-key", lambda: noise_scales(0, 3), "^key: ")
+    add(
+        "log_uniform_noise-measure-2d",
+        lambda: log_uniform_noise(jax.random.key(0), 3, "ring"),
+        "^measure: ",
+    )
+    add(
+        "xie_kou_brown-setting",
+        lambda: xie_kou_brown(jax.random.key(0), 3, "d"),
+        "^setting: ",
+    )
+    add(
+        "xie_kou_brown-num_points",
+        lambda: xie_kou_brown(jax.random.key(0), -1, "a"),
+        "^num_points: ",
+    )
+    add(
+        "heteroscedastic_scenario-name",
+        lambda: heteroscedastic_scenario(jax.random.key(0), "ring", 3),
+        "^name: ",
     )
     # --- attnbayes.models.deconvolution: simulate, get_measure, DiscreteMeasure, the model
     for label, n in (("zero", 0), ("negative", -2), ("float", 2.5), ("bool", True)):
