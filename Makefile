@@ -48,7 +48,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(PY) -P -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests --deselect $(README_BLOCKS)
 
-# Executes the seven notebooks with small sizes (ATTNBAYES_NB_N; they are not rewritten) and
+# Executes the eight notebooks with small sizes (ATTNBAYES_NB_N; they are not rewritten) and
 # each of README's Python blocks in a fresh interpreter. CI runs it after `make test`.
 notebooks: $(STAMP)
 	ATTNBAYES_NB_N=200 $(PY) -P -m pytest -q -n 2 --nbmake notebooks

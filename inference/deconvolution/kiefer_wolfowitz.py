@@ -4,13 +4,32 @@ Kiefer and Wolfowitz (1956); on a grid as in Koenker and Mizera (2014, "Convex o
 shape constraints, compound decisions, and empirical Bayes rules", JASA), solved by mix-SQP
 (Kim, Carbonetto, Stephens and Anitescu 2020, JCGS).
 
-Model: z_i ~ nu iid, x_i | z_i ~ N(z_i, sigma^2 I_p), sigma known. The NPMLE maximises
-log p(x) = sum_i log sum_j w_j N(x_i; g_j, sigma^2 I_p) over the weights w on the simplex, with
-the atoms fixed at grid points g_1..g_G (Koenker & Mizera 2014). It is a convex problem in w.
-With the likelihood matrix L_ij = exp(log N(x_i; g_j, sigma^2 I) - m_i), m_i = max_j of the
-same (the row-max shift cancels in the argmax and keeps every row's largest entry at 1),
+Model: z_i ~ nu iid, x_i | z_i ~ N(z_i, diag(s_i1^2, ..., s_ip^2)), the noise scales known:
+one sigma for all (s_ic = sigma), one per observation (s_ic = s_i) or one per observation and
+coordinate (s_ic), as ``sigma`` is a number, an (N,) or an (N, p) array (the sigma convention
+of ``attnbayes.inference.deconvolution.em``). The NPMLE maximises
 
-    log p(x) = sum_i log (L w)_i + sum_i m_i - N p log(2 pi sigma^2) / 2.
+    log p(x) = sum_i log sum_j w_j phi_ij,    phi_ij = prod_c N(x_ic; g_jc, s_ic^2),
+
+over the weights w on the simplex, with the atoms fixed at grid points g_1..g_G (Koenker &
+Mizera 2014); each unit brings its own likelihood row phi_i. (the heteroscedastic NPMLE:
+Jiang 2020, "On general maximum likelihood empirical Bayes estimation of heteroscedastic IID
+normal means", Electronic Journal of Statistics; Soloff, Guntuboyina & Sen 2024,
+"Multivariate, heteroscedastic empirical Bayes via nonparametric maximum likelihood", JRSS B,
+whose finite-dimensional approximation with the atoms fixed is this problem; their atoms are
+the data points, ours a grid). It is a convex problem in w, and the per-unit scales change
+the rows of the likelihood matrix only: everything below (the solvers, the certificate)
+acts on L and is the same for one sigma and for many. With
+L_ij = exp(log phi_ij - m_i), m_i = max_j log phi_ij (the row-max shift cancels in the argmax
+and keeps every row's largest entry at 1),
+
+    log p(x) = sum_i log (L w)_i + sum_i m_i - sum_i sum_c log(2 pi s_ic^2) / 2.
+
+The support of the NPMLE lies in the data's bounding box [min x, max x] (coordinate by
+coordinate), whatever the scales: moving an atom's mass onto the box moves it closer to
+every x_i in every coordinate and so raises every phi_ij (each N(x_ic; g_c, s_ic^2) falls
+with |x_ic - g_c|). User grids must lie inside it, and the default grid spans it
+(``default_grid``; it does not depend on sigma).
 
 KKT conditions: with q_j = (1 / N) sum_i L_ij / (L w)_i (the directional derivative of
 log p(x) / N towards delta(g_j), plus one), w is optimal iff q_j <= 1 for every grid point,
@@ -28,7 +47,7 @@ Solvers (all in one ``lax.while_loop``, compiled once per shape, dtype and metho
   -step_max), w' = w - 2 alpha r + alpha^2 v, then one stabilising EM step; alpha is pulled
   back towards -1 until w' >= 0, and the plain double EM step F(F(w)) is taken whenever the
   extrapolation lowers the likelihood, so the iteration is monotone.
-- ``"mixsqp"`` (default): mix-SQP (Kim, Carbonetto, Stephens & Wang 2020). Minimise
+- ``"mixsqp"`` (default): mix-SQP (Kim, Carbonetto, Stephens & Anitescu 2020). Minimise
   phi(w) = -(1 / N) sum_i log (L w)_i + sum_j w_j over w >= 0 (its minimiser lies on the
   simplex); each step solves the quadratic model with gradient 1 - q and Hessian
   H = L^T diag(1 / (L w)^2) L / N by a primal active-set method, then backtracks on phi
@@ -59,7 +78,9 @@ out of reach; the default tolerance is 1e-4 there (1e-6 in float64), and a small
 ``tol`` may end with ``converged=False`` at the last weights reached.
 
 The empirical-Bayes posterior under the fitted measure is one attention step with the grid as
-keys and values (``npmle_posterior``); grid points of zero weight get key bias log 0 = -inf and
+keys and values (``npmle_posterior``, the GMLEB rule of Jiang & Zhang 2009, "General maximum
+likelihood empirical Bayes estimation of normal means", Annals of Statistics; per unit, with
+its own s_i: Jiang 2020); grid points of zero weight get key bias log 0 = -inf and
 hence zero responsibility.
 """
 
@@ -76,7 +97,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import validation
-from .checks import checked_problem
+from .checks import check_sigma, checked_problem
 from .estep import posterior_unchecked
 from .intervals import discrete_posterior_intervals
 
@@ -100,8 +121,8 @@ class NPMLEResult(NamedTuple):
     Attributes:
         atoms: (G,) for scalar data or (G, p): the grid (fixed, not fitted).
         weights: (G,) on the simplex; most entries exactly 0.
-        log_likelihood: () log p(x) = sum_i log sum_j w_j N(x_i; g_j, sigma^2 I_p) at
-            ``weights``.
+        log_likelihood: () log p(x) = sum_i log sum_j w_j prod_c N(x_ic; g_jc, s_ic^2) at
+            ``weights`` (s_ic = sigma, s_i or s_ic as ``sigma`` was given).
         num_iters: () int array, iterations taken (EM steps; SQUAREM cycles of three EM maps;
             SQP steps).
         converged: () bool array, whether ``kkt_gap <= tol``.
@@ -121,8 +142,24 @@ class NPMLEResult(NamedTuple):
 
 
 def _log_phi(x, grid, sigma):
-    """(N, G) log N(x_i; g_j, sigma^2 I) up to terms in i only, from the differences."""
-    return -0.5 * jnp.sum((x[:, None, :] - grid[None, :, :]) ** 2, axis=-1) / sigma**2
+    """(N, G) log prod_c N(x_ic; g_jc, s_ic^2) up to terms in i only, from the differences.
+
+    ``sigma`` is () (one scale), (N, 1) (one per row) or (N, p) (one per row and coordinate),
+    the row scales of ``checks.check_sigma``. The first two share one expression, so a
+    constant (N, 1) sigma gives the scalar's numbers bit for bit.
+    """
+    diff = x[:, None, :] - grid[None, :, :]
+    if jnp.ndim(sigma) == 2 and sigma.shape[1] > 1:
+        return -0.5 * jnp.sum((diff / sigma[:, None, :]) ** 2, axis=-1)
+    return -0.5 * jnp.sum(diff**2, axis=-1) / sigma**2
+
+
+def _log_normaliser(sigma, n, p):
+    """sum_i sum_c log(2 pi s_ic^2) / 2: the terms of log p(x) in the data only."""
+    if jnp.ndim(sigma) == 0:
+        return 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    per_row = jnp.sum(jnp.log(2.0 * jnp.pi * sigma**2), axis=1)  # (N,): over the coordinates
+    return 0.5 * (p // sigma.shape[1]) * jnp.sum(per_row)
 
 
 def _likelihood_matrix(x, grid, sigma):
@@ -132,7 +169,7 @@ def _likelihood_matrix(x, grid, sigma):
     log_phi = _log_phi(x, grid, sigma)
     row_max = jnp.max(log_phi, axis=1)
     lik = jnp.exp(log_phi - row_max[:, None])
-    const = jnp.sum(row_max) - 0.5 * n * p * jnp.log(2.0 * jnp.pi * sigma**2)
+    const = jnp.sum(row_max) - _log_normaliser(sigma, n, p)
     return lik, row_max, const
 
 
@@ -376,12 +413,6 @@ def _gradient(x, grid, sigma, w):
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_sigma(sigma, dtype):
-    sigma = validation.check_positive_scalar("sigma", sigma)
-    validation.check_bandwidth("sigma", sigma, 1, dtype)  # 1 / sigma^2 must be finite
-    return sigma
-
-
 def _check_grid(grid, points, scalar, *, inside: bool):
     """A user grid in the convention of x, as (G, p); inside the data's bounding box if asked."""
     arr = validation.as_float_array("grid", grid)
@@ -490,7 +521,10 @@ def default_grid(x, grid_size: int = 300):
     p-dimensional data (N, p): a deterministic subsample of min(N, grid_size) data points
     (Saha & Guntuboyina 2020 put the atoms at the data), chosen by farthest-point sampling
     from the point nearest the mean, so the grid covers the data cloud, outliers included,
-    rather than its densest part; in the order chosen.
+    rather than its densest part; in the order chosen. The same for per-unit noise scales:
+    the NPMLE's support lies in the data's bounding box whatever the scales (module
+    docstring), and the grid does not look at sigma (with scales spanning a wide range, check
+    that the spacing is small against the smallest; a larger ``grid_size`` if not).
 
     Returns (G,) or (G, p), like ``x``: a NumPy array, or a JAX array when ``x`` is traced
     (then computed by the same rule in JAX; a near-tie in the farthest-point order may resolve
@@ -543,10 +577,16 @@ def npmle(
 
     Args:
         x: (N,) or (N, p) observations.
-        sigma: known noise scale, > 0.
+        sigma: the known noise scales, each finite and > 0 with 1 / sigma^2 finite in x's
+            dtype: a number (one for all), an (N,) array (s_i: x_i ~ N(z_i, s_i^2 I_p)) or,
+            for (N, p) data, an (N, p) array (s_ic, one per observation and coordinate).
+            Each unit's row of the likelihood matrix uses its own scales; a constant array
+            gives the number's fit to round-off.
         grid: the atoms, (G,) or (G, p) in the convention of ``x``, inside the per-coordinate
-            range [min x, max x] of the data (the NPMLE's support lies in the convex hull of
-            the data). Default ``default_grid(x, grid_size)``.
+            range [min x, max x] of the data (the NPMLE's support lies in that box for any
+            scales; module docstring). Default ``default_grid(x, grid_size)``: the data's
+            range, not widened or refined by sigma; its spacing (max x - min x) / (G - 1)
+            should stay well below the smallest s_i (else pass a larger ``grid_size``).
         grid_size: G for the default grid, >= 2 (ignored when ``grid`` is given).
         method: "mixsqp" (default), "squarem" or "em" (see the module docstring).
         tol: stop when kkt_gap = max_j q_j - 1 <= tol, which certifies
@@ -561,8 +601,9 @@ def npmle(
         precision (float32).
 
     Tracing. Every solver runs in one ``lax.while_loop``, so ``npmle`` is traceable under
-    ``jax.jit`` and ``jax.vmap`` over ``x``, ``sigma``, ``grid``, ``tol`` and
-    ``target_log_likelihood`` (``method``, ``grid_size`` and ``max_iters`` are static). On
+    ``jax.jit`` and ``jax.vmap`` over ``x``, ``sigma`` (a number or an array, traced as
+    such), ``grid``, ``tol`` and ``target_log_likelihood`` (``method``, ``grid_size``,
+    ``max_iters`` and the shapes are static). On
     tracers only the static checks run: inputs that the eager call refuses (see Raises; call
     ``attnbayes.inference.deconvolution.em.check_problem(x, sigma, atoms=grid)`` and this
     function on concrete values first) give NaN weights, log-likelihood and ``kkt_gap`` and
@@ -573,15 +614,16 @@ def npmle(
 
     Raises:
         ValueError: bad arguments (naming the argument), before any tracing: among others
-            data (and grid) whose spread (max - min) / sigma exceeds sqrt(finfo.max / (4 N p)),
+            ``sigma`` of the wrong shape ((N, p) for (N,) data among them), non-finite,
+            <= 0 or too small for x's dtype; data (and grid) whose spread (max - min) / sigma
+            (the smallest sigma) exceeds sqrt(finfo.max / (4 N p)),
             where the squared distances overflow
             (``attnbayes.inference.deconvolution.em.check_problem`` runs the same checks); for
             "mixsqp" also when the grid is so coarse for ``sigma`` that the start leaves some x_i
             with an underflowing likelihood (use "squarem" then).
     """
     points, scalar = validation.as_points("x", x)
-    dtype = jax.dtypes.canonicalize_dtype(points.dtype)
-    sigma = _check_sigma(sigma, dtype)
+    dtype, sigma = check_sigma(points, sigma, scalar=scalar)
     grid_size = validation.check_positive_int("grid_size", grid_size, minimum=2)
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method: unknown method {method!r}; known: {list(METHODS)}")
@@ -626,18 +668,20 @@ def npmle(
 
 
 def npmle_gradient(x, sigma, grid, weights) -> jax.Array:
-    """q_j = (1 / N) sum_i N(x_i; g_j, sigma^2 I) / sum_k w_k N(x_i; g_k, sigma^2 I), (G,).
+    """q_j = (1 / N) sum_i phi_ij / sum_k w_k phi_ik, (G,), phi_ij = prod_c N(x_ic; g_jc, s_ic^2).
 
     The KKT vector of the NPMLE: w is optimal on the grid iff q_j <= 1 for all j, with
-    equality where w_j > 0; max_j q_j - 1 bounds the per-point log-likelihood gap. The grid
+    equality where w_j > 0; max_j q_j - 1 bounds the per-point log-likelihood gap
+    (log p(x; w*) - log p(x; w)) / N, for one sigma or per-unit scales alike (each term of
+    q_j is a ratio within one row, so the row's own scales are all it needs). ``sigma`` as in
+    ``npmle`` (a number, (N,) or (N, p)). The grid
     may be any (G,) / (G, p) array in the convention of ``x`` (no range restriction here),
     as long as the spread (max - min) / sigma of the data and the grid stays within
     sqrt(finfo.max / (4 N p)), beyond which the squared distances overflow (refused with a
     ValueError naming ``x`` or ``grid``).
     """
     points, scalar = validation.as_points("x", x)
-    dtype = jax.dtypes.canonicalize_dtype(points.dtype)
-    sigma = _check_sigma(sigma, dtype)
+    dtype, sigma = check_sigma(points, sigma, scalar=scalar)
     grid2 = _check_grid(grid, points, scalar, inside=False)
     weights = validation.check_weights("weights", weights, size=grid2.shape[0])
     validation.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
@@ -653,15 +697,18 @@ def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):
     """The empirical-Bayes posterior of z_i | x_i under the fitted measure (GMLEB).
 
     One attention step with the grid as keys and values
-    (``attnbayes.inference.deconvolution.em.posterior``): the responsibilities A_ij = w_j N(x_i;
-    g_j, sigma^2 I) / sum_k (...), zero for grid points of zero weight, then E[z_i | x_i] = sum_j
-    A_ij g_j and equal-tailed intervals of the discrete posterior sum_j A_ij delta(g_j), coordinate
-    by coordinate (``attnbayes.inference.deconvolution.intervals.discrete_posterior_intervals``).
-    ``x`` may be new data.
+    (``attnbayes.inference.deconvolution.em.posterior``): the responsibilities A_ij = w_j phi_ij /
+    sum_k w_k phi_ik, phi_ij = prod_c N(x_ic; g_jc, s_ic^2) with each unit's own scales (a
+    per-query temperature 1 / s_i^2 for (N,) sigma), zero for grid points of zero weight, then
+    E[z_i | x_i] = sum_j A_ij g_j and equal-tailed intervals of the discrete posterior
+    sum_j A_ij delta(g_j), coordinate by coordinate
+    (``attnbayes.inference.deconvolution.intervals.discrete_posterior_intervals``): the GMLEB rule
+    (Jiang & Zhang 2009; heteroscedastic: Jiang 2020). ``x`` may be new data.
 
     Args:
         x: (N,) or (N, p) observations, in the convention of the fit.
-        sigma: noise scale.
+        sigma: the noise scales of these observations: a number, (N,) or (N, p) as in
+            ``npmle``.
         result: an ``NPMLEResult``.
         probs: central probabilities of the intervals, each in (0, 1); () for none.
 
