@@ -76,6 +76,19 @@ def as_float_array(name: str, value):
     return arr.astype(np.result_type(arr.dtype, np.float32))
 
 
+def as_scale_array(name: str, value):
+    """``as_float_array`` for scales, temperatures and standard errors: booleans refused
+    (``True`` would read as a scale of 1)."""
+    if not is_traced(value) and getattr(value, "dtype", None) is None:
+        try:
+            value = np.asarray(value)
+        except Exception:  # ragged lists and the like: as_float_array names them
+            pass
+    if getattr(value, "dtype", None) == np.bool_:
+        raise ValueError(f"{name}: expected numbers, got booleans")
+    return as_float_array(name, value)
+
+
 def check_finite(name: str, value) -> None:
     """Raise if a concrete array holds NaN or +-inf."""
     if is_traced(value):

@@ -518,7 +518,7 @@ def _check_deconvolution_study(study: DeconvolutionStudy) -> None:
     validation.check_positive_int("study.num_atoms", study.num_atoms)
     num_points = validation.check_positive_int("study.num_points", study.num_points)
     if isinstance(study.sigma, tuple | list | np.ndarray):
-        sigma = validation.as_float_array("study.sigma", study.sigma)
+        sigma = validation.as_scale_array("study.sigma", study.sigma)
         if sigma.shape != (num_points,):
             raise ValueError(
                 f"study.sigma: expected a number or {num_points} numbers (one per observation, "

@@ -149,7 +149,7 @@ def check_noise_scales(sigma, num_points: int | None, dim: int | None):
             raise ValueError(
                 f"sigma: expected a positive number or an array of them, got {sigma!r}"
             )
-        arr = validation.as_float_array("sigma", sigma)
+        arr = validation.as_scale_array("sigma", sigma)
         if arr.ndim == 0:
             return validation.check_positive_scalar("sigma", arr), num_points
         shape = tuple(arr.shape)
@@ -304,7 +304,7 @@ def log_uniform_noise(
     low, high = _check_interval(low, high)
     key_s, key_x = jax.random.split(key)
     sigma = noise_scales(key_s, num_points, low, high)
-    z, x = simulate(key_x, measure, np.asarray(sigma), num_points)
+    z, x = simulate(key_x, measure, sigma, num_points)
     return NoisySample(z, x, sigma)
 
 

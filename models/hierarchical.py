@@ -42,7 +42,7 @@ def _check_sigma(sigma, num_points):
         if sigma.ndim > 1:
             raise ValueError(f"sigma: expected a number or shape (N,), got {sigma.aval}")
         return sigma.shape[0] if sigma.ndim == 1 else num_points
-    arr = validation.as_float_array("sigma", sigma)
+    arr = validation.as_scale_array("sigma", sigma)
     if arr.ndim > 1:
         raise ValueError(f"sigma: expected a number or shape (N,), got shape {tuple(arr.shape)}")
     validation.check_finite("sigma", arr)

@@ -256,7 +256,7 @@ def _check_query_temperature(temperature, num_queries):
                 f"temperature: expected {expected}, got a traced array of shape {temperature.shape}"
             )
         return temperature, 1.0
-    tau = validation.as_float_array("temperature", temperature)
+    tau = validation.as_scale_array("temperature", temperature)
     if num_queries is not None and tau.shape != (num_queries,):
         raise ValueError(f"temperature: expected {expected}, got shape {tau.shape}")
     validation.check_finite("temperature", tau)

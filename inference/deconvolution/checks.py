@@ -52,7 +52,7 @@ def check_sigma(points, sigma, *, scalar: bool = False):
         sigma = validation.check_positive_scalar("sigma", sigma)
         validation.check_sigma_range("sigma", sigma, dtype)
         return dtype, sigma
-    arr = validation.as_float_array("sigma", sigma)
+    arr = validation.as_scale_array("sigma", sigma)
     n, p = points.shape
     shapes = [(n,)] if scalar else [(n,), (n, p)]
     if tuple(arr.shape) not in shapes:

@@ -65,7 +65,7 @@ import numpy as np
 
 from ... import validation
 from ..attention import Attention
-from .checks import check_data, checked_problem
+from .checks import check_data, check_sigma, checked_problem
 from .estep import (
     e_step_attention_unchecked,
     em_iteration,
@@ -112,7 +112,9 @@ def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) 
     responsibilities A (N, K), ``output`` the posterior means E[z_i | x_i] (N, p) and
     ``log_normalizer`` the row log-sum-exp of the dot-product scores centred at c = mean of x,
     beta <x_i - c, mu_k - c> + log w_k - beta |mu_k - c|^2 / 2, so that
-    log p(x_i) = log_normalizer_i - beta |x_i - c|^2 / 2 - p log(2 pi sigma^2) / 2.
+    log p(x_i) = log_normalizer_i - beta |x_i - c|^2 / 2 - p log(2 pi sigma^2) / 2;
+    with sigma per unit, beta_ic = 1 / s_ic^2 and
+    log p(x_i) = log_normalizer_i - sum_c beta_ic (x_ic - c_c)^2 / 2 - sum_c log(2 pi s_ic^2) / 2.
 
     A and the posterior means are computed from the differences x_i - mu_k (see the module
     docstring), which keeps nearby points apart in float32 wherever the data sit.
@@ -122,12 +124,16 @@ def e_step_attention(x: jax.Array, atoms: jax.Array, weights: jax.Array, sigma) 
     can run, and inputs it would refuse give NaN. Its kernel is
     ``estep.e_step_attention_unchecked``.
     """
+    if np.ndim(x) != 2:
+        raise ValueError(
+            f"x: e_step_attention takes points of shape (N, p), got shape {np.shape(x)}"
+        )
     if not any(validation.is_traced(a) for a in (x, atoms, weights, sigma)):
-        if np.ndim(x) != 2:
-            raise ValueError(
-                f"x: e_step_attention takes points of shape (N, p), got shape {np.shape(x)}"
-            )
-        checked_problem(x, atoms, weights, sigma)
+        x, atoms, weights, sigma, _ = checked_problem(x, atoms, weights, sigma)
+    elif np.ndim(sigma) == 2 and np.shape(sigma) == (np.shape(x)[0], 1):
+        sigma = jnp.asarray(sigma)  # row scales already (the kernels' own form)
+    else:
+        sigma = jnp.asarray(check_sigma(x, sigma)[1])
     return e_step_attention_unchecked(x, atoms, weights, sigma)
 
 

@@ -159,9 +159,29 @@ def m_step(x, responsibilities, atoms, weights, update_weights: bool, sigma=None
         shift = weighted_differences(responsibilities, x, atoms)
         return _atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights)
     precision_mass, shift = precision_sums(
-        responsibilities, x, atoms, 1.0 / sigma**2, weighted_differences
+        responsibilities,
+        x,
+        atoms,
+        relative_precisions(sigma, _smallest(sigma)),
+        weighted_differences,
     )
     return _atoms_from_sums(mass, shift, atoms, weights, x.shape[0], update_weights, precision_mass)
+
+
+def _smallest(sigma):
+    """min sigma, a constant to the derivatives (``relative_precisions``)."""
+    return jax.lax.stop_gradient(jnp.min(sigma))
+
+
+def relative_precisions(sigma, smallest):
+    """(s_min / s_ic)^2 <= 1: the precisions 1 / s_ic^2 divided by the largest, 1 / s_min^2.
+
+    The precision-weighted atom update is a ratio of two sums of precisions, unchanged by a
+    common factor; relative precisions keep those sums at most N (1 / s^2 summed over many
+    rows overflows float32 where each term does not). ``smallest`` is held constant for the
+    derivatives, which the ratio does not depend on.
+    """
+    return jnp.square(smallest / sigma)
 
 
 def precision_sums(a, x, atoms, precisions, sums):
@@ -266,7 +286,7 @@ def _block_shift(a, x, atoms):
     return block_sums(a, x, atoms)[1]
 
 
-def _column_sums(x, lse, atoms, log_weights, sigma, block_size):
+def _column_sums(x, lse, atoms, log_weights, sigma, block_size, smallest=None):
     """Pass 2 over row blocks, per atom block: mass_k = sum_i A_ik and
     shift_k = sum_i A_ik (x_i - mu_k); with row scales ``sigma`` (N, r) also the precision
     mass sum_i A_ik / s_ic^2, and the shift precision-weighted (``precision_sums``).
@@ -301,7 +321,7 @@ def _column_sums(x, lse, atoms, log_weights, sigma, block_size):
             if per_unit:
                 block_mass = jnp.sum(a, axis=0)
                 block_precision, block_shift = precision_sums(
-                    a, xb, mu_b, 1.0 / sigma_b**2, _block_shift
+                    a, xb, mu_b, relative_precisions(sigma_b, smallest), _block_shift
                 )
                 precision_mass = precision_mass + block_precision
             else:
@@ -342,10 +362,12 @@ def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, colu
     valid = jnp.arange(n + pad) < n
     log_weights = jnp.log(weights)
     per_unit = jnp.ndim(sigma) > 0
+    smallest = None
     if per_unit:
+        smallest = _smallest(sigma)  # over all rows, before sharding: one scale for every shard
         sigma = jnp.pad(sigma, ((0, pad), (0, 0)), mode="edge")
 
-    def on_rows(xp, valid, atoms, log_weights, sigma):
+    def on_rows(xp, valid, atoms, log_weights, sigma, smallest):
         if per_unit:
             rows = jnp.concatenate([xp, 1.0 / sigma], axis=1)
             out, _, lse = scored_attention_unchecked(
@@ -362,7 +384,7 @@ def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, colu
         sums = ()
         if columns:
             lse_rows = jnp.where(valid, lse, jnp.inf)
-            sums = _column_sums(xp, lse_rows, atoms, log_weights, sigma, block_size)
+            sums = _column_sums(xp, lse_rows, atoms, log_weights, sigma, block_size, smallest)
         if num_devices > 1:
             lse_sum, sums = jax.lax.psum((lse_sum, sums), ROWS)
         return out, lse_sum, sums
@@ -372,11 +394,11 @@ def _streamed_statistics(x, atoms, weights, sigma, block_size, num_devices, colu
         on_rows = jax.shard_map(
             on_rows,
             mesh=mesh,
-            in_specs=(P(ROWS), P(ROWS), P(), P(), P(ROWS) if per_unit else P()),
+            in_specs=(P(ROWS), P(ROWS), P(), P(), P(ROWS) if per_unit else P(), P()),
             out_specs=(P(ROWS), P(), P()),
             check_vma=False,
         )
-    out, lse_sum, sums = on_rows(xp, valid, atoms, log_weights, sigma)
+    out, lse_sum, sums = on_rows(xp, valid, atoms, log_weights, sigma, smallest)
     return out[:n], lse_sum, (sums if columns else None)
 
 
@@ -447,6 +469,7 @@ __all__ = [
     "posterior_mean_unchecked",
     "posterior_unchecked",
     "precision_sums",
+    "relative_precisions",
     "row_scale",
     "weighted_differences",
 ]

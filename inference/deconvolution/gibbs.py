@@ -19,7 +19,7 @@ x, keys mu, key bias log w_k - beta |mu_k|^2 / 2; see ``attnbayes.inference.deco
 Heteroscedastic noise (issue 35), x_i | c_i, mu ~ N(mu_{c_i}, diag(s_i1^2, ..., s_ip^2)) with
 sigma given as (N,) (s_ic = s_i) or (N, p): with precisions b_ic = 1 / s_ic^2 the assignment
 scores are sum_c b_ic (x_ic mu_kc - mu_kc^2 / 2) + log w_k (attention with the per-query
-temperature 1 / s_i^2 scaling the key bias but not log w_k), and the atoms' conditional is the
+temperature s_i^2 scaling the key bias but not log w_k), and the atoms' conditional is the
 precision-weighted normal posterior, coordinate by coordinate,
 
     mu_kc | c, x ~ N(m_kc, v_kc),   1 / v_kc = 1 / s0^2 + sum_{i: c_i = k} b_ic,

@@ -940,3 +940,18 @@ def test_bad_input_is_refused_before_jax(call, pattern):
 def test_bad_input_case_ids_are_unique():
     ids = [c[0] for c in BAD_INPUT_CASES]
     assert len(ids) == len(set(ids))
+
+
+def test_heteroscedastic_scenarios_vmap_over_keys():
+    """The scenario generators trace in the key (review of issue 35: ``log_uniform_noise``
+    converted a traced sigma with NumPy); each batch member equals its own call."""
+    import jax
+
+    from attnbayes.models.deconvolution import heteroscedastic_scenario
+
+    keys = jax.random.split(jax.random.PRNGKey(4), 3)
+    for name in ("log-uniform-noise", "xie-kou-brown"):
+        batch = jax.vmap(lambda k, name=name: heteroscedastic_scenario(k, name, 10))(keys)
+        one = heteroscedastic_scenario(keys[1], name, 10)
+        for got, want in zip(batch, one, strict=True):
+            np.testing.assert_allclose(got[1], want, rtol=0, atol=1e-12)

@@ -235,3 +235,46 @@ def test_bad_log_prior_is_refused_by_name(problem):
         ValueError,
         r"log_prior: contains NaN or \+inf",
     )
+
+
+def test_e_step_attention_takes_every_sigma_form(problem):
+    """``e_step_attention`` with (N,), (N, p) and a list: the posterior means of Bayes by hand,
+    concrete and under jit (review of issue 35: it passed the raw (N,) sigma to the kernel)."""
+    x, s, s_coord, atoms, weights = problem
+    for sigma in (s, s_coord, list(s)):
+        a = ref_step(x, atoms, weights, np.asarray(sigma))[0]
+        att = em.e_step_attention(x, atoms, weights, sigma)
+        np.testing.assert_allclose(att.output, a @ atoms, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(att.weights, a, rtol=0, atol=1e-13)
+    jitted = jax.jit(em.e_step_attention)(x, atoms, weights, jnp.asarray(s))
+    np.testing.assert_allclose(jitted.output, ref_step(x, atoms, weights, s)[0] @ atoms, atol=1e-12)
+
+
+def test_precision_weighted_step_does_not_overflow_in_float32():
+    """Tiny per-unit scales: each 1 / s_i^2 is finite in float32 but their sum over the rows
+    is not; the relative precisions (s_min / s_i)^2 keep the M-step finite, dense and
+    streamed, and equal to float64's (review of issue 35)."""
+    rng = np.random.default_rng(3)
+    x = 1e-19 * rng.normal(size=8)
+    s = 0.9e-19 * np.exp(rng.uniform(0, 0.5, size=8))
+    w = np.full(3, 1 / 3)
+    want = em.em_step(x, x[:3], w, s)[0]
+    for stream in ({}, {"block_size": 4}):
+        got = em.em_step(x.astype(np.float32), x[:3].astype(np.float32), w, s, **stream)[0]
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4)
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+def test_boolean_sigma_and_temperature_are_refused(problem):
+    x, _, _, atoms, weights = problem
+    check_refused(
+        lambda: em.posterior_mean(x, atoms, weights, np.ones(N, bool)),
+        ValueError,
+        r"^sigma: expected numbers, got booleans",
+    )
+    check_refused(
+        lambda: attend(x, atoms, atoms, temperature=np.ones(N, bool)),
+        ValueError,
+        r"^temperature: expected numbers, got booleans",
+    )
