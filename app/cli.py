@@ -2,8 +2,8 @@
 
     attnbayes report [--quick] [--keep-trees] [--out DIR] [--name NAME] [--seed N]
                      [--workers N]
-    attnbayes deconvolve FILE.csv --sigma S [--method attention-em|em|npmle|nuts|gibbs]
-                         [options]
+    attnbayes deconvolve FILE.csv (--sigma S | --se COLS | --binomial HITS,TRIALS)
+                         [--method attention-em|em|npmle|nuts|gibbs|...] [options]
     attnbayes filter FILE.csv (--scenario NAME | --params FILE.json)
                      [--method gpb1|gpb2|imm|rbpf|gibbs] [--fit mle|em|nuts]
                      [--inputs COLS] [options]
@@ -80,12 +80,29 @@ def _report(args, progress, argv):
 
 def _deconvolve(args, progress, argv):
     from .deconvolve import run_deconvolve
-    from .user_data import read_table
+    from .user_data import InputError, read_counts, read_standard_errors, read_table
 
-    table = read_table(args.file, delimiter=args.delimiter, columns=args.columns, prefix="x")
+    if args.binomial is not None:
+        if args.columns is not None:
+            raise InputError("--columns: does not apply with --binomial (HITS,TRIALS are the data)")
+        table = read_counts(args.file, args.binomial, delimiter=args.delimiter)
+        sigma = None
+    else:
+        table = read_table(
+            args.file,
+            delimiter=args.delimiter,
+            columns=args.columns,
+            prefix="x",
+            exclude=args.se,
+            exclude_option="--se",
+        )
+        sigma = args.sigma
+        if args.se is not None:
+            sigma = read_standard_errors(args.file, args.se, table, delimiter=args.delimiter)
     return run_deconvolve(
         table,
-        args.sigma,
+        sigma,
+        binomial=args.binomial is not None,
         method=args.method,
         out_dir=args.out,
         name=args.name,

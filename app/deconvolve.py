@@ -2,20 +2,28 @@
 the outputs.
 
 ``run_deconvolve(table, sigma, ...)`` fits the Gaussian deconvolution model
-z_i ~ nu, x_i | z_i ~ N(z_i, sigma^2 I_p) with one method of
+z_i ~ nu, x_i | z_i ~ N(z_i, s_i^2 I_p) with one method of
 ``attnbayes.inference.deconvolution.comparison`` (any the registry offers to ``deconvolve``,
-by its name or an alias) and writes OUT/NAME/ with
+by its name or an alias) and writes OUT/NAME/. The noise scale is known: one sigma for every
+row (``--sigma``), a standard error per row s_i or per row and coordinate s_ic read from the
+file (``--se``, ``attnbayes.app.user_data.read_standard_errors``), or, for binomial counts
+(``--binomial HITS,TRIALS``), Brown's (2008) variance-stabilising transform
+x_i = arcsin(sqrt((H_i + 1/4) / (T_i + 1/2))) with s_i = 1 / (2 sqrt(T_i)) (``brown_transform``),
+the results mapped back to proportions by p = sin(z)^2 (``proportion_scale``). Outputs:
 
-- ``z_hat.csv``: row, line, then per data column c: c, z_hat_c, lower_50_c, upper_50_c,
-  lower_90_c, upper_90_c (equal-tailed posterior intervals of z_i);
+- ``z_hat.csv``: row, line, then the standard-error column(s) (``--se``), then per data column
+  c: c, z_hat_c, lower_50_c, upper_50_c, lower_90_c, upper_90_c (equal-tailed posterior
+  intervals of z_i); with ``--binomial``: row, line, HITS, TRIALS, p_raw = H/T, x, se, the
+  columns of x, then p_hat, p_lower_50, p_upper_50, p_lower_90, p_upper_90
+  (``deconvolve_output_columns``);
 - ``measure.csv`` (interval methods: attention-EM, the NPMLE): the fitted mixing measure,
   weight and atom_c per atom;
 - ``metrics.csv``: metric, value (log-likelihood, wall time; samplers: LOO, R-hat, ESS,
   divergences);
 - for the samplers ``posterior.nc`` (the DataTree with the permutation-invariant quantities,
   netCDF) and ``diagnostics.csv`` (R-hat, bulk and tail ESS per invariant element);
-- ``index.html`` (self-contained: data with the fitted measure, z_hat with intervals,
-  sampler diagnostics) and ``run.json`` (what was run on what).
+- ``index.html`` (self-contained: data with the fitted measure, z_hat with intervals (and the
+  proportions, binomial), sampler diagnostics) and ``run.json`` (what was run on what).
 
 Before computing, attention-EM's memory is estimated and a dense E-step that would not fit is
 refused with the alternatives (``check_em_memory``). Publishing is ``attnbayes.app.runs``'s.
@@ -29,6 +37,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import matplotlib.pyplot as plt
@@ -89,41 +98,59 @@ def _mixture_density(grid, atoms, weights, sigma) -> np.ndarray:
 
 
 def figure_data_and_measure(points, names, sigma, measure, title) -> bytes:
-    """1-D: histogram of x, the fitted density of x and the mass of nu; p-D: the first two
-    coordinates of x with the mass of nu on a grid."""
-    atoms = np.asarray(measure.atoms, np.float64).reshape(len(measure.weights), -1)
-    weights = np.asarray(measure.weights, np.float64)
+    """1-D: histogram of x, the fitted density of x (one sigma only) and the mass of nu; p-D:
+    the first two coordinates of x with the mass of nu on a grid.
+
+    ``sigma`` is a number or the per-row standard errors (an array): with these no single
+    density of x exists, so none is drawn, and the legend states the standard errors' range.
+    ``measure`` None (a method with a normal prior, no discrete nu): the data alone.
+    """
+    if measure is None:
+        atoms, weights = np.zeros((0, points.shape[1])), np.zeros(0)
+    else:
+        atoms = np.asarray(measure.atoms, np.float64).reshape(len(measure.weights), -1)
+        weights = np.asarray(measure.weights, np.float64)
+    bounds = np.concatenate([points, atoms])
+    per_unit = np.ndim(sigma) > 0
+    scale = float(np.median(sigma)) if per_unit else float(sigma)
+    legend_title = None
+    if per_unit:
+        legend_title = f"standard errors {np.min(sigma):.3g} to {np.max(sigma):.3g}"
     if points.shape[1] == 1:
         x = points[:, 0]
         fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
-        lo, hi = min(x.min(), atoms.min()) - 2 * sigma, max(x.max(), atoms.max()) + 2 * sigma
+        lo, hi = bounds[:, 0].min() - 2 * scale, bounds[:, 0].max() + 2 * scale
         ax.hist(x, bins=min(80, max(10, x.size // 5)), density=True, color="0.85", label="x")
-        grid = np.linspace(lo, hi, 400)
-        ax.plot(
-            grid,
-            _mixture_density(grid, atoms[:, 0], weights, sigma),
-            color="tab:blue",
-            label="fitted density of x",
-        )
+        if not per_unit and measure is not None:
+            grid = np.linspace(lo, hi, 400)
+            ax.plot(
+                grid,
+                _mixture_density(grid, atoms[:, 0], weights, scale),
+                color="tab:blue",
+                label="fitted density of x",
+            )
         ax.set_xlabel(names[0])
         ax.set_ylabel("density of x")
-        mass_ax = ax.twinx()
-        edges = np.linspace(lo, hi, 101)
-        mass, _ = np.histogram(atoms[:, 0], edges, weights=weights)
-        keep = mass > 1e-4
-        centers = 0.5 * (edges[1:] + edges[:-1])
-        mass_ax.vlines(centers[keep], 0, mass[keep], color="tab:red", lw=3, label="nu (mass)")
-        mass_ax.set_ylabel("mass of the fitted nu (per bin)")
-        mass_ax.set_ylim(0, max(1e-9, mass.max()) * 1.15)
+        extra = ([], [])
+        if measure is not None:
+            mass_ax = ax.twinx()
+            edges = np.linspace(lo, hi, 101)
+            mass, _ = np.histogram(atoms[:, 0], edges, weights=weights)
+            keep = mass > 1e-4
+            centers = 0.5 * (edges[1:] + edges[:-1])
+            mass_ax.vlines(centers[keep], 0, mass[keep], color="tab:red", lw=3, label="nu (mass)")
+            mass_ax.set_ylabel("mass of the fitted nu (per bin)")
+            mass_ax.set_ylim(0, max(1e-9, mass.max()) * 1.15)
+            extra = mass_ax.get_legend_handles_labels()
         handles = ax.get_legend_handles_labels()
-        extra = mass_ax.get_legend_handles_labels()
-        ax.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper left")
+        ax.legend(
+            handles[0] + extra[0], handles[1] + extra[1], loc="upper left", title=legend_title
+        )
     else:
         fig, ax = plt.subplots(figsize=(6.5, 6), layout="constrained")
         shown = _cuts(points, 5000)
         ax.scatter(points[shown, 0], points[shown, 1], s=6, color="0.6", label="x")
-        xs = np.concatenate([points[:, 0], atoms[:, 0]])
-        ys = np.concatenate([points[:, 1], atoms[:, 1]])
+        xs, ys = bounds[:, 0], bounds[:, 1]
         mass, ex, ey = np.histogram2d(
             atoms[:, 0],
             atoms[:, 1],
@@ -144,13 +171,14 @@ def figure_data_and_measure(points, names, sigma, measure, title) -> bytes:
         ax.set_xlabel(names[0])
         ax.set_ylabel(names[1])
         ax.set_aspect("equal", adjustable="datalim")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", title=legend_title)
     ax.set_title(title)
     return png_bytes(fig)
 
 
-def figure_z_hat(points, names, z_hat, intervals) -> bytes:
-    """z_hat_i against x_i per coordinate (at most 4), with 50% and 90% intervals."""
+def figure_z_hat(points, names, z_hat, intervals, labels=("x", "z")) -> bytes:
+    """z_hat_i against x_i per coordinate (at most 4), with 50% and 90% intervals; ``labels``
+    name the two axes (binomial counts: the observed and the estimated proportions)."""
     z = np.asarray(z_hat).reshape(points.shape)
     coords = min(points.shape[1], 4)
     fig, axes = plt.subplots(
@@ -164,92 +192,232 @@ def figure_z_hat(points, names, z_hat, intervals) -> bytes:
             ax.vlines(
                 x, lo, hi, color=color, lw=width, alpha=0.5, label=f"{round(prob * 100)}% interval"
             )
-        ax.scatter(x, z[shown, j], s=8, color="k", zorder=3, label="z_hat")
+        ax.scatter(x, z[shown, j], s=8, color="k", zorder=3, label=f"{labels[1]}_hat")
         edge = [min(x.min(), z[:, j].min()), max(x.max(), z[:, j].max())]
-        ax.plot(edge, edge, ls="--", color="0.5", lw=1, label="z = x")
-        ax.set_xlabel(f"x ({names[j]})")
-        ax.set_ylabel(f"z ({names[j]})")
+        ax.plot(edge, edge, ls="--", color="0.5", lw=1, label=f"{labels[1]} = {labels[0]}")
+        ax.set_xlabel(f"{labels[0]} ({names[j]})")
+        ax.set_ylabel(f"{labels[1]} ({names[j]})")
         if j == 0:
             ax.legend(loc="upper left", fontsize=8)
     return png_bytes(fig)
 
 
-def _deconvolve_csv(table: Table, fit) -> str:
+def brown_transform(hits, trials) -> tuple[np.ndarray, np.ndarray]:
+    """Brown's variance-stabilising transform of binomial counts H_i ~ Bin(T_i, p_i):
+
+        x_i = arcsin(sqrt((H_i + 1/4) / (T_i + 1/2))),   s_i = 1 / (2 sqrt(T_i)),
+
+    so that x_i is about N(arcsin(sqrt(p_i)), s_i^2) (Brown 2008, "In-season prediction of
+    batting averages: a field test of empirical Bayes and Bayes methodologies", Ann. Appl.
+    Stat. 2(1), section 2). Counts as checked by ``attnbayes.app.user_data.read_counts``.
+
+    Returns:
+        (x, s): two (N,) float64 arrays.
+    """
+    hits = np.asarray(hits, np.float64)
+    trials = np.asarray(trials, np.float64)
+    x = np.arcsin(np.sqrt((hits + 0.25) / (trials + 0.5)))
+    return x, 0.5 / np.sqrt(trials)
+
+
+def proportion_scale(z) -> np.ndarray:
+    """p = sin(z)^2, the inverse of z = arcsin(sqrt(p)), with z clipped to [0, pi/2] (where it is
+    increasing): a monotone map, so interval endpoints map to interval endpoints."""
+    return np.sin(np.clip(np.asarray(z, np.float64), 0.0, 0.5 * np.pi)) ** 2
+
+
+class DeconvolveData(NamedTuple):
+    """A checked ``deconvolve`` problem (``check_deconvolve``).
+
+    Attributes:
+        data: the observations x, (N, p) (binomial: Brown's x, one column "x").
+        sigma: a float (one sigma) or the standard errors as (N, 1) (one per row) or (N, p)
+            (one per row and coordinate) float64.
+        se: the standard errors' ``Table`` (``--se`` or binomial), else None.
+        counts: the binomial counts' ``Table`` (hits, trials), else None.
+    """
+
+    data: Table
+    sigma: float | np.ndarray
+    se: Table | None = None
+    counts: Table | None = None
+
+
+def binomial_data(counts: Table) -> tuple[Table, Table]:
+    """(x, s) of ``brown_transform`` on the counts (columns hits, trials) as Tables of the same
+    file and lines, named "x" and "se"."""
+    x, s = brown_transform(counts.values[:, 0], counts.values[:, 1])
+    common = {"path": counts.path, "lines": counts.lines, "header": True, "sha256": counts.sha256}
+    return (
+        Table(columns=("x",), values=x[:, None], **common),
+        Table(columns=("se",), values=s[:, None], **common),
+    )
+
+
+def _deconvolve_csv(problem: DeconvolveData, fit) -> str:
+    table = problem.data
     points = table.values
     p = points.shape[1]
     z = np.asarray(fit.z_hat).reshape(points.shape)
     cols = {"row": np.arange(1, points.shape[0] + 1), "line": table.lines}
+    if problem.counts is not None:
+        hits, trials = problem.counts.values.T
+        counts = (hits.astype(np.int64), trials.astype(np.int64))  # whole numbers, checked
+        cols |= dict(zip(problem.counts.columns, counts, strict=True))
+        cols["p_raw"] = hits / trials
+    elif problem.se is not None:
+        for j, name in enumerate(problem.se.columns):
+            cols[name] = problem.se.values[:, j]
     for j, name in enumerate(table.columns):
         cols[name] = points[:, j]
+        if problem.counts is not None:
+            cols["se"] = problem.se.values[:, 0]
         cols[f"z_hat_{name}"] = z[:, j]
         for prob in (0.5, 0.9):
             lo, hi = (np.asarray(a).reshape(-1, p)[:, j] for a in fit.intervals[prob])
             cols[f"lower_{round(prob * 100)}_{name}"] = lo
             cols[f"upper_{round(prob * 100)}_{name}"] = hi
+    if problem.counts is not None:
+        cols["p_hat"] = proportion_scale(z[:, 0])
+        for prob in (0.5, 0.9):
+            for side, bound in zip(("lower", "upper"), fit.intervals[prob], strict=True):
+                cols[f"p_{side}_{round(prob * 100)}"] = proportion_scale(np.reshape(bound, -1))
     return pd.DataFrame(cols).to_csv(index=False)
 
 
-def deconvolve_output_columns(columns) -> list[str]:
-    """The columns of z_hat.csv for data columns ``columns``."""
+def deconvolve_output_columns(columns, se=(), counts=None) -> list[str]:
+    """The columns of z_hat.csv for data columns ``columns``, standard-error columns ``se``
+    (``--se``) or, binomial, the counts' columns ``counts`` (hits, trials; ``columns`` is then
+    ("x",))."""
     out = ["row", "line"]
+    if counts is not None:
+        out += [*counts, "p_raw"]
+    out += list(se)
     for name in columns:
-        out += [name, f"z_hat_{name}"]
+        out += [name, *(["se"] if counts is not None else []), f"z_hat_{name}"]
         out += [f"{side}_{q}_{name}" for q in (50, 90) for side in ("lower", "upper")]
+    if counts is not None:
+        out += ["p_hat"] + [f"p_{side}_{q}" for q in (50, 90) for side in ("lower", "upper")]
     return out
 
 
-def check_deconvolve(table: Table, sigma, method: str) -> float:
-    """Argument checks of ``run_deconvolve`` that need no JAX; returns sigma as a float.
+def _sigma_option(problem: DeconvolveData) -> str:
+    """The option the user gave the noise scale by, for the messages."""
+    if problem.counts is not None:
+        return "--binomial"
+    return "--sigma" if problem.se is None else "--se"
 
-    Values whose squared distances overflow are named by file, line and column, and the
-    library's value checks (``check_problem``) by the file or ``--sigma``."""
+
+def check_deconvolve(table: Table, sigma, method: str, *, binomial: bool = False) -> DeconvolveData:
+    """Argument checks of ``run_deconvolve`` that need no JAX; returns the checked problem.
+
+    ``sigma`` is a number (``--sigma``) or the standard errors' ``Table``
+    (``attnbayes.app.user_data.read_standard_errors``: one column, or one per data column, on
+    the same lines); with ``binomial`` the table holds the counts (hits, trials;
+    ``attnbayes.app.user_data.read_counts``) and ``sigma`` is None. Values whose squared
+    distances overflow are named by file, line and column, and the library's value checks
+    (``check_problem``) by the file or the option that gave sigma."""
     offered_method("deconvolve", "deconvolution", method)
-    if isinstance(sigma, bool) or not isinstance(sigma, int | float | np.floating):
-        raise InputError(f"--sigma: expected a number > 0, got {sigma!r}")
-    sigma = float(sigma)
-    if not math.isfinite(sigma) or sigma <= 0:
-        raise InputError(f"--sigma: must be a finite number > 0, got {sigma}")
-    if not np.all(np.isfinite(table.values)):
-        raise InputError(f"{table.path}: contains missing or non-finite values")
-    check_columns_unique(deconvolve_output_columns(table.columns))
-    _check_spread(table, sigma)
+    if binomial:
+        if sigma is not None:
+            raise InputError("--binomial: takes no --sigma or --se (s_i comes from the trials)")
+        if table.values.shape[1] != 2:
+            raise InputError(f"{table.path}: --binomial: expected two columns, hits and trials")
+        data, se = binomial_data(table)
+        problem = DeconvolveData(data, se.values, se, table)
+    elif isinstance(sigma, Table):
+        _check_se_table(table, sigma)
+        problem = DeconvolveData(table, np.asarray(sigma.values, np.float64), sigma)
+    else:
+        if sigma is None:
+            raise InputError("deconvolve: give --sigma (one noise sd) or --se (a column of them)")
+        if isinstance(sigma, bool) or not isinstance(sigma, int | float | np.floating):
+            raise InputError(f"--sigma: expected a number > 0, got {sigma!r}")
+        sigma = float(sigma)
+        if not math.isfinite(sigma) or sigma <= 0:
+            raise InputError(f"--sigma: must be a finite number > 0, got {sigma}")
+        problem = DeconvolveData(table, sigma)
+    data = problem.data
+    if not np.all(np.isfinite(data.values)):
+        raise InputError(f"{data.path}: contains missing or non-finite values")
+    se_names = () if problem.se is None or binomial else problem.se.columns
+    counts = table.columns if binomial else None
+    check_columns_unique(deconvolve_output_columns(data.columns, se_names, counts))
+    _check_spread(problem)
     from ..inference.deconvolution.em import check_problem
 
+    option = _sigma_option(problem)
     try:  # the library's other value checks, on what the user gave
-        check_problem(table.values, sigma)
+        check_problem(_library_x(data.values), library_sigma(problem.sigma))
     except ValueError as err:
         message = str(err)
         if message.startswith("sigma: "):
-            raise InputError(f"--sigma: {message.removeprefix('sigma: ')}") from None
-        raise InputError(f"{table.path}: {message.removeprefix('x: ')}") from None
-    return sigma
+            raise InputError(f"{option}: {message.removeprefix('sigma: ')}") from None
+        raise InputError(f"{data.path}: {message.removeprefix('x: ')}") from None
+    return problem
 
 
-def _check_spread(table: Table, sigma: float) -> None:
+def _check_se_table(table: Table, se: Table) -> None:
+    """The standard errors' Table against the data's: the same rows, one column or p, > 0."""
+    n, p = table.values.shape
+    if se.values.ndim != 2 or se.values.shape[0] != n or se.values.shape[1] not in (1, p):
+        raise InputError(
+            f"--se: expected {n} rows of one column or {p}, got shape {se.values.shape}"
+        )
+    if not np.array_equal(se.lines, table.lines):
+        raise InputError(f"--se: the standard errors come from other lines than {table.path}'s")
+    bad = np.argwhere(~(np.asarray(se.values, np.float64) > 0))
+    if bad.size:
+        i, j = (int(v) for v in bad[0])
+        raise InputError(
+            f"{se.where(i, j)}: --se: a standard error must be > 0, got {se.values[i, j]:g}"
+        )
+
+
+def _library_x(points: np.ndarray) -> np.ndarray:
+    """x as the library takes it: (N,) for one column, else (N, p)."""
+    return points[:, 0] if points.shape[1] == 1 else points
+
+
+def library_sigma(sigma) -> float | np.ndarray:
+    """sigma as the library takes it (the sigma convention): a float, (N,) for one standard
+    error per row (a (N, 1) column), or (N, p) per row and coordinate."""
+    if np.ndim(sigma) == 0:
+        return float(sigma)
+    sigma = np.asarray(sigma, np.float64)
+    return sigma[:, 0] if sigma.shape[1] == 1 else sigma
+
+
+def _check_spread(problem: DeconvolveData) -> None:
     """Refuse values whose squared distances overflow, naming the file, line and column.
 
     The rule is the library's (``attnbayes.inference.deconvolution.em.check_problem``, through
     ``attnbayes.validation.check_scaled_spread``): every column's spread (max - min) / sigma at
-    most ``max_scaled_spread(float64, N, p)`` = sqrt(finfo.max / (4 N p)); the cell named is the
-    column's value farthest from its median."""
+    most ``max_scaled_spread(float64, N, p)`` = sqrt(finfo.max / (4 N p)), sigma the smallest
+    standard error when they differ by row; the cell named is the column's value farthest
+    from its median."""
     from ..validation import max_scaled_spread
 
+    table = problem.data
     points = table.values
     n, p = points.shape
+    scale = float(np.min(problem.sigma))
     limit = max_scaled_spread(np.float64, n, p)
     with np.errstate(over="ignore", invalid="ignore"):
-        spread = (points.max(axis=0) - points.min(axis=0)) / sigma
+        spread = (points.max(axis=0) - points.min(axis=0)) / scale
         bad = np.flatnonzero(~(spread <= limit))
         if not bad.size:
             return
         j = int(bad[0])
         column = points[:, j]
         i = int(np.argmax(np.abs(column - np.median(column))))
+    option = _sigma_option(problem)
+    given = f"--sigma {scale:g}" if option == "--sigma" else f"the smallest {option} {scale:g}"
     raise InputError(
         f"{table.where(i, j)}: {column[i]:.3g} is too far from the other values for "
-        f"--sigma {sigma:g}: the column's spread (max - min) / sigma = {spread[j]:.2g} "
+        f"{given}: the column's spread (max - min) / sigma = {spread[j]:.2g} "
         f"exceeds {limit:.2g} (float64, N = {n}, p = {p}), where the squared distances "
-        "overflow; rescale the column or --sigma"
+        f"overflow; rescale the column or {option}"
     )
 
 
@@ -362,10 +530,45 @@ out ({diag.num_constant}). Every element is in <code>diagnostics.csv</code>.</p>
     return files, section
 
 
+def _hyperparameter_rows(hyperparameters: dict, columns, num_rows: int) -> dict:
+    """{name: value} of a normal-prior rule's fitted hyperparameters
+    (``MethodFit.hyperparameters``): a number, one row per data column for a value per
+    coordinate, "name (column)", and the range "min to max" of a value per observation (the
+    shrinkage factors b_i)."""
+    rows = {}
+    for key, value in hyperparameters.items():
+        value = np.asarray(value, np.float64)
+        if value.ndim == 0:
+            rows[key] = float(value)
+        elif value.shape[0] == num_rows and (value.ndim == 2 or len(columns) == 1):
+            per = value.reshape(num_rows, -1)
+            for j, column in enumerate(columns[: per.shape[1]]):
+                label = key if len(columns) == 1 else f"{key} ({column})"
+                rows[f"{label}, per row"] = f"{per[:, j].min():.4g} to {per[:, j].max():.4g}"
+        else:
+            for column, item in zip(columns, value.reshape(-1), strict=True):
+                rows[f"{key} ({column})"] = float(item)
+    return rows
+
+
+def _se_text(problem: DeconvolveData) -> str:
+    """How the page states the noise scale: sigma, or the standard errors' source and range."""
+    if problem.se is None:
+        return f"{problem.sigma:g}"
+    values = problem.sigma
+    spread = f"{values.min():.3g} to {values.max():.3g} (median {np.median(values):.3g})"
+    if problem.counts is not None:
+        return f"per row, 1 / (2 sqrt({problem.counts.columns[1]})): {spread}"
+    names = ", ".join(problem.se.columns)
+    each = "per row" if len(problem.se.columns) == 1 else "per row and coordinate"
+    return f"{each}, from {names}: {spread}"
+
+
 def run_deconvolve(
     table: Table,
-    sigma: float,
+    sigma=None,
     *,
+    binomial: bool = False,
     method: str = DECONVOLVE_DEFAULT,
     out_dir="reports",
     name: str | None = None,
@@ -383,10 +586,16 @@ def run_deconvolve(
 
     Args:
         table: the observations (``attnbayes.app.user_data.read_table``); one column is scalar
-            data (N,), p columns are points in R^p.
-        sigma: the known noise scale.
-        method: a method the registry offers to ``deconvolve``, by name or alias:
-            "attention-em" (or "em"), "npmle", "nuts" or "gibbs".
+            data (N,), p columns are points in R^p. With ``binomial``: the counts, two columns
+            hits H_i and trials T_i (``attnbayes.app.user_data.read_counts``).
+        sigma: the known noise scale: a number (every row and coordinate), or the standard
+            errors' ``Table`` (``attnbayes.app.user_data.read_standard_errors``): one column
+            s_i (x_i ~ N(z_i, s_i^2 I_p)) or one per data column s_ic; None with ``binomial``.
+        binomial: fit Brown's transform of the counts, x_i = arcsin(sqrt((H_i + 1/4) /
+            (T_i + 1/2))) with s_i = 1 / (2 sqrt(T_i)) (``brown_transform``); z_hat.csv
+            carries the results on that scale and on the proportion scale p = sin(z)^2.
+        method: a method the registry offers to ``deconvolve``, by name or alias (e.g.
+            "attention-em" (or "em"), "npmle", "nuts" or "gibbs").
         out_dir, name: the output folder OUT/NAME; NAME defaults to ``<stem>-deconvolve-<method>``.
         seed: seed of the samplers' ``jax.random`` key.
         num_atoms: K of the samplers' finite mixture; default ``DEFAULT_NUM_ATOMS`` (5).
@@ -411,7 +620,7 @@ def run_deconvolve(
     """
     from ..inference.deconvolution.comparison import compare_deconvolution
 
-    sigma = check_deconvolve(table, sigma, method)
+    problem = check_deconvolve(table, sigma, method, binomial=binomial)
     entry = offered_method("deconvolve", "deconvolution", method)
     library = entry.name
     sampler = entry.returns == "draws"
@@ -431,10 +640,11 @@ def run_deconvolve(
     block_size = check_count("--block-size", block_size, 1)
     if block_size is not None and library != "attention-em":
         raise InputError("--block-size applies to --method em only")
+    points = problem.data.values
     if library == "attention-em":
-        check_em_memory(table.values.shape, block_size, memory_limit)
+        check_em_memory(points.shape, block_size, memory_limit)
     if library == "gibbs":
-        distinct = np.unique(table.values, axis=0).shape[0]
+        distinct = np.unique(points, axis=0).shape[0]
         if k > distinct:
             raise InputError(
                 f"--num-atoms: K = {k} is more than the {distinct} distinct observations; the "
@@ -445,13 +655,12 @@ def run_deconvolve(
     say = progress or (lambda message: None)
     started = time.perf_counter()
 
-    points = table.values
-    x = points[:, 0] if points.shape[1] == 1 else points
+    columns = problem.data.columns
     with computing():
         comparison = compare_deconvolution(
             jax.random.PRNGKey(seed) if sampler else None,
-            x,
-            sigma,
+            _library_x(points),
+            library_sigma(problem.sigma),
             methods=(library,),
             num_atoms=k,
             em_kwargs=None if block_size is None else {"block_size": block_size},
@@ -473,18 +682,31 @@ def run_deconvolve(
     say(f"{library}: writing the outputs")
     metrics = comparison.table[["metric", "value"]]
     files: dict = {
-        "z_hat.csv": _deconvolve_csv(table, fit),
+        "z_hat.csv": _deconvolve_csv(problem, fit),
         "metrics.csv": metrics.to_csv(index=False),
     }
-    settings = {"sigma": sigma, "method": method, "library_method": library}
+    settings: dict = {"method": method, "library_method": library}
     summary = {
         "input": table.path,
         "observations N": points.shape[0],
         "coordinates p": points.shape[1],
-        "columns": ", ".join(table.columns),
-        "sigma": sigma,
-        "method": method if method == library else f"{method} ({library})",
+        "columns": ", ".join(columns),
     }
+    if problem.counts is not None:
+        settings |= {"sigma": None, "binomial": list(problem.counts.columns)}
+        summary["columns"] = ", ".join(problem.counts.columns) + " (hits, trials)"
+        summary["x"] = "arcsin(sqrt((H + 1/4) / (T + 1/2)))"
+    elif problem.se is not None:
+        settings |= {"sigma": None, "se": list(problem.se.columns)}
+    else:
+        settings["sigma"] = problem.sigma
+    if problem.se is not None:
+        settings |= {
+            "se_min": float(np.min(problem.sigma)),
+            "se_max": float(np.max(problem.sigma)),
+        }
+    summary["sigma" if problem.se is None else "standard errors s_i"] = _se_text(problem)
+    summary["method"] = method if method == library else f"{method} ({library})"
     if block_size is not None:
         settings["block_size"] = block_size
         summary["E-step block size"] = block_size
@@ -500,44 +722,93 @@ def run_deconvolve(
         diag_files, diag_html = _deconvolve_diagnostics(fit.datatree, sizes)
         files |= diag_files
     else:
-        files["measure.csv"] = _measure_csv(table.columns, fit.measure)
+        if fit.measure is not None:
+            files["measure.csv"] = _measure_csv(columns, fit.measure)
         diag_html = ""
     if argv is not None:
         settings["argv"] = list(argv)
     title = f"{method}: data and the fitted mixing measure"
-    fig_data = figure_data_and_measure(points, table.columns, sigma, fit.measure, title)
-    fig_z = figure_z_hat(points, table.columns, fit.z_hat, fit.intervals)
+    fig_data = figure_data_and_measure(points, columns, problem.sigma, fit.measure, title)
+    fig_z = figure_z_hat(points, columns, fit.z_hat, fit.intervals)
+    fig_p = ""
+    if problem.counts is not None:
+        hits, trials = problem.counts.values.T
+        p_intervals = {
+            prob: tuple(proportion_scale(np.reshape(b, -1)) for b in bounds)
+            for prob, bounds in fit.intervals.items()
+        }
+        png = figure_z_hat(
+            (hits / trials)[:, None],
+            [f"{problem.counts.columns[0]} / {problem.counts.columns[1]}"],
+            proportion_scale(np.reshape(fit.z_hat, -1)),
+            p_intervals,
+            labels=("observed p", "p"),
+        )
+        fig_p = f"""
+<h2>Proportions</h2>
+<p class="note">p_hat_i = sin<sup>2</sup>(z_hat_i) against the observed H_i / T_i, with the
+intervals mapped end to end (p = sin<sup>2</sup> z is increasing on [0, pi/2], where z is
+clipped); p_hat_i maps the estimate of z_i back, it is not the posterior mean of p_i. The
+columns p_hat, p_lower_*, p_upper_* of <code>z_hat.csv</code>.</p>
+{img_tag(png, "proportions with intervals")}"""
     elapsed = time.perf_counter() - started
     summary["total wall time (s)"] = round(elapsed, 1)
 
     if points.shape[1] == 1:
-        note_data = (
-            "Histogram of x with the fitted density of x, sum_k w_k N(t; mu_k, sigma^2), and "
-            "the mass of the fitted nu per bin."
-        )
+        if problem.se is None:
+            note_data = (
+                "Histogram of x with the fitted density of x, sum_k w_k N(t; mu_k, "
+                "sigma^2), and the mass of the fitted nu per bin."
+            )
+        else:
+            note_data = (
+                "Histogram of x and the mass of the fitted nu per bin. The standard errors "
+                f"differ by row ({_se_text(problem)}), so no single density of x is drawn."
+            )
     else:
         note_data = "The data x with the mass of the fitted nu on a 50 x 50 grid."
         if points.shape[1] > 2:
             note_data += f" Only coordinates 1 and 2 of {points.shape[1]} are drawn."
+        if problem.se is not None:
+            note_data += f" Standard errors {_se_text(problem)}."
     if sampler:
         note_data += " For a sampler, nu is the posterior mean measure (all draws pooled)."
+    prior_html = ""
+    if fit.measure is None:  # a parametric prior (normal): the data alone, the prior's numbers
+        noise = f"standard errors {_se_text(problem)}" if problem.se is not None else "one sigma"
+        note_data = (
+            f"The data x ({noise}). This method's prior is normal, not a discrete nu: its "
+            "fitted hyperparameters are in the table below."
+        )
+        rows = _hyperparameter_rows(fit.hyperparameters or {}, columns, points.shape[0])
+        prior_html = settings_table(rows) if rows else ""
     note_z = " 2000 of the points are drawn." if points.shape[0] > 2000 else ""
     listing = ", ".join(f"<code>{f}</code>" for f in sorted([*files, "index.html", MANIFEST]))
+    if problem.counts is not None:
+        model = """Binomial counts H_i ~ Bin(T_i, p_i), through Brown's (2008)
+variance-stabilising transform x_i = arcsin(sqrt((H_i + 1/4) / (T_i + 1/2))), about
+N(z_i, s_i<sup>2</sup>) with z_i = arcsin(sqrt(p_i)) and s_i = 1 / (2 sqrt(T_i)); then
+Gaussian deconvolution: z_i ~ nu, x_i | z_i ~ N(z_i, s_i<sup>2</sup>)"""
+    elif problem.se is not None:
+        model = """Gaussian deconvolution: z_i ~ nu, x_i | z_i ~ N(z_i, s_i<sup>2</sup>
+I<sub>p</sub>) with a known standard error s_i per row (or s_ic per row and coordinate)"""
+    else:
+        model = """Gaussian deconvolution: z_i ~ nu, x_i | z_i ~ N(z_i, sigma<sup>2</sup>
+I<sub>p</sub>) with known sigma"""
     body = f"""
 <h1>attnbayes deconvolve: {html.escape(Path(table.path).name)}</h1>
-<p>Gaussian deconvolution: z_i ~ nu, x_i | z_i ~ N(z_i, sigma<sup>2</sup> I<sub>p</sub>) with
-known sigma; the task is to estimate nu and each z_i. {html.escape(entry.description)}</p>
+<p>{model}; the task is to estimate nu and each z_i. {html.escape(entry.description)}</p>
 {settings_table(summary)}
 <h2>Fit</h2>
 {table_html(metrics.set_index("metric"))}
 {diag_html}
 <h2>Data and the fitted mixing measure</h2>
 <p class="note">{note_data}</p>
-{img_tag(fig_data, "data and fitted measure")}
+{img_tag(fig_data, "data and fitted measure")}{prior_html}
 <h2>z_hat with intervals</h2>
 <p class="note">Each point: z_hat_i against x_i, with its 50% and 90% equal-tailed intervals;
 the dashed line is z = x (no shrinkage).{note_z} All of them are in <code>z_hat.csv</code>.</p>
-{img_tag(fig_z, "z_hat with intervals")}
+{img_tag(fig_z, "z_hat with intervals")}{fig_p}
 <p class="note">Files: {listing}.</p>
 """
     return publish_run(target, files, "deconvolve", table, body, settings, elapsed, say)
@@ -547,11 +818,16 @@ __all__ = [
     "INVARIANTS",
     "STREAMED_SECONDS_PER_PAIR",
     "SUGGESTED_BLOCK_SIZE",
+    "DeconvolveData",
     "available_memory_bytes",
+    "binomial_data",
+    "brown_transform",
     "check_deconvolve",
     "check_em_memory",
     "deconvolve_output_columns",
     "figure_data_and_measure",
     "figure_z_hat",
+    "library_sigma",
+    "proportion_scale",
     "run_deconvolve",
 ]

@@ -120,9 +120,12 @@ PARAMS_HELP = (
 DECONVOLVE_INPUT = INPUT_FORMAT.format(
     rows="One row per observation x_i: a file of one column, or --columns naming the\n"
     "  column (or the p columns of points in R^p); a file with more columns and no\n"
-    "  --columns is refused, its likely row index named.",
+    "  --columns is refused, its likely row index named. --se COLS names the column of\n"
+    "  standard errors s_i (the data are then the other column, or --columns).\n"
+    "  --binomial HITS,TRIALS names two columns of counts instead.",
     names="x (one column) or x1..xp",
-    missing="Every cell of the chosen columns must be a finite number.",
+    missing="Every cell of the chosen columns must be a finite number; a standard error\n"
+    "  must be > 0; counts whole numbers with 0 <= hits <= trials, trials >= 1.",
 )
 FILTER_INPUT = INPUT_FORMAT.format(
     rows="One row per time step t = 1..T, one column per observed coordinate: exactly o\n"
@@ -186,9 +189,17 @@ _EB = [
 ]
 
 DECONVOLVE_EPILOG = f"""model:
-  z_i ~ nu,  x_i | z_i ~ N(z_i, sigma^2 I_p) with sigma known: estimate the mixing
+  z_i ~ nu,  x_i | z_i ~ N(z_i, s_i^2 I_p) with the noise known: estimate the mixing
   measure nu and every z_i (empirical Bayes for {join_names(_EB)}, a full posterior
-  for {join_names(DECONVOLVE_SAMPLERS)}).
+  for {join_names(DECONVOLVE_SAMPLERS)}). The noise is one of
+    --sigma S       one sd for every row and coordinate (s_i = S);
+    --se COL        a column of standard errors, s_i for row i and every coordinate of
+                    it; --se C1,..,Cp: one column per data column (s_ic);
+    --binomial H,T  counts H_i of T_i trials: Brown's (2008) variance-stabilising
+                    transform x_i = arcsin(sqrt((H_i + 1/4) / (T_i + 1/2))), about
+                    N(arcsin(sqrt(p_i)), s_i^2) with s_i = 1 / (2 sqrt(T_i)); the results
+                    on that scale and as proportions p = sin(z)^2 (z clipped to [0, pi/2];
+                    intervals map end to end; p_hat = sin(z_hat)^2 is not E[p | x]).
 
 methods (--method takes a name or an alias in parentheses):
 {method_list("deconvolve", "deconvolution")}
@@ -202,8 +213,11 @@ memory: em's dense E-step holds N x N matrices (40,000 rows: about 38 GB). Befor
 {DECONVOLVE_INPUT}
 
 output files in OUT/NAME:
-  z_hat.csv        row, line, then per column c: c, z_hat_c, lower_50_c, upper_50_c,
-                   lower_90_c, upper_90_c (equal-tailed intervals for z_i)
+  z_hat.csv        row, line, the --se column(s), then per column c: c, z_hat_c,
+                   lower_50_c, upper_50_c, lower_90_c, upper_90_c (equal-tailed
+                   intervals for z_i); --binomial: row, line, H, T, p_raw = H/T, x, se,
+                   z_hat_x, its intervals, p_hat, p_lower_50, p_upper_50, p_lower_90,
+                   p_upper_90
   measure.csv      ({join_names(_EB)}) the fitted nu: weight, atom_c per atom
   metrics.csv      metric, value: log-likelihood, wall time; for the samplers also
                    elpd_loo, pareto_k_max, worst R-hat, smallest bulk/tail ESS,
@@ -219,8 +233,10 @@ output files in OUT/NAME:
 
 {EXIT_STATUSES}
 
-example:
-  attnbayes deconvolve scores.csv --sigma 1 --method nuts --num-atoms 4"""
+examples:
+  attnbayes deconvolve scores.csv --sigma 1 --method nuts --num-atoms 4
+  attnbayes deconvolve schools.csv --columns effect --se se --method npmle
+  attnbayes deconvolve batting.csv --binomial hits,at_bats"""
 
 
 def fit_likelihood(method: registry.Method) -> str:
@@ -424,6 +440,15 @@ def _columns(text: str) -> list[str]:
     return items
 
 
+def _pair(text: str) -> list[str]:
+    items = _columns(text)
+    if len(items) != 2:
+        raise argparse.ArgumentTypeError(
+            f"expected two columns HITS,TRIALS (names or numbers), got {text!r}"
+        )
+    return items
+
+
 # ----------------------------------------------------------------------------- the parser
 
 
@@ -550,12 +575,29 @@ def _add_deconvolve(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     dec.add_argument("file", metavar="FILE.csv", help="the observations (format below)")
-    dec.add_argument(
+    noise = dec.add_mutually_exclusive_group(required=True)
+    noise.add_argument(
         "--sigma",
         type=_sigma,
-        required=True,
         metavar="S",
-        help="the known noise sd of every coordinate of every observation, > 0 (required)",
+        help="the known noise sd of every coordinate of every observation, > 0",
+    )
+    noise.add_argument(
+        "--se",
+        type=_columns,
+        metavar="COLS",
+        help="the column of known standard errors s_i, one per row (x_i ~ N(z_i, s_i^2 I_p): "
+        "with several --columns it applies to every coordinate of its row), or as many "
+        "columns as --columns, one per coordinate; every cell a number > 0",
+    )
+    noise.add_argument(
+        "--binomial",
+        type=_pair,
+        metavar="HITS,TRIALS",
+        help="binomial counts: the columns of hits H_i and trials T_i (whole numbers, "
+        "0 <= H_i <= T_i, T_i >= 1), fitted on Brown's scale x_i = arcsin(sqrt((H_i + 1/4) / "
+        "(T_i + 1/2))) with s_i = 1 / (2 sqrt(T_i)); results also as proportions p = sin(z)^2 "
+        "(no --columns)",
     )
     dec.add_argument(
         "--method",

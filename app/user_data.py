@@ -20,6 +20,11 @@ CSV tables (``read_table``):
   a step with no observation; a partly missing row updates on its observed coordinates);
   inf is always refused.
 
+The noise of ``deconvolve`` may come from the same file: ``read_standard_errors`` reads the
+``--se`` column(s) (one per row, or one per data column; every cell a number > 0) and
+``read_counts`` the ``--binomial`` hits and trials (whole numbers, 0 <= hits <= trials,
+trials >= 1), each bad cell named like the others.
+
 A problem raises ``InputError`` (a ``ValueError``) whose message names the file, the line and
 the column, e.g. ``data.csv line 7, column "x2": cannot parse 'abc' as a number``; a file that
 looks separated by another character than ``delimiter`` is reported as such.
@@ -51,6 +56,8 @@ MISSING_TOKENS = frozenset({"", "na", "n/a", "nan"})
 # pandas: "" or, read back and written again, "Unnamed: 0"; reset_index: "index")
 INDEX_NAMES = frozenset({"", "rownames", "row.names", "row_names", "unnamed: 0", "index"})
 OTHER_DELIMITERS = (";", "\t", "|", ",")
+# what each row of a column chosen by the option is, in the missing-value message
+_NEEDS_A_NUMBER = {"--inputs": "input", "--se": "standard error", "--binomial": "count"}
 _NUMBER = re.compile(
     r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity)", re.IGNORECASE | re.ASCII
 )
@@ -312,7 +319,8 @@ def _survey(names, header: bool, data, indices) -> tuple[list[str], list[int]]:
 
 def _unchosen(path, line, names, header, data, chosen, *, width, reason, option, excluded):
     """The InputError for columns nobody chose (``columns`` None), or None when the columns
-    left are exactly the needed ones (``width``, else one) and none looks like a row index."""
+    left are exactly the needed ones (``width``, else one) and none looks like a row index.
+    ``excluded`` is the option that left columns out (``--inputs``, ``--se``) or None."""
     needed = 1 if width is None else width
     if len(chosen) < needed or len(names) == 1:
         return None  # a missing column: the caller's message; one column: nothing to guess
@@ -321,7 +329,7 @@ def _unchosen(path, line, names, header, data, chosen, *, width, reason, option,
         return None
     where = _where(path, line)
     listing = _listing(names, chosen)
-    others = " besides the --inputs columns" if excluded else ""
+    others = f" besides the {excluded} columns" if excluded else ""
     if len(chosen) == needed:  # the right number, but a row index among them
         head = f"{where}: {'; '.join(hints)}, not data"
         # the user may know better: say how to take every column as data
@@ -336,7 +344,10 @@ def _unchosen(path, line, names, header, data, chosen, *, width, reason, option,
             f"({_listing(names, numeric) or 'none'}) where {needed} are needed{reason}{anyway}"
         )
     if width is None:  # deconvolve: one column, or --columns for points in R^p
-        head = f"{where}: {len(chosen)} columns ({listing}) and no {option} to say which are data"
+        head = (
+            f"{where}: {len(chosen)} columns ({listing}){others} and no {option} to say which "
+            "are data"
+        )
         tail = f"choose them with {option} (header names, or numbers 1..{len(names)})"
         if len(numeric) == 1:
             tail = f"pass {_option_value(names, numeric, option)}"
@@ -347,7 +358,7 @@ def _unchosen(path, line, names, header, data, chosen, *, width, reason, option,
                 f"R^{len(numeric)}"
             )
         return InputError("; ".join([head, *hints, tail]))
-    chose = "--inputs left" if excluded else "the file has"
+    chose = f"{excluded} left" if excluded else "the file has"
     head = f"{where}: {chose} {len(chosen)} columns ({listing}) where {needed} are needed{reason}"
     tail = f"choose {needed} of them with {option}"
     if len(numeric) == needed:
@@ -408,6 +419,7 @@ def read_table(
     prefix: str = "x",
     option: str = "--columns",
     exclude=None,
+    exclude_option: str = "--inputs",
 ) -> Table:
     """Read a CSV of numbers, checking every cell; see the module docstring for the format.
 
@@ -429,6 +441,8 @@ def read_table(
         option: the command-line option that chose ``columns`` (for the messages).
         exclude: names or numbers of columns left out when ``columns`` is None (e.g. the
             --inputs columns, when the observations are the other ones).
+        exclude_option: the command-line option that named ``exclude`` (for the messages):
+            ``--inputs`` (filter) or ``--se`` (deconvolve).
 
     Returns:
         ``Table``.
@@ -464,10 +478,10 @@ def read_table(
     p = len(names)
     chosen = _select(path, names, columns, option)
     if columns is None and exclude is not None:
-        dropped = set(_select(path, names, exclude, "--inputs"))
+        dropped = set(_select(path, names, exclude, exclude_option))
         chosen = [j for j in chosen if j not in dropped]
         if not chosen:
-            raise InputError(f"{path}: no column left for the observations after --inputs")
+            raise InputError(f"{path}: no column left for the observations after {exclude_option}")
     reason = f": {width_reason}" if width_reason else ""
     if columns is None:  # never guess which columns are data
         error = _unchosen(
@@ -480,7 +494,7 @@ def read_table(
             width=width,
             reason=reason,
             option=option,
-            excluded=exclude is not None,
+            excluded=exclude_option if exclude is not None else None,
         )
         if error is not None:
             raise error
@@ -499,7 +513,7 @@ def read_table(
             )
         if exclude is not None:
             raise InputError(
-                f"{path}: --inputs left {len(chosen)} column(s) ({listing}) where {width} "
+                f"{path}: {exclude_option} left {len(chosen)} column(s) ({listing}) where {width} "
                 f"are needed{reason}"
             )
         raise InputError(
@@ -536,7 +550,7 @@ def read_table(
                 raise InputError(
                     f"{_where(path, line, labels[j])}: missing value "
                     f"({repr(token) if token else 'empty cell'}); every "
-                    f"{'input' if option == '--inputs' else 'observation'} needs a number"
+                    f"{_NEEDS_A_NUMBER.get(option, 'observation')} needs a number"
                 )
         values[i] = row
         lines[i] = line
@@ -549,6 +563,96 @@ def read_table(
         sha256=hashlib.sha256(raw).hexdigest(),
         positions=tuple(j + 1 for j in chosen),
     )
+
+
+def _positions_overlap(data: Table, other: Table, option: str) -> None:
+    """Refuse a column chosen both as data (``--columns``) and by ``option``."""
+    shared = [c for c, j in zip(other.columns, other.positions, strict=True) if j in data.positions]
+    if shared:
+        raise InputError(
+            f"{data.path}: {option}: column {shared[0]!r} is also a data column (--columns); "
+            f"the {option} columns must be other columns of the file"
+        )
+
+
+def read_standard_errors(path, columns, data: Table, *, delimiter: str = ",") -> Table:
+    """Read the standard errors s_i (``--se``) of the rows of ``data`` from the same file.
+
+    ``columns`` names one column (s_i applies to every coordinate of row i: x_i ~ N(z_i,
+    s_i^2 I_p)) or as many columns as ``data`` has, in the order of its columns (s_ic, one per
+    coordinate: x_ic ~ N(z_ic, s_ic^2)). Every cell must be a finite number > 0 whose 1 / s^2
+    is finite in float64; a missing, non-numeric, zero, negative or too small cell is refused
+    naming the file, line and column.
+
+    Returns:
+        ``Table`` of the standard errors: values (N, 1) or (N, p), the lines of ``data``.
+
+    Raises:
+        InputError: naming the file and, for a bad cell, the line and column.
+    """
+    path = str(path)
+    columns = list(columns)
+    p = data.values.shape[1]
+    if len(columns) not in (1, p):
+        raise InputError(
+            f"--se: {len(columns)} columns for {p} data columns; give one column (the standard "
+            f"error of every coordinate of a row) or one per data column ({p})"
+        )
+    se = read_table(path, delimiter=delimiter, columns=columns, option="--se", prefix="x")
+    _positions_overlap(data, se, "--se")
+    smallest = 1.0 / math.sqrt(np.finfo(np.float64).max)
+    for j in range(se.values.shape[1]):
+        bad = np.flatnonzero(~(se.values[:, j] > smallest))
+        if bad.size:
+            i = int(bad[0])
+            value = se.values[i, j]
+            what = "must be > 0" if value <= 0 else "is so small that 1 / se^2 overflows float64"
+            raise InputError(f"{se.where(i, j)}: --se: a standard error {what}, got {value:g}")
+    return se
+
+
+def read_counts(path, columns, *, delimiter: str = ",") -> Table:
+    """Read binomial counts (``--binomial HITS,TRIALS``): two columns of whole numbers, hits
+    H_i and trials T_i with 0 <= H_i <= T_i, T_i >= 1 (and at most 2^53, exact in float64).
+
+    Returns:
+        ``Table`` with values (N, 2): H_i, T_i as float64.
+
+    Raises:
+        InputError: naming the file, the line and the column of the first bad cell.
+    """
+    columns = list(columns)
+    if len(columns) != 2:
+        raise InputError(
+            f"--binomial: expected two columns HITS,TRIALS, got {len(columns)} "
+            f"({','.join(columns)})"
+        )
+    counts = read_table(path, delimiter=delimiter, columns=columns, option="--binomial")
+    limit = 2.0**53
+    for j, what in enumerate(("hits", "trials")):
+        values = counts.values[:, j]
+        wrong = (values != np.floor(values)) | (values < (1 if j else 0)) | (values > limit)
+        if j:
+            wrong |= values < counts.values[:, 0]
+        bad = np.flatnonzero(wrong)
+        if bad.size:
+            i = int(bad[0])
+            value = values[i]
+            if value != math.floor(value):
+                why = "not a whole number"
+            elif value < 0:
+                why = "negative"
+            elif j and value == 0:
+                why = "zero trials (no proportion to estimate)"
+            elif value > limit:
+                why = "more than 2^53 (not exact in float64)"
+            else:
+                why = f"fewer trials than hits ({counts.values[i, 0]:g})"
+            raise InputError(
+                f"{counts.where(i, j)}: --binomial: {what} must be whole numbers with "
+                f"0 <= hits <= trials and trials >= 1, got {value:g}: {why}"
+            )
+    return counts
 
 
 # ----------------------------------------------------------------------------- JSON params
@@ -689,6 +793,8 @@ __all__ = [
     "Table",
     "params_document",
     "parse_params",
+    "read_counts",
     "read_params",
+    "read_standard_errors",
     "read_table",
 ]

@@ -9,7 +9,8 @@ The page opens with a summary generated from results.csv (``summary``: which met
 which measure, where full Bayes and the point methods agree, where intervals under-cover),
 then the sections (``SECTIONS``):
 
-1. Data: the deconvolution scenarios and the maneuvering target.
+1. Data: the deconvolution scenarios (one of them with its own noise scale s_i per
+   observation, ``Scenario.per_unit``) and the maneuvering target.
 2. Methods side by side: ``compare_deconvolution`` and ``compare_switching`` tables
    (accuracy, calibration, time) with their figures.
 3. Posterior diagnostics: R-hat, bulk/tail ESS and divergences of every sampler; trace and

@@ -268,8 +268,8 @@ def _same_shapes(scenarios, quick: bool) -> list[list[int]]:
     compiled programs, so it runs on one worker."""
     size = 0 if quick else 1
     groups: dict[tuple, list[int]] = {}
-    for i, s in enumerate(scenarios):
-        groups.setdefault((s.num_points[size], _data_dim(s)), []).append(i)
+    for i, s in enumerate(scenarios):  # a per-unit sigma (N,) compiles programs of its own
+        groups.setdefault((s.num_points[size], _data_dim(s), s.per_unit), []).append(i)
     return list(groups.values())
 
 
@@ -282,7 +282,7 @@ def _scenario_parts(jobs, quick, methods, tmp, keep_trees, *, progress):
     out = []
     for slot, scenario, key in jobs:
         warned = []
-        comparison, x, z, measure = runners.run_scenario(
+        comparison, x, z, measure, sigma = runners.run_scenario(
             scenario, quick=quick, key=key, progress=progress, methods=methods, warned=warned
         )
         check_finite_table(f"{scenario.name}: compare_deconvolution", comparison.table)
@@ -300,6 +300,7 @@ def _scenario_parts(jobs, quick, methods, tmp, keep_trees, *, progress):
                 p.diagnostics,
                 p.frames,
                 tmp,
+                sigma=sigma,
                 keep_trees=keep_trees,
             )
         p.blocks["methods"].append(warnings_note(warned))
@@ -335,15 +336,15 @@ def _learning_part(slot, settings, quick, key, *, progress):
 
 def _atoms_part(slot, scenario, scenario_key, counts, quick, key, *, progress):
     """PSIS-LOO across K on the first scenario's data (simulated again from its key)."""
-    _, _, x, _ = runners.scenario_data(scenario, quick=quick, key=scenario_key)
+    data = runners.scenario_data(scenario, quick=quick, key=scenario_key)
     progress(f"numbers of atoms: Gibbs fits for K in {list(counts)} on {scenario.name}")
     draws = 300 if quick else 1000
     warned = []
     with named_warnings(f"{scenario.name}, gibbs for K in {list(counts)}", progress, warned):
         atoms = compare_num_atoms(
             key,
-            np.asarray(x),
-            scenario.sigma,
+            data.x,
+            data.sigma,
             counts,
             sampler_kwargs={"num_warmup": draws, "num_samples": draws},
             progress=lambda msg: progress(f"numbers of atoms: {msg}"),

@@ -169,12 +169,15 @@ def figure_z_hat(z_true, comparison) -> bytes:
 
 
 def figure_em_attention(x, sigma, fit, max_points: int = 150) -> bytes:
-    """EM's responsibilities as an attention matrix, and its log-likelihood per iteration."""
+    """EM's responsibilities as an attention matrix, and its log-likelihood per iteration;
+    ``sigma`` a number or (N,), one per point (each query its own temperature)."""
     x = np.asarray(x)
     idx = np.linspace(0, len(x) - 1, min(max_points, len(x))).astype(int)
     sub = x[idx]
     order = np.argsort(sub if sub.ndim == 1 else np.arctan2(sub[:, 1], sub[:, 0]))
     sub = sub[order]
+    if np.ndim(sigma) > 0:
+        sigma = np.asarray(sigma)[idx][order]
     resp = np.asarray(em.responsibilities(sub, fit.measure.atoms, fit.measure.weights, sigma))
     atoms = np.asarray(fit.measure.atoms)
     key_order = np.argsort(atoms if atoms.ndim == 1 else np.arctan2(atoms[:, 1], atoms[:, 0]))
@@ -241,16 +244,29 @@ def figure_trace_rank(series: dict[str, np.ndarray], title: str = "") -> bytes:
     return png_bytes(fig)
 
 
+def true_density(grid, sigma, measure: DiscreteMeasure) -> np.ndarray:
+    """The density of one of the observations x_i drawn at random, on a 1-D grid:
+    sum_k w_k N(t; mu_k, sigma^2) for one sigma, and the average over the points of
+    sum_k w_k N(t; mu_k, s_i^2) when each has its own s_i (sigma (N,))."""
+    atoms, weights = np.asarray(measure.atoms), np.asarray(measure.weights)
+    scales = np.reshape(np.asarray(sigma, np.float64), (-1, 1, 1))  # (N or 1, 1, 1)
+    t = np.asarray(grid, np.float64)[None, :, None] - atoms[None, None, :]
+    dens = np.exp(-0.5 * (t / scales) ** 2) / (scales * np.sqrt(2 * np.pi))
+    return (dens @ weights).mean(axis=0)
+
+
 def figure_deconvolution_data(x, sigma, measure: DiscreteMeasure) -> bytes:
-    """The observations with the true mixing measure (1-D: histogram; 2-D: the plane)."""
+    """The observations with the true mixing measure (1-D: histogram and the true density of
+    x, averaged over the points' own s_i when they differ; 2-D: the plane)."""
     x = np.asarray(x)
     atoms, weights = np.asarray(measure.atoms), np.asarray(measure.weights)
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     if x.ndim == 1:
         ax.hist(x, bins=50, density=True, color="0.8", label="x (density)")
-        grid = np.linspace(x.min() - sigma, x.max() + sigma, 400)
-        dens = (weights * np.exp(-0.5 * ((grid[:, None] - atoms) / sigma) ** 2)).sum(1)
-        ax.plot(grid, dens / (sigma * np.sqrt(2 * np.pi)), "k", label="true density of x")
+        margin = float(np.max(sigma))
+        grid = np.linspace(x.min() - margin, x.max() + margin, 400)
+        label = "true density of x" if np.ndim(sigma) == 0 else "true density of x (avg over s_i)"
+        ax.plot(grid, true_density(grid, sigma, measure), "k", label=label)
         mass = ax.twinx()
         mass.vlines(atoms, 0, weights, color="tab:green", lw=4, label="true nu (mass)")
         mass.set_ylim(0, 1.05 * max(weights.max(), 0.5))

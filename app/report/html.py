@@ -139,10 +139,28 @@ def _data_rows(scenario: str, values: dict) -> pd.DataFrame:
 
 
 def deconvolution_blocks(
-    blocks, figures, scenario, x, z, measure, comparison, diag, frames, tmp, *, keep_trees=False
+    blocks,
+    figures,
+    scenario,
+    x,
+    z,
+    measure,
+    comparison,
+    diag,
+    frames,
+    tmp,
+    *,
+    sigma=None,
+    keep_trees=False,
 ):
+    """The scenario's blocks in every section; ``sigma`` the noise scale of the data (a float
+    or (N,) per point; None: ``scenario.sigma``, a number)."""
     name = scenario.name
     fits = comparison.fits
+    sigma = scenario.sigma if sigma is None else sigma
+    per_unit = np.ndim(sigma) > 0
+    # the scale of the figures' margins: the median s_i when the points have their own
+    scale = float(np.median(sigma))
     shape = "x".join(str(s) for s in np.shape(x))
     blocks["data"].append(
         f'<h3 id="data-{name}">{html.escape(name)}</h3>'
@@ -150,11 +168,15 @@ def deconvolution_blocks(
         + figure_tag(
             figures,
             f"{name}-data",
-            figure_deconvolution_data(x, scenario.sigma, measure),
+            figure_deconvolution_data(x, sigma, measure),
             f"{name} data",
         )
     )
-    frames.append(_data_rows(name, {"num_points": len(x), "sigma": scenario.sigma}))
+    if per_unit:
+        noise = {"sigma_min": np.min(sigma), "sigma_median": scale, "sigma_max": np.max(sigma)}
+    else:
+        noise = {"sigma": sigma}
+    frames.append(_data_rows(name, {"num_points": len(x), **noise}))
     frames.append(
         tidy_rows(
             "methods",
@@ -165,12 +187,23 @@ def deconvolution_blocks(
     nuts = fits["nuts"].datatree["posterior"]
     k = nuts.sizes["atom"]
     em_iters = fits["attention-em"].log_likelihood_trace.size - 1
+    if per_unit:
+        estep = (
+            "softmax attention with a per-query temperature: scores log w<sub>k</sub> + "
+            "(&lt;x<sub>i</sub>, mu<sub>k</sub>&gt; - |mu<sub>k</sub>|<sup>2</sup>/2) / "
+            "s<sub>i</sub><sup>2</sup>, each point's own s<sub>i</sub> "
+            f"({np.min(sigma):.2f} to {np.max(sigma):.2f}) known to every method"
+        )
+    else:
+        estep = (
+            "softmax attention with Q K<sup>T</sup> = I/sigma<sup>2</sup> and key bias "
+            "-|mu_k|<sup>2</sup>/(2 sigma<sup>2</sup>)"
+        )
     blocks["methods"].append(
         f'<h3 id="methods-{name}">Deconvolution: {html.escape(name)}</h3>'
         + note(
             f"attention-EM: K = N atoms started at the data, {em_iters} iterations; its E-step is "
-            "softmax attention with Q K<sup>T</sup> = I/sigma<sup>2</sup> and key bias "
-            "-|mu_k|<sup>2</sup>/(2 sigma<sup>2</sup>). NPMLE: Kiefer-Wolfowitz weights on a "
+            f"{estep}. NPMLE: Kiefer-Wolfowitz weights on a "
             f"grid (GMLEB posterior). NUTS: finite Dirichlet mixture, K = {k} atoms, "
             f"{nuts.sizes['chain']} chains x {nuts.sizes['draw']} draws; NUTS-DP: truncated "
             f"stick-breaking DP ({NUM_ATOMS_DP} sticks{_draws_text(fits, 'nuts-dp')}). Gibbs: "
@@ -186,7 +219,7 @@ def deconvolution_blocks(
         + figure_tag(
             figures,
             f"{name}-data-and-measures",
-            figure_data_and_measures(x, scenario.sigma, measure, comparison),
+            figure_data_and_measures(x, scale, measure, comparison),
             f"{name} fitted measures",
         )
         + figure_tag(
@@ -251,7 +284,7 @@ def deconvolution_blocks(
         + figure_tag(
             figures,
             f"{name}-em-attention",
-            figure_em_attention(x, scenario.sigma, fits["attention-em"]),
+            figure_em_attention(x, sigma, fits["attention-em"]),
             f"{name} EM attention matrix",
         )
     )

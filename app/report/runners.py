@@ -28,7 +28,7 @@ from ...inference.switching import (
     compare_switching_learning,
     posterior_shift,
 )
-from ...models.deconvolution import DiscreteMeasure, get_measure, simulate
+from ...models.deconvolution import DiscreteMeasure, get_measure, noise_scales, simulate
 from ...models.switching import SwitchingParams, maneuvering_target
 from ...models.switching import simulate as simulate_switching
 from .pieces import named_warnings
@@ -37,17 +37,37 @@ from .scenarios import NUM_ATOMS_DP, Scenario, SwitchingSettings
 # ----------------------------------------------------------------------------- running
 
 
-def scenario_data(
-    scenario: Scenario, *, quick: bool, key: jax.Array
-) -> tuple[DiscreteMeasure, jax.Array, jax.Array, jax.Array]:
+class ScenarioData(NamedTuple):
+    """A scenario's simulated data: its measure, the latent z and data x with their noise
+    scale sigma (a float, or (N,) per observation), and as many held-out points with theirs."""
+
+    measure: DiscreteMeasure
+    z: np.ndarray
+    x: np.ndarray
+    sigma: float | np.ndarray
+    x_heldout: np.ndarray
+    sigma_heldout: float | np.ndarray
+
+
+def scenario_data(scenario: Scenario, *, quick: bool, key: jax.Array) -> ScenarioData:
     """The scenario's measure, its latent z and data x, and as many held-out points: what
-    ``run_scenario`` fits with the same ``key``."""
+    ``run_scenario`` fits with the same ``key``. A per-unit scenario draws each point's s_i
+    (``noise_scales``, from keys folded from the data's) before its noise."""
     measure = get_measure(scenario.measure, **scenario.measure_kwargs)
     key_data, _, key_held = jax.random.split(key, 3)
     num_points = scenario.num_points[0 if quick else 1]
-    z, x = simulate(key_data, measure, scenario.sigma, num_points)
-    _, x_heldout = simulate(key_held, measure, scenario.sigma, num_points)
-    return measure, z, x, x_heldout
+    sigma = sigma_heldout = scenario.sigma
+    if scenario.per_unit:
+        low, high = scenario.sigma
+        sigma, sigma_heldout = (
+            np.asarray(noise_scales(jax.random.fold_in(k, 1), num_points, low, high))
+            for k in (key_data, key_held)
+        )
+    z, x = simulate(key_data, measure, sigma, num_points)
+    _, x_heldout = simulate(key_held, measure, sigma_heldout, num_points)
+    return ScenarioData(
+        measure, np.asarray(z), np.asarray(x), sigma, np.asarray(x_heldout), sigma_heldout
+    )
 
 
 def run_scenario(
@@ -58,15 +78,22 @@ def run_scenario(
     progress: Callable[[str], None],
     methods: tuple[str, ...] = METHODS,
     warned: list[str] | None = None,
-) -> tuple[DeconvolutionComparison, np.ndarray, np.ndarray, DiscreteMeasure]:
-    """Simulate one scenario (and as many held-out points) and run every method on it.
+) -> tuple[DeconvolutionComparison, np.ndarray, np.ndarray, DiscreteMeasure, float | np.ndarray]:
+    """Simulate one scenario (and as many held-out points) and run every method on it (a
+    per-unit scenario: each with the points' own s_i, ``scenario_data``); returns the
+    comparison, x, z, the true measure and sigma (a float, or (N,) per point).
 
     Each method runs in its own ``compare_deconvolution`` call (the same fits and rows as one
     call with every method: each sampler's key depends on its name only), so that a warning
     names its method: ``progress("warning: <scenario>, <method>: ...")``, and the line is
     appended to ``warned``."""
     size = 0 if quick else 1
-    measure, z, x, x_heldout = scenario_data(scenario, quick=quick, key=key)
+    data = scenario_data(scenario, quick=quick, key=key)
+    measure, z, x = data.measure, data.z, data.x
+    # held-out points with their own standard errors (a per-unit scenario's only)
+    heldout = {"x_heldout": data.x_heldout}
+    if scenario.per_unit:
+        heldout["sigma_heldout"] = data.sigma_heldout
     key_fit = jax.random.split(key, 3)[1]
     draws = scenario.nuts_draws[size]
     gibbs = {"num_warmup": 300, "num_samples": 600} if quick else {}
@@ -88,10 +115,10 @@ def run_scenario(
             one = compare_deconvolution(
                 key_fit,
                 x,
-                scenario.sigma,
+                data.sigma,
                 z_true=z,
                 true_measure=measure,
-                x_heldout=x_heldout,
+                **heldout,
                 methods=(method,),
                 num_atoms_dp=NUM_ATOMS_DP,
                 nuts_kwargs={"num_warmup": draws, "num_samples": draws},
@@ -101,7 +128,7 @@ def run_scenario(
         tables.append(one.table)
         fits.update(one.fits)
     comparison = DeconvolutionComparison(table=pd.concat(tables, ignore_index=True), fits=fits)
-    return comparison, np.asarray(x), np.asarray(z), measure
+    return comparison, x, z, measure, data.sigma
 
 
 class SwitchingRun(NamedTuple):

@@ -12,6 +12,8 @@ METHOD_COLORS = {
     "gibbs": "tab:red",
     "approx-gibbs": "tab:cyan",
     "james-stein": "tab:gray",
+    "sure": "tab:olive",
+    "normal-eb": "tab:pink",
     "oracle": "tab:green",
 }
 NUM_ATOMS_DP = 12
@@ -30,16 +32,25 @@ SECTIONS = (
 
 
 class Scenario(NamedTuple):
-    """A built-in deconvolution data set and its sizes (quick run, full run)."""
+    """A built-in deconvolution data set and its sizes (quick run, full run).
+
+    ``sigma`` is the noise scale: a number (every observation), or ``(low, high)``: each
+    observation its own s_i, log-uniform on [low, high] and independent of its mean
+    (``attnbayes.models.deconvolution.noise_scales``), known to every method."""
 
     name: str
     measure: str
     measure_kwargs: dict
-    sigma: float
+    sigma: float | tuple[float, float]
     num_points: tuple[int, int]
     nuts_draws: tuple[int, int]
     description: str
     quick: bool = True
+
+    @property
+    def per_unit(self) -> bool:
+        """Whether each observation has its own noise scale."""
+        return isinstance(self.sigma, tuple)
 
 
 SCENARIOS = (
@@ -52,6 +63,18 @@ SCENARIOS = (
         (250, 1000),
         "nu = 0.5 delta(-2) + 0.3 delta(0) + 0.2 delta(3) in 1-D, sigma = 1: the atoms overlap "
         "after noise, so recovering nu is a genuine deconvolution.",
+    ),
+    Scenario(
+        "log-uniform-noise",
+        "three-atoms",
+        {},
+        (0.5, 3.0),
+        (200, 1000),
+        (250, 1000),
+        "The three atoms of three-atoms, but each observation its own noise scale s_i, "
+        "log-uniform on [0.5, 3] and independent of z_i (a 36-fold range of precisions), "
+        "known to every method: x_i ~ N(z_i, s_i^2). EM's E-step is attention with a "
+        "per-query temperature 1/s_i^2.",
     ),
     Scenario(
         "sparse-means",

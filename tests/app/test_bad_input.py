@@ -291,7 +291,7 @@ def test_report_fails_on_a_non_finite_table(out, capsys, monkeypatch):
     table = pd.DataFrame(
         {"method": ["nuts", "nuts"], "metric": ["mse_z", "heldout_lpd"], "value": [0.5, np.nan]}
     )
-    bad = (DeconvolutionComparison(table, {}), np.zeros(3), np.zeros(3), None)
+    bad = (DeconvolutionComparison(table, {}), np.zeros(3), np.zeros(3), None, 1.0)
     monkeypatch.setattr(attnbayes.app.report.runners, "run_scenario", lambda *a, **k: bad)
     code, _, err = run(["report", "--quick", "--out", out], capsys)
     assert code == 1

@@ -32,7 +32,12 @@ def test_help_lists_commands_options_defaults_and_exit_statuses(run_cli, monkeyp
     assert code == 0
     for word in (
         "--sigma S",
-        "--method {attention-em,em,npmle,nuts,gibbs}",
+        "--se COLS",
+        "--binomial HITS,TRIALS",
+        "applies to every coordinate of its row",
+        "arcsin(sqrt((H_i + 1/4) / (T_i + 1/2)))",
+        "p = sin(z)^2",
+        "--method {attention-em,em,npmle,nuts,gibbs,sure,normal-eb}",
         "[em]",
         "--num-atoms K",
         "[5]",
@@ -84,6 +89,8 @@ def test_the_parser_offers_the_registry_and_the_library_names():
         "npmle",
         "nuts",
         "gibbs",
+        "sure",
+        "normal-eb",
     )
     assert options["deconvolve"]["method"].choices == registry.command_choices(
         "deconvolve", "deconvolution"

@@ -298,3 +298,180 @@ def test_a_failing_run_writes_nothing(dec_csv, tmp_path, run_cli, monkeypatch):
     assert code == 1 and "cannot write the output: [Errno 28] No space left on device" in err
     assert stdout == ""
     assert not (tmp_path / "new").exists()  # the temporary folder and the folders made go
+
+
+# ----------------------------------------------------------------------------- --se, --binomial
+
+NOISE_CASES = {
+    "se-zero": ("x,se\n1,0.5\n2,0\n", ["--se", "se"], 'line 3, column "se": --se: a standard'),
+    "se-missing-cell": ("x,se\n1,0.5\n2,NA\n", ["--se", "se"], 'line 3, column "se": missing'),
+    "se-not-a-number": (
+        "x,se\n1,0.5\n2,abc\n",
+        ["--se", "se"],
+        "line 3, column \"se\": cannot parse 'abc' as a number",
+    ),
+    "se-no-such-column": ("x,se\n1,0.5\n", ["--se", "s"], "--se: no column 's'; the file's"),
+    "se-is-data": ("x,se\n1,0.5\n", ["--columns", "x", "--se", "x"], "--se: column 'x' is also"),
+    "se-count": (
+        "a,b,c,s1,s2\n1,2,3,1,1\n",
+        ["--columns", "a,b,c", "--se", "s1,s2"],
+        "--se: 2 columns for 3 data columns",
+    ),
+    "se-two-data-columns": (
+        "a,b,se\n1,2,1\n",
+        ["--se", "se"],
+        "line 1: 2 columns (a, b) besides the --se columns and no --columns",
+    ),
+    # the spread in units of the smallest standard error overflows: the cell of x is named
+    "se-overflow": (
+        "x,se\n0,1\n1,1\n1e100,1e-60\n",
+        ["--se", "se"],
+        'line 4, column "x": 1e+100 is too far from the other values for the smallest --se '
+        "1e-60: the column's spread (max - min) / sigma = 1e+160 exceeds",
+    ),
+    "binomial-negative": ("h,t\n1,4\n-1,4\n", ["--binomial", "h,t"], 'line 3, column "h"'),
+    "binomial-too-many-hits": ("h,t\n5,4\n", ["--binomial", "h,t"], "fewer trials than hits"),
+    "binomial-zero-trials": ("h,t\n0,0\n", ["--binomial", "h,t"], 'line 2, column "t"'),
+    "binomial-fraction": ("h,t\n1.5,4\n", ["--binomial", "h,t"], "not a whole number"),
+    "binomial-missing": ("h,t\n1,\n", ["--binomial", "h,t"], 'line 2, column "t": missing'),
+    "binomial-with-columns": (
+        "h,t\n1,4\n",
+        ["--binomial", "h,t", "--columns", "h"],
+        "--columns: does not apply with --binomial",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NOISE_CASES))
+def test_deconvolve_refuses_bad_standard_errors_and_counts(
+    case, tmp_path, run_cli, no_jax_work, listing
+):
+    content, argv, message = NOISE_CASES[case]
+    path = tmp_path / "data.csv"
+    path.write_text(content)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("a user's file")
+    code, stdout, err = run_cli(["deconvolve", path, "--out", out, *argv])
+    assert code == 2
+    assert stdout == ""
+    assert err.startswith("attnbayes: error: ") and err.count("\n") == 1, err
+    assert message in err, err
+    if "line" in message:
+        assert f"{path} line" in err
+    assert listing(out) == ["keep.txt"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sigma", 1, "--se", "se"], "argument --se: not allowed with argument --sigma"),
+        (["--se", "se", "--binomial", "h,t"], "argument --binomial: not allowed with argument"),
+        ([], "one of the arguments --sigma --se --binomial is required"),
+        (["--binomial", "h"], "argument --binomial: expected two columns HITS,TRIALS"),
+    ],
+)
+def test_deconvolve_takes_exactly_one_noise_option(argv, message, dec_csv, tmp_path, run_cli):
+    path, _ = dec_csv
+    code, stdout, err = run_cli(["deconvolve", path, "--out", tmp_path / "out", *argv])
+    assert code == 2 and stdout == ""
+    assert message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_brown_transform_and_its_inverse():
+    """x = arcsin(sqrt((H + 1/4) / (T + 1/2))) and s = 1 / (2 sqrt(T)) in closed form;
+    sin(x)^2 maps x back; the transform stabilises the variance at 1 / (4 T)."""
+    hits, trials = np.array([0, 1, 3, 12, 100]), np.array([1, 1, 4, 45, 100])
+    x, s = deconvolve.brown_transform(hits, trials)
+    np.testing.assert_allclose(x[0], np.arcsin(1 / np.sqrt(6)), rtol=1e-15)  # (1/4) / (3/2)
+    np.testing.assert_allclose(x[1], np.arcsin(np.sqrt(5 / 6)), rtol=1e-15)  # (5/4) / (3/2)
+    np.testing.assert_allclose(s, [0.5, 0.5, 0.25, 1 / (2 * np.sqrt(45)), 0.05], rtol=1e-15)
+    np.testing.assert_allclose(
+        deconvolve.proportion_scale(x), (hits + 0.25) / (trials + 0.5), rtol=1e-14
+    )
+    p = np.linspace(0, 1, 11)
+    np.testing.assert_allclose(deconvolve.proportion_scale(np.arcsin(np.sqrt(p))), p, atol=1e-15)
+    # outside [0, pi/2] z is clipped: increasing everywhere, so intervals map end to end
+    z = np.linspace(-1, 3, 401)
+    mapped = deconvolve.proportion_scale(z)
+    assert np.all(np.diff(mapped) >= 0) and mapped[0] == 0 and mapped[-1] == 1
+    rng = np.random.default_rng(0)
+    for t, prob in ((100, 0.3), (400, 0.05)):
+        draws, sd = deconvolve.brown_transform(rng.binomial(t, prob, size=40_000), np.full(1, t))
+        np.testing.assert_allclose(draws.std(), sd[0], rtol=0.05)
+        np.testing.assert_allclose(draws.mean(), np.arcsin(np.sqrt(prob)), atol=0.2 * sd[0])
+
+
+@pytest.fixture(scope="module")
+def se_csv(tmp_path_factory):
+    """N = 60 draws of the three atoms (as dec_csv), each with its own s_i log-uniform on
+    [0.5, 3], in columns score and se."""
+    rng = np.random.default_rng(7)
+    s = np.exp(rng.uniform(np.log(0.5), np.log(3.0), size=60))
+    x = rng.choice([-2.0, 0.0, 3.0], size=60, p=[0.5, 0.3, 0.2]) + s * rng.normal(size=60)
+    path = tmp_path_factory.mktemp("data") / "schools.csv"
+    pd.DataFrame({"score": x, "se": s}).to_csv(path, index=False)
+    return path, x, s
+
+
+def test_deconvolve_se_passes_each_row_its_standard_error(se_csv, tmp_path, run_cli):
+    path, x, s = se_csv
+    code, _, err = run_cli(["deconvolve", path, "--se", "se", "--out", tmp_path])
+    assert code == 0, err
+    folder = tmp_path / "schools-deconvolve-em"
+    fit = compare_deconvolution(None, x, s, methods=("attention-em",)).fits["attention-em"]
+    table = pd.read_csv(folder / "z_hat.csv")
+    assert list(table.columns) == deconvolve.deconvolve_output_columns(["score"], ["se"])
+    np.testing.assert_array_equal(table["se"], s)
+    np.testing.assert_allclose(table["z_hat_score"], fit.z_hat, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(table["lower_90_score"], fit.intervals[0.9][0], atol=1e-12)
+    manifest = json.loads((folder / "run.json").read_text())
+    assert manifest["sigma"] is None and manifest["se"] == ["se"]
+    assert (manifest["se_min"], manifest["se_max"]) == (s.min(), s.max())
+    page = (folder / "index.html").read_text()
+    assert f"per row, from se: {s.min():.3g} to {s.max():.3g}" in page
+    assert "no single density of x is drawn" in page
+    # a normal-prior rule: no discrete nu, its hyperparameters on the page
+    code, _, err = run_cli(
+        ["deconvolve", path, "--se", "se", "--method", "sure", "--out", tmp_path]
+    )
+    assert code == 0, err
+    sure = tmp_path / "schools-deconvolve-sure"
+    assert not (sure / "measure.csv").exists()
+    fit = compare_deconvolution(None, x, s, methods=("sure",)).fits["sure"]
+    np.testing.assert_allclose(pd.read_csv(sure / "z_hat.csv")["z_hat_score"], fit.z_hat)
+    assert "prior_variance" in (sure / "index.html").read_text()
+
+
+def test_deconvolve_binomial_fits_brown_scale_and_maps_back(tmp_path, run_cli):
+    """Counts of unequal trials: the fit on x = arcsin(sqrt((H + 1/4) / (T + 1/2))) with
+    s = 1 / (2 sqrt(T)) (the library's answer on them), mapped back by p = sin(z)^2."""
+    rng = np.random.default_rng(9)
+    trials = rng.integers(1, 80, size=60)
+    hits = rng.binomial(trials, rng.choice([0.2, 0.3], size=60))
+    path = tmp_path / "batting.csv"
+    pd.DataFrame({"name": [f"b{i}" for i in range(60)], "h": hits, "ab": trials}).to_csv(
+        path, index=False
+    )
+    code, _, err = run_cli(["deconvolve", path, "--binomial", "h,ab", "--out", tmp_path])
+    assert code == 0, err
+    folder = tmp_path / "batting-deconvolve-em"
+    table = pd.read_csv(folder / "z_hat.csv")
+    assert list(table.columns) == deconvolve.deconvolve_output_columns(["x"], counts=("h", "ab"))
+    np.testing.assert_array_equal(table["h"], hits)
+    np.testing.assert_array_equal(table["p_raw"], hits / trials)
+    x = np.arcsin(np.sqrt((hits + 0.25) / (trials + 0.5)))
+    s = 1 / (2 * np.sqrt(trials))
+    np.testing.assert_allclose(table["x"], x, rtol=1e-15)
+    np.testing.assert_allclose(table["se"], s, rtol=1e-15)
+    fit = compare_deconvolution(None, x, s, methods=("attention-em",)).fits["attention-em"]
+    np.testing.assert_allclose(table["z_hat_x"], fit.z_hat, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(table["p_hat"], np.sin(fit.z_hat) ** 2, rtol=1e-12)
+    for prob, (lo, hi) in fit.intervals.items():
+        q = round(prob * 100)
+        np.testing.assert_allclose(table[f"p_lower_{q}"], np.sin(lo) ** 2, rtol=1e-12)
+        np.testing.assert_allclose(table[f"p_upper_{q}"], np.sin(hi) ** 2, rtol=1e-12)
+    manifest = json.loads((folder / "run.json").read_text())
+    assert manifest["binomial"] == ["h", "ab"] and manifest["columns"] == ["h", "ab"]
+    assert "Proportions" in (folder / "index.html").read_text()

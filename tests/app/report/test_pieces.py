@@ -200,3 +200,65 @@ def test_calibration_tables_are_narrow_and_have_no_empty_column(with_states):
     assert "<td>0.1300</td>" in page and "coverage 90%" in page
     assert ("<td>states</td>" in page) == with_states
     assert "<li><b>attention-em</b>: over-confident: too narrow</li>" in page
+
+
+def test_a_per_unit_scenario_passes_each_point_its_own_noise(monkeypatch):
+    """The heteroscedastic scenario: s_i log-uniform on its range, x - z = s_i eps_i, and the
+    held-out points' own s_i reach compare_deconvolution; a scalar scenario's data are today's
+    (``simulate`` with the same keys)."""
+    from attnbayes.app.report.scenarios import SCENARIOS
+    from attnbayes.models.deconvolution import simulate
+
+    seen = {}
+
+    def fake(key, x, sigma, *, methods, **kwargs):
+        seen[methods[0]] = (np.asarray(x), sigma, kwargs)
+        table = pd.DataFrame({"method": list(methods), "metric": ["mse_z"], "value": [0.5]})
+        return DeconvolutionComparison(table, {methods[0]: None})
+
+    monkeypatch.setattr(runners, "compare_deconvolution", fake)
+    scenario = next(s for s in SCENARIOS if s.per_unit)._replace(num_points=(400, 400))
+    key = jax.random.PRNGKey(3)
+    _, x, z, _, sigma = runners.run_scenario(
+        scenario, quick=True, key=key, progress=lambda m: None, methods=("attention-em",)
+    )
+    x_seen, sigma_seen, kwargs = seen["attention-em"]
+    np.testing.assert_array_equal(x_seen, x)
+    assert sigma_seen is sigma and sigma.shape == (400,)
+    low, high = scenario.sigma
+    assert low <= sigma.min() and sigma.max() <= high
+    # log s_i uniform: its quartiles near those of U(log low, log high)
+    quartiles = np.quantile(np.log(sigma), [0.25, 0.75])
+    np.testing.assert_allclose(
+        quartiles, np.log(low) + np.log(high / low) * np.array([0.25, 0.75]), atol=0.15
+    )
+    eps = (x - z) / sigma
+    assert abs(eps.mean()) < 0.15 and abs(eps.std() - 1) < 0.1
+    held = kwargs["sigma_heldout"]
+    assert held.shape == (400,) and not np.array_equal(held, sigma)
+    assert kwargs["x_heldout"].shape == (400,)
+    homoscedastic = runners.scenario_data(SCENARIOS[0], quick=True, key=key)
+    key_data = jax.random.split(key, 3)[0]
+    _, x_today = simulate(key_data, "three-atoms", 1.0, SCENARIOS[0].num_points[0])
+    np.testing.assert_array_equal(homoscedastic.x, x_today)
+    assert homoscedastic.sigma == homoscedastic.sigma_heldout == 1.0
+
+
+def test_the_true_density_averages_over_the_points_noise():
+    """sum_k w_k N(t; mu_k, s^2) for one s; the average over s_i for several, in closed form."""
+    from attnbayes.app.report.figures import true_density
+    from attnbayes.models.deconvolution import DiscreteMeasure
+
+    measure = DiscreteMeasure(np.array([-1.0, 2.0]), np.array([0.25, 0.75]))
+    grid = np.linspace(-12, 14, 4001)
+
+    def normal(t, m, s):
+        return np.exp(-0.5 * ((t - m) / s) ** 2) / (s * np.sqrt(2 * np.pi))
+
+    one = 0.25 * normal(grid, -1, 0.7) + 0.75 * normal(grid, 2, 0.7)
+    np.testing.assert_allclose(true_density(grid, 0.7, measure), one, rtol=1e-12)
+    mixed = np.mean(
+        [0.25 * normal(grid, -1, s) + 0.75 * normal(grid, 2, s) for s in (0.5, 1.0, 3.0)], 0
+    )
+    np.testing.assert_allclose(true_density(grid, np.array([0.5, 1.0, 3.0]), measure), mixed)
+    np.testing.assert_allclose(np.trapezoid(mixed, grid), 1.0, atol=1e-4)
