@@ -13,6 +13,7 @@
   its manifest and atomic publishing;
 - ``report``: the comparison report (scenarios, runners, figures, HTML);
 - ``user_data``: reading users' CSV and JSON files;
+- ``binomial``: ``deconvolve --binomial``'s variance-stabilising transform of counts (Brown 2008);
 - ``outputs`` and ``pages``: atomic, guarded writing of output folders, and the HTML pieces;
 - ``parallel``: the report's independent parts on worker processes, one per core;
 - ``cache``: JAX's persistent compilation cache for the command, the report and the notebooks.

@@ -8,8 +8,8 @@ by its name or an alias) and writes OUT/NAME/. The noise scale is known: one sig
 row (``--sigma``), a standard error per row s_i or per row and coordinate s_ic read from the
 file (``--se``, ``attnbayes.app.user_data.read_standard_errors``), or, for binomial counts
 (``--binomial HITS,TRIALS``), Brown's (2008) variance-stabilising transform
-x_i = arcsin(sqrt((H_i + 1/4) / (T_i + 1/2))) with s_i = 1 / (2 sqrt(T_i)) (``brown_transform``),
-the results mapped back to proportions by p = sin(z)^2 (``proportion_scale``). Outputs:
+x_i = arcsin(sqrt((H_i + 1/4) / (T_i + 1/2))) with s_i = 1 / (2 sqrt(T_i))
+(``attnbayes.app.binomial``), the results mapped back to proportions by p = sin(z)^2. Outputs:
 
 - ``z_hat.csv``: row, line, then the standard-error column(s) (``--se``), then per data column
   c: c, z_hat_c, lower_50_c, upper_50_c, lower_90_c, upper_90_c (equal-tailed posterior
@@ -46,6 +46,7 @@ import pandas as pd
 
 from ..inference.deconvolution.comparison import INTERVAL_BLOCK_ELEMENTS
 from ..inference.mcmc import check_sampler_sizes
+from .binomial import binomial_data, proportion_scale
 from .outputs import (
     MANIFEST,
     check_finite_output,
@@ -202,30 +203,6 @@ def figure_z_hat(points, names, z_hat, intervals, labels=("x", "z")) -> bytes:
     return png_bytes(fig)
 
 
-def brown_transform(hits, trials) -> tuple[np.ndarray, np.ndarray]:
-    """Brown's variance-stabilising transform of binomial counts H_i ~ Bin(T_i, p_i):
-
-        x_i = arcsin(sqrt((H_i + 1/4) / (T_i + 1/2))),   s_i = 1 / (2 sqrt(T_i)),
-
-    so that x_i is about N(arcsin(sqrt(p_i)), s_i^2) (Brown 2008, "In-season prediction of
-    batting averages: a field test of empirical Bayes and Bayes methodologies", Ann. Appl.
-    Stat. 2(1), section 2). Counts as checked by ``attnbayes.app.user_data.read_counts``.
-
-    Returns:
-        (x, s): two (N,) float64 arrays.
-    """
-    hits = np.asarray(hits, np.float64)
-    trials = np.asarray(trials, np.float64)
-    x = np.arcsin(np.sqrt((hits + 0.25) / (trials + 0.5)))
-    return x, 0.5 / np.sqrt(trials)
-
-
-def proportion_scale(z) -> np.ndarray:
-    """p = sin(z)^2, the inverse of z = arcsin(sqrt(p)), with z clipped to [0, pi/2] (where it is
-    increasing): a monotone map, so interval endpoints map to interval endpoints."""
-    return np.sin(np.clip(np.asarray(z, np.float64), 0.0, 0.5 * np.pi)) ** 2
-
-
 class DeconvolveData(NamedTuple):
     """A checked ``deconvolve`` problem (``check_deconvolve``).
 
@@ -241,17 +218,6 @@ class DeconvolveData(NamedTuple):
     sigma: float | np.ndarray
     se: Table | None = None
     counts: Table | None = None
-
-
-def binomial_data(counts: Table) -> tuple[Table, Table]:
-    """(x, s) of ``brown_transform`` on the counts (columns hits, trials) as Tables of the same
-    file and lines, named "x" and "se"."""
-    x, s = brown_transform(counts.values[:, 0], counts.values[:, 1])
-    common = {"path": counts.path, "lines": counts.lines, "header": True, "sha256": counts.sha256}
-    return (
-        Table(columns=("x",), values=x[:, None], **common),
-        Table(columns=("se",), values=s[:, None], **common),
-    )
 
 
 def _deconvolve_csv(problem: DeconvolveData, fit) -> str:
@@ -820,14 +786,11 @@ __all__ = [
     "SUGGESTED_BLOCK_SIZE",
     "DeconvolveData",
     "available_memory_bytes",
-    "binomial_data",
-    "brown_transform",
     "check_deconvolve",
     "check_em_memory",
     "deconvolve_output_columns",
     "figure_data_and_measure",
     "figure_z_hat",
     "library_sigma",
-    "proportion_scale",
     "run_deconvolve",
 ]
