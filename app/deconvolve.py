@@ -496,6 +496,31 @@ out ({diag.num_constant}). Every element is in <code>diagnostics.csv</code>.</p>
     return files, section
 
 
+def fit_warnings(library: str, table: pd.DataFrame, fit) -> list[str]:
+    """What the user must be told about a point fit: an iteration cap reached before the
+    stopping rule (attention-EM, the NPMLE: ``converged`` 0 in the comparison's table), or a
+    normal prior whose variance sits on its boundary 0 ("sure", "normal-eb"), which pools every
+    unit to one location with plug-in intervals that ignore the hyperparameters' uncertainty.
+    The samplers' diagnostics have their own verdict (``pages.sampler_verdict``)."""
+    out = []
+    values = dict(zip(table["metric"], table["value"], strict=False))
+    if "converged" in values and not values["converged"] >= 1:
+        iterations = values.get("iterations")
+        cap = "" if iterations is None or iterations != iterations else f" ({iterations:g})"
+        out.append(
+            f"{library} stopped at its iteration cap{cap} before its convergence rule was met: "
+            "the fit may not be the maximum (run it longer)"
+        )
+    prior_variance = (fit.hyperparameters or {}).get("prior_variance")
+    if prior_variance is not None and np.any(np.asarray(prior_variance) <= 0):
+        out.append(
+            f"{library}: the fitted prior variance sits on its boundary 0: every unit is pooled "
+            "to the common location and its interval has width 0, which ignores the "
+            "uncertainty in the prior variance (the normal hierarchical model by NUTS keeps it)"
+        )
+    return out
+
+
 def _hyperparameter_rows(hyperparameters: dict, columns, num_rows: int) -> dict:
     """{name: value} of a normal-prior rule's fitted hyperparameters
     (``MethodFit.hyperparameters``): a number, one row per data column for a value per
@@ -645,6 +670,9 @@ def run_deconvolve(
             check_finite_output("measure atoms", atoms, axis_name="atom")
             check_finite_output("measure weights", fit.measure.weights, axis_name="atom")
         check_finite_table("metrics", comparison.table)
+    warnings = fit_warnings(library, comparison.table, fit)
+    for warning in warnings:
+        say(f"warning: {warning}")
     say(f"{library}: writing the outputs")
     metrics = comparison.table[["metric", "value"]]
     files: dict = {
@@ -719,6 +747,11 @@ columns p_hat, p_lower_*, p_upper_* of <code>z_hat.csv</code>.</p>
 {img_tag(png, "proportions with intervals")}"""
     elapsed = time.perf_counter() - started
     summary["total wall time (s)"] = round(elapsed, 1)
+    if warnings:
+        settings["fit_warnings"] = warnings
+    warnings_html = "".join(
+        f"\n<p><strong>Warning:</strong> {html.escape(w)}</p>" for w in warnings
+    )
 
     if points.shape[1] == 1:
         if problem.se is None:
@@ -766,7 +799,7 @@ I<sub>p</sub>) with known sigma"""
 <p>{model}; the task is to estimate nu and each z_i. {html.escape(entry.description)}</p>
 {settings_table(summary)}
 <h2>Fit</h2>
-{table_html(metrics.set_index("metric"))}
+{table_html(metrics.set_index("metric"))}{warnings_html}
 {diag_html}
 <h2>Data and the fitted mixing measure</h2>
 <p class="note">{note_data}</p>
@@ -791,6 +824,7 @@ __all__ = [
     "deconvolve_output_columns",
     "figure_data_and_measure",
     "figure_z_hat",
+    "fit_warnings",
     "library_sigma",
     "run_deconvolve",
 ]

@@ -451,3 +451,51 @@ def test_deconvolve_binomial_fits_brown_scale_and_maps_back(tmp_path, run_cli):
     manifest = json.loads((folder / "run.json").read_text())
     assert manifest["binomial"] == ["h", "ab"] and manifest["columns"] == ["h", "ab"]
     assert "Proportions" in (folder / "index.html").read_text()
+
+
+def test_deconvolve_says_when_a_normal_prior_sits_on_its_boundary(tmp_path, run_cli):
+    """Rubin's eight schools (ArviZ's data): the marginal MLE of tau is 0, so normal-eb pools
+    every school to one mean with zero-width intervals; the run says so on the terminal and
+    the page, and in run.json."""
+    from arviz_base import load_arviz_data
+
+    data = load_arviz_data("centered_eight")
+    y = np.asarray(data["observed_data"]["obs"]).ravel()
+    s = np.asarray(data["constant_data"]["sigma"]).ravel()
+    path = tmp_path / "schools.csv"
+    pd.DataFrame({"y": y, "se": s}).to_csv(path, index=False)
+    code, _, err = run_cli(
+        [
+            "deconvolve",
+            path,
+            "--columns",
+            "y",
+            "--se",
+            "se",
+            "--method",
+            "normal-eb",
+            "--out",
+            tmp_path,
+        ]
+    )
+    assert code == 0, err
+    assert "warning: normal-eb: the fitted prior variance sits on its boundary 0" in err
+    folder = tmp_path / "schools-deconvolve-normal-eb"
+    assert (
+        "<strong>Warning:</strong> normal-eb: the fitted prior variance"
+        in (folder / "index.html").read_text()
+    )
+    assert len(json.loads((folder / "run.json").read_text())["fit_warnings"]) == 1
+    z = pd.read_csv(folder / "z_hat.csv")["z_hat_y"]
+    np.testing.assert_allclose(z, np.sum(y / s**2) / np.sum(1 / s**2), rtol=1e-10)
+
+
+def test_fit_warnings_name_an_iteration_cap():
+    """A point fit that stopped at its cap (converged 0 in the comparison's table) is named;
+    one that converged is not (no JAX)."""
+    fit = type("Fit", (), {"hyperparameters": None})()
+    table = pd.DataFrame({"metric": ["iterations", "converged"], "value": [500.0, 0.0]})
+    (warning,) = deconvolve.fit_warnings("attention-em", table, fit)
+    assert warning.startswith("attention-em stopped at its iteration cap (500)")
+    table["value"] = [37.0, 1.0]
+    assert deconvolve.fit_warnings("attention-em", table, fit) == []
