@@ -129,7 +129,7 @@ def write_report(
             thinned (``pieces.thin_datatree``: at most ``TREE_DRAWS_PER_CHAIN`` = 100 evenly
             spaced draws per chain, without the posterior predictive draws and the latent z draws,
             zlib-compressed;
-            its attrs say so), so the full report's folder stays under about 25 MB.
+            its attrs say so), so the full report's folder is about 27 MB.
         progress: called with a message at every step (the CLI prints them), and with one
             line per distinct warning a part raised (ArviZ's among them), naming its scenario
             and method: ``"warning: three-atoms, nuts: UserWarning: ..."``; the page lists
