@@ -52,16 +52,19 @@ class ScenarioData(NamedTuple):
 def scenario_data(scenario: Scenario, *, quick: bool, key: jax.Array) -> ScenarioData:
     """The scenario's measure, its latent z and data x, and as many held-out points: what
     ``run_scenario`` fits with the same ``key``. A per-unit scenario draws each point's s_i
-    (``noise_scales``, from keys folded from the data's) before its noise."""
+    (``noise_scales``) from a key of its own, independent of z and the noise."""
     measure = get_measure(scenario.measure, **scenario.measure_kwargs)
     key_data, _, key_held = jax.random.split(key, 3)
     num_points = scenario.num_points[0 if quick else 1]
     sigma = sigma_heldout = scenario.sigma
     if scenario.per_unit:
+        # a key of their own: split(key, 4)[:3] are the three keys above, and a key folded
+        # from key_data (fold_in(k, 1) == split(k)[1]) is the one ``simulate`` draws the noise
+        # from, which would tie eps_i to s_i
         low, high = scenario.sigma
+        key_scales = jax.random.split(jax.random.split(key, 4)[3])
         sigma, sigma_heldout = (
-            np.asarray(noise_scales(jax.random.fold_in(k, 1), num_points, low, high))
-            for k in (key_data, key_held)
+            np.asarray(noise_scales(k, num_points, low, high)) for k in key_scales
         )
     z, x = simulate(key_data, measure, sigma, num_points)
     _, x_heldout = simulate(key_held, measure, sigma_heldout, num_points)

@@ -74,7 +74,7 @@ SCENARIOS = (
         "The three atoms of three-atoms, but each observation its own noise scale s_i, "
         "log-uniform on [0.5, 3] and independent of z_i (a 36-fold range of precisions), "
         "known to every method: x_i ~ N(z_i, s_i^2). EM's E-step is attention with a "
-        "per-query temperature 1/s_i^2.",
+        "per-query temperature s_i^2.",
     ),
     Scenario(
         "sparse-means",

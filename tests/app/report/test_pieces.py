@@ -234,6 +234,11 @@ def test_a_per_unit_scenario_passes_each_point_its_own_noise(monkeypatch):
     )
     eps = (x - z) / sigma
     assert abs(eps.mean()) < 0.15 and abs(eps.std() - 1) < 0.1
+    # the scales and the noise come from different keys: independent (a shared key made
+    # corr(eps, s) = 0.96, so that the large-s points all sat on one side of their atom);
+    # |corr| of 400 independent pairs exceeds 0.2 with probability about 6e-5
+    assert abs(np.corrcoef(eps, sigma)[0, 1]) < 0.2
+    assert abs(np.corrcoef(np.abs(eps), sigma)[0, 1]) < 0.2
     held = kwargs["sigma_heldout"]
     assert held.shape == (400,) and not np.array_equal(held, sigma)
     assert kwargs["x_heldout"].shape == (400,)
