@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from raising import check_refused
-from scipy.optimize import minimize
 from scipy.special import logsumexp
 from scipy.stats import norm
+from simplex_reference import slsqp_simplex
 
 from attnbayes.inference.deconvolution import em
 from attnbayes.inference.deconvolution.kiefer_wolfowitz import (
@@ -70,21 +70,7 @@ def ref_kkt(x, grid, weights, sigma):
 
 def slsqp_npmle(x, grid, sigma):
     """An independent optimum: maximise mean_i log (L w)_i on the simplex with SciPy's SLSQP."""
-    lp = ref_log_phi(x, grid, sigma)
-    lik = np.exp(lp - lp.max(axis=1, keepdims=True))
-    g = lik.shape[1]
-    res = minimize(
-        lambda w: -np.mean(np.log(lik @ w)),
-        np.full(g, 1.0 / g),
-        jac=lambda w: -(lik / (lik @ w)[:, None]).mean(axis=0),
-        method="SLSQP",
-        bounds=[(0.0, 1.0)] * g,
-        constraints=[{"type": "eq", "fun": lambda w: np.sum(w) - 1.0, "jac": lambda w: np.ones(g)}],
-        options={"ftol": 1e-14, "maxiter": 1000},
-    )
-    assert res.success, res.message
-    w = np.clip(res.x, 0.0, None)
-    return w / w.sum()
+    return slsqp_simplex(ref_log_phi(x, grid, sigma), ftol=1e-14)
 
 
 def bayes_posterior(x, grid, weights, sigma):
