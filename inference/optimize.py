@@ -24,12 +24,23 @@ that is not a descent direction is replaced by -g. Stops when max |g| < ``tolera
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-__all__ = ["LbfgsResult", "hessian_by_differences", "minimize_lbfgs"]
+__all__ = [
+    "LbfgsBatchResult",
+    "LbfgsResult",
+    "NewtonResult",
+    "hessian_by_differences",
+    "hessian_from_batched_gradient",
+    "minimize_lbfgs",
+    "minimize_lbfgs_batch",
+    "refine_newton",
+]
 
 _ARMIJO = 1e-4
 _MIN_STEP = 1e-12
@@ -212,3 +223,261 @@ def hessian_by_differences(grad, x, *, relative_step: float = 1e-5):
     n = x.shape[0]
     hess = (grads[:n] - grads[n:]) / (2.0 * h[:, None])
     return 0.5 * (hess + hess.T)
+
+
+def _two_loop_numpy(grad, s_mem, y_mem, valid):
+    """``_two_loop`` for a batch in NumPy: grad (B, n), s_mem, y_mem (B, m, n), valid (B, m)
+    (oldest pair first); returns -H grad (B, n)."""
+    sy = np.sum(s_mem * y_mem, axis=-1)
+    rho = np.where(valid, 1.0 / np.where(valid, sy, 1.0), 0.0)
+    q = grad.copy()
+    alphas = np.zeros(valid.shape)
+    for k in range(valid.shape[1] - 1, -1, -1):
+        alphas[:, k] = rho[:, k] * np.sum(s_mem[:, k] * q, axis=-1)
+        q = q - alphas[:, k, None] * y_mem[:, k]
+    last_y = y_mem[:, -1]
+    gamma = np.where(
+        valid[:, -1], sy[:, -1] / np.maximum(np.sum(last_y * last_y, axis=-1), 1e-300), 1.0
+    )
+    r = gamma[:, None] * q
+    for k in range(valid.shape[1]):
+        beta = rho[:, k] * np.sum(y_mem[:, k] * r, axis=-1)
+        r = r + s_mem[:, k] * (alphas[:, k] - beta)[:, None]
+    return -r
+
+
+class LbfgsBatchResult(NamedTuple):
+    """The end of ``minimize_lbfgs_batch``, one entry per start (NumPy arrays).
+
+    Attributes:
+        x: (B, n) the last accepted points.
+        value: (B,) f there.
+        grad: (B, n) grad f there.
+        converged: (B,) bool, max |grad| < tolerance, or stalled with no visible gain
+            predicted (``stall``).
+        num_iterations: (B,) accepted steps.
+        num_evaluations: () calls of the batched value-and-gradient (each evaluates every
+            start once).
+        trace: (B, max_iterations + 1) f at x_0, x_1, ... (NaN after ``num_iterations``).
+    """
+
+    x: np.ndarray
+    value: np.ndarray
+    grad: np.ndarray
+    converged: np.ndarray
+    num_iterations: np.ndarray
+    num_evaluations: int
+    trace: np.ndarray
+
+
+def minimize_lbfgs_batch(
+    value_and_grad: Callable,
+    x0,
+    *,
+    max_iterations: int = 500,
+    tolerance: float = 1e-8,
+    history: int = 10,
+    stall: int | None = 10,
+) -> LbfgsBatchResult:
+    """``minimize_lbfgs``'s algorithm (module docstring: L-BFGS, backtracking Armijo line search,
+    one evaluation per step) run from B starts at once, driven from the host: each step makes
+    one call ``value_and_grad(points (B, n)) -> (values (B,), grads (B, n))`` (a compiled,
+    vmapped program: the same program serves every step, every start and, through
+    ``hessian_from_batched_gradient``, the Hessian), and the bookkeeping (the line search, the
+    two-loop recursion) is NumPy on (B, n) arrays. A start that has stopped is evaluated again
+    at its point (the batch keeps its shape, so nothing recompiles) and does not move. Not
+    traceable; the iterates equal ``minimize_lbfgs``'s from each start to round-off.
+
+    Args:
+        value_and_grad: points (B, n) -> (values (B,), gradients (B, n)), array-likes.
+        x0: (B, n) starts.
+        max_iterations: accepted steps at most per start; the calls are capped at 30 times
+            that.
+        tolerance: converged when max_i |df/dx_i| < tolerance.
+        history: stored (s, y) pairs per start.
+        stall: stop a start whose f has fallen by less than 16 eps |f| (round-off) over its
+            last ``stall`` accepted steps: it sits at a minimum that f cannot resolve
+            further, or creeps along a flat valley; otherwise one such start keeps the whole
+            batch running to ``max_iterations``. It counts as converged when its gradient
+            passes ``tolerance`` or when the quasi-Newton model predicts no visible gain
+            either: -g^T d / 2 <= 16 eps |f| for the L-BFGS direction d = -H g (the
+            spirit of L-BFGS-B's relative-reduction test, Byrd, Lu, Nocedal and Zhu 1995).
+            None: never (then the iterates are ``minimize_lbfgs``'s).
+    """
+    x = np.array(x0, dtype=float)
+    if x.ndim != 2:
+        raise ValueError(f"x0: expected shape (B, n), got {x.shape}")
+    b, n = x.shape
+    eps = np.finfo(x.dtype).eps
+    f = np.full(b, np.inf)
+    g = np.zeros((b, n))
+    d = np.zeros((b, n))
+    step = np.zeros(b)
+    s_mem = np.zeros((b, history, n))
+    y_mem = np.zeros((b, history, n))
+    valid = np.zeros((b, history), bool)
+    iteration = np.zeros(b, np.int64)
+    trace = np.full((b, max_iterations + 1), np.nan)
+    stop = np.zeros(b, bool)
+    settled = np.zeros(b, bool)  # stalled with no visible gain predicted
+    first = np.ones(b, bool)
+    calls = 0
+    while not stop.all() and calls < 30 * max_iterations + 1:
+        trial = np.where(stop[:, None], x, x + step[:, None] * d)
+        values, grads = value_and_grad(trial)
+        fv = np.asarray(values, dtype=float)
+        gv = np.asarray(grads, dtype=float)
+        calls += 1
+        finite = np.isfinite(fv) & np.all(np.isfinite(gv), axis=1)
+        noise = 4.0 * eps * np.abs(f)
+        with np.errstate(invalid="ignore"):
+            armijo = fv <= f + _ARMIJO * step * np.sum(g * d, axis=1) + noise
+        accept = ~stop & (first | (finite & armijo))
+        s, yv = trial - x, gv - g
+        sy = np.sum(s * yv, axis=1)
+        store = (
+            accept & ~first & (sy > 1e-10 * np.linalg.norm(s, axis=1) * np.linalg.norm(yv, axis=1))
+        )
+        s_mem[store] = np.concatenate([s_mem[store, 1:], s[store, None]], axis=1)
+        y_mem[store] = np.concatenate([y_mem[store, 1:], yv[store, None]], axis=1)
+        valid[store] = np.concatenate(
+            [valid[store, 1:], np.ones((int(store.sum()), 1), bool)], axis=1
+        )
+        direction = _two_loop_numpy(gv, s_mem, y_mem, valid)
+        steepest = -gv / np.maximum(1.0, np.linalg.norm(gv, axis=1))[:, None]
+        bad = ~np.any(valid, axis=1) | ~(np.sum(direction * gv, axis=1) < 0)
+        direction = np.where(bad[:, None], steepest, direction)
+        iteration = iteration + (accept & ~first)
+        converged = np.max(np.abs(gv), axis=1) < tolerance
+        rows = np.flatnonzero(accept)
+        trace[rows, iteration[rows]] = fv[rows]
+        stalled = np.zeros(b, bool)
+        if stall is not None:
+            back = iteration - stall
+            rows = np.flatnonzero(accept & (back >= 0))
+            before = trace[rows, back[rows]]
+            stalled[rows] = before - fv[rows] <= 16.0 * eps * np.abs(fv[rows])
+            gain = -0.5 * np.sum(gv * direction, axis=1)
+            settled |= stalled & (gain <= 16.0 * eps * np.abs(fv))
+        x = np.where(accept[:, None], trial, x)
+        f = np.where(accept, fv, f)
+        g = np.where(accept[:, None], gv, g)
+        d = np.where(accept[:, None], direction, d)
+        halve = ~stop & ~accept
+        stop = (
+            stop
+            | (accept & ((finite & converged) | (iteration >= max_iterations) | (first & ~finite)))
+            | stalled
+            | (halve & (0.5 * step < _MIN_STEP))
+        )
+        step = np.where(accept, 1.0, np.where(halve, 0.5 * step, step))
+        first = first & ~accept
+    return LbfgsBatchResult(
+        x=x,
+        value=f,
+        grad=g,
+        converged=(np.max(np.abs(g), axis=1) < tolerance) | settled,
+        num_iterations=iteration,
+        num_evaluations=calls,
+        trace=trace,
+    )
+
+
+def hessian_from_batched_gradient(
+    value_and_grad: Callable, x, batch_size: int, *, relative_step: float = 1e-5
+) -> np.ndarray:
+    """``hessian_by_differences`` (central differences of the gradient, symmetrised) with the
+    2n gradients evaluated by a batched ``value_and_grad(points (batch_size, n))`` in chunks
+    of ``batch_size`` points (the last chunk padded with x), so the compiled program of an
+    optimiser's batch of starts (``minimize_lbfgs_batch``) also gives the Hessian without
+    compiling another. NumPy result (n, n)."""
+    x = np.asarray(x, dtype=float)
+    n = x.shape[0]
+    h = relative_step * np.maximum(np.abs(x), 1.0)
+    points = np.concatenate([x + np.diag(h), x - np.diag(h)])
+    pad = (-points.shape[0]) % batch_size
+    points = np.concatenate([points, np.broadcast_to(x, (pad, n))])
+    grads = np.concatenate(
+        [
+            np.asarray(value_and_grad(points[i : i + batch_size])[1], dtype=float)
+            for i in range(0, points.shape[0], batch_size)
+        ]
+    )
+    hess = (grads[:n] - grads[n : 2 * n]) / (2.0 * h[:, None])
+    return 0.5 * (hess + hess.T)
+
+
+class NewtonResult(NamedTuple):
+    """The end of ``refine_newton`` (NumPy).
+
+    Attributes:
+        x: (n,) the last accepted point.
+        value: f(x).
+        grad: (n,) grad f(x).
+        converged: max |grad| < tolerance.
+        num_iterations: Newton steps taken.
+    """
+
+    x: np.ndarray
+    value: float
+    grad: np.ndarray
+    converged: bool
+    num_iterations: int
+
+
+def refine_newton(
+    value_and_grad: Callable,
+    x,
+    batch_size: int,
+    *,
+    max_iterations: int = 30,
+    tolerance: float = 1e-8,
+    relative_step: float = 1e-5,
+) -> NewtonResult:
+    """Polish a point by modified Newton steps, using only a batched value-and-gradient
+    program (``minimize_lbfgs_batch``'s): the Hessian H by central differences of the gradient
+    (``hessian_from_batched_gradient``), its eigenvalues replaced by max(|lambda|, delta),
+    delta = 1e-8 max |lambda| (Nocedal and Wright 2006, sec. 3.4, a modified Newton method:
+    a descent direction d = -H_mod^-1 g even where H is indefinite or nearly singular), and
+    the step lengths 1, 1/2, ..., 2^-(batch_size - 1) tried in ONE batched call; the longest
+    step that passes the Armijo test is taken. Where L-BFGS crawls along a badly conditioned
+    valley (thousands of steps on a three-regime switching regression), Newton converges in a
+    few. Stops when max |grad| < ``tolerance``, after ``max_iterations``, or when no step
+    length decreases f.
+
+    Args:
+        value_and_grad: points (batch_size, n) -> (values, gradients).
+        x: (n,) the start.
+        batch_size: the program's batch (at least 2).
+    """
+    x = np.asarray(x, dtype=float)
+    n = x.shape[0]
+    eps = np.finfo(float).eps
+    steps = 0.5 ** np.arange(batch_size)
+
+    def at(points):
+        values, grads = value_and_grad(points)
+        return np.asarray(values, dtype=float), np.asarray(grads, dtype=float)
+
+    values, grads = at(np.broadcast_to(x, (batch_size, n)))
+    f, g = float(values[0]), grads[0]
+    done = 0
+    while done < max_iterations and not np.max(np.abs(g)) < tolerance and np.isfinite(f):
+        hess = hessian_from_batched_gradient(
+            value_and_grad, x, batch_size, relative_step=relative_step
+        )
+        lam, vec = np.linalg.eigh(hess)
+        if not np.all(np.isfinite(lam)):
+            break
+        lam = np.maximum(np.abs(lam), 1e-8 * max(np.max(np.abs(lam)), 1e-300))
+        d = -vec @ ((vec.T @ g) / lam)
+        trials = x + steps[:, None] * d
+        values, grads = at(trials)
+        slope = float(g @ d)
+        ok = np.isfinite(values) & (values <= f + _ARMIJO * steps * slope + 4.0 * eps * abs(f))
+        if not ok.any():
+            break
+        k = int(np.argmax(ok))
+        x, f, g = trials[k], float(values[k]), grads[k]
+        done += 1
+    return NewtonResult(x, f, g, bool(np.max(np.abs(g)) < tolerance), done)

@@ -9,11 +9,13 @@ learning comparison. The models are ``attnbayes.models.markov_switching``'s ``Sw
 - ``likelihood``: log p(y_{1:T} | theta) by a filter (``LIKELIHOODS``: exact, GPB2, IMM, GPB1,
   Kalman), ``switching_log_likelihood``, Hamilton's (1989) filter ``hamilton_filter``;
 - ``results``: ``SwitchingFitResult``, ``information_criteria`` (AIC, BIC, HQIC),
-  ``expected_durations``, ``boundary_mask`` (estimates on the boundary of their support);
+  ``expected_durations``, ``boundary_mask`` (estimates on the boundary of their support),
+  ``local_optima`` (the distinct end points of a multi-start fit);
 - ``em``: EM (Dempster, Laird and Rubin 1977; Hamilton 1990; Shumway and Stoffer 1982; Kim
   1994), the expected complete-data log-likelihood and its M-step;
-- ``mle``: ``fit_switching``, maximum likelihood by L-BFGS from several starts with Hessian
-  standard errors, or EM;
+- ``mle``: ``fit_switching``, maximum likelihood by L-BFGS from several starts at once (the
+  regimes' orderings covered) driven by one compiled value-and-gradient program, Newton
+  polishing and Hessian standard errors from that program, or EM;
 - ``forecast``: ``forecast_switching``, k-step predictive distributions with intervals;
 - ``selection``: ``smoothed_regime_probabilities`` and ``select_num_regimes`` (BIC and the
   held-out predictive density);
@@ -87,10 +89,12 @@ from .posteriors import (
     study_priors,
 )
 from .results import (
+    LocalOptima,
     SwitchingFitResult,
     boundary_mask,
     expected_durations,
     information_criteria,
+    local_optima,
 )
 from .selection import RegimeSelection, select_num_regimes, smoothed_regime_probabilities
 
@@ -100,6 +104,7 @@ __all__ = [
     "LIKELIHOODS",
     "METHODS",
     "POSTERIORS",
+    "LocalOptima",
     "PosteriorShift",
     "RegimeSelection",
     "SwitchingFitResult",
@@ -114,6 +119,7 @@ __all__ = [
     "forecast_switching",
     "hamilton_filter",
     "information_criteria",
+    "local_optima",
     "numpyro_priors",
     "pairwise_mode_probabilities",
     "posterior_shift",

@@ -14,6 +14,8 @@ results), not traceable; ``switching_log_likelihood`` is (jit, vmap, grad).
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import time
 
 import jax
@@ -29,7 +31,7 @@ from ....models.markov_switching import (
     switching_state_space,
 )
 from ....models.switching import SwitchingParams
-from ...optimize import hessian_by_differences, minimize_lbfgs
+from ...optimize import hessian_from_batched_gradient, minimize_lbfgs_batch, refine_newton
 from .em import check_em_free, fit_em_unchecked
 from .likelihood import check_likelihood, switching_log_likelihood_unchecked
 from .parameters import (
@@ -43,18 +45,51 @@ from .parameters import (
     registered_spec,
     unconstrain,
 )
-from .results import SwitchingFitResult, boundary_mask
+from .results import SwitchingFitResult, boundary_mask, local_optima, reported_jacobian
 
 METHODS = ("mle", "em")
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _mle_kernel(spec_key, free, likelihood, max_iterations, z0, theta_fixed, obs, u, tol):
-    """L-BFGS from each start z0 (batched): minimise -log L / T (``minimize_lbfgs``: one
-    filter gradient per loop step, so the program compiles one copy of it)."""
+# a series is padded with missing (NaN) rows to a bucket length, so that a series a few steps
+# longer reuses the compiled programs: lengths up to 64 round up to a multiple of 16, longer
+# ones to a multiple of a quarter of the power of 2 below them (at most 25% padding)
+_BUCKET_MIN = 16
+
+
+def bucket_length(num_steps: int) -> int:
+    """The padded length of a series of ``num_steps`` rows (``fit_switching``): a multiple of
+    16 up to 64, above that a multiple of 2^(floor(log2 T) - 2) (at most 25% more rows)."""
+    t = int(num_steps)
+    grain = max(_BUCKET_MIN, 2 ** max(math.floor(math.log2(max(t, 1))) - 2, 0))
+    return max(_BUCKET_MIN, -(-t // grain) * grain)
+
+
+def _padded(spec, likelihood: str, obs, u):
+    """The series padded to ``bucket_length`` with missing rows (NaN observations, zero inputs):
+    the likelihood of a recursive filter is unchanged (a missing row only propagates the
+    regime probabilities through the transition matrix, whose rows sum to 1). Not for the
+    enumeration of histories ("exact" on a state-space model), whose cost grows as M^T."""
+    obs, u = jnp.asarray(obs), jnp.asarray(u)
+    if likelihood == "exact" and spec.structure.kind == "state_space":
+        return obs, u
+    t = obs.shape[0]
+    pad = bucket_length(t) - t
+    if pad == 0:
+        return obs, u
+    obs = jnp.concatenate([obs, jnp.full((pad, obs.shape[1]), jnp.nan, obs.dtype)])
+    u = jnp.concatenate([u, jnp.zeros((pad, u.shape[1]), u.dtype)])
+    return obs, u
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _objective_batch(spec_key, free, likelihood, points, like, theta_fixed, obs, u):
+    """(-log L / T, its gradient) at each row of ``points`` (B, n), the unconstrained free
+    coordinates laid out as ``like``: one compiled program per model shape and batch size,
+    which drives every L-BFGS step of every start (``minimize_lbfgs_batch``) and the Hessian
+    (``hessian_from_batched_gradient``)."""
     spec = registered_spec(spec_key)
     num_steps = jnp.sum(jnp.any(~jnp.isnan(obs), axis=-1)).astype(obs.dtype)
-    _, unravel = ravel_pytree(jax.tree.map(lambda a: a[0], z0))
+    _, unravel = ravel_pytree(like)
 
     def objective(flat):
         theta = constrain(spec, free, theta_fixed, unravel(flat))
@@ -63,41 +98,14 @@ def _mle_kernel(spec_key, free, likelihood, max_iterations, z0, theta_fixed, obs
             / num_steps
         )
 
-    def run(z):
-        res = minimize_lbfgs(
-            objective, ravel_pytree(z)[0], max_iterations=max_iterations, tolerance=tol
-        )
-        return (
-            res.x,
-            -res.value * num_steps,
-            res.converged,
-            -res.trace * num_steps,
-            res.num_iterations,
-        )
-
-    return jax.vmap(run)(z0)
+    return jax.vmap(jax.value_and_grad(objective))(points)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _hessian_kernel(spec_key, free, likelihood, z, theta_fixed, obs, u):
-    """Hessian of log L in the unconstrained coordinates, and the Jacobian of the reported
-    (constrained, flattened) free parameters with respect to them."""
-    spec = registered_spec(spec_key)
-    flat, unravel = ravel_pytree(z)
-
-    def loglik(f):
-        theta = constrain(spec, free, theta_fixed, unravel(f))
-        return switching_log_likelihood_unchecked(spec.structure, likelihood, theta, obs, u)
-
-    def reported(f):
-        theta = constrain(spec, free, theta_fixed, unravel(f))
-        return ravel_pytree({n: theta[n] for n in free})[0]
-
-    return hessian_by_differences(jax.grad(loglik), flat), jax.jacfwd(reported)(flat)
-
-
-def _standard_errors(spec, free, likelihood, z, theta_fixed, obs, u, theta) -> tuple:
-    """(standard errors, on_boundary), dicts over theta's names.
+def _standard_errors(spec, free, hess, jac, theta, num_obs) -> tuple:
+    """(standard errors, on_boundary, edge): dicts over theta's names, and the boolean mask of
+    the unconstrained coordinates on the boundary (``boundary_mask``), from the Hessian ``hess`` of
+    log L in the unconstrained coordinates z and the Jacobian ``jac`` of the reported (free,
+    constrained, flattened) parameters with respect to z, at the maximum.
 
     Delta method on the interior: with B the unconstrained coordinates on the boundary of the
     support (``boundary_mask``: a scale at 0, a probability at 0 or 1), where log L is flat
@@ -106,9 +114,6 @@ def _standard_errors(spec, free, likelihood, z, theta_fixed, obs, u, theta) -> t
     (the estimate of a boundary parameter has no Gaussian limit; Self and Liang 1987).
     NaN for the entries that move with a boundary coordinate, and everywhere when -H_II is
     not positive definite (a parameter not identified)."""
-    hess, jac = _hessian_kernel(register_spec(spec), free, likelihood, z, theta_fixed, obs, u)
-    hess, jac = np.asarray(hess), np.asarray(jac)
-    num_obs = int(np.sum(np.any(~np.isnan(np.asarray(obs)), axis=-1)))
     edge, on_edge = boundary_mask(spec, free, theta, -np.diagonal(hess), num_obs)
     _, unravel = ravel_pytree({n: jnp.asarray(theta[n]) for n in free})
 
@@ -121,11 +126,11 @@ def _standard_errors(spec, free, likelihood, z, theta_fixed, obs, u, theta) -> t
     inner = ~edge
     info = -0.5 * (hess + hess.T)[np.ix_(inner, inner)]
     if not np.all(np.isfinite(info)):
-        return nan, boundary
+        return nan, boundary, edge
     if info.size:
         eig = np.linalg.eigvalsh(info)
         if eig[0] <= 1e-10 * max(eig[-1], 1e-300):
-            return nan, boundary
+            return nan, boundary, edge
     cov = jac[:, inner] @ np.linalg.solve(info, jac[:, inner].T) if info.size else None
     se = (
         np.full(jac.shape[0], np.nan)
@@ -133,7 +138,7 @@ def _standard_errors(spec, free, likelihood, z, theta_fixed, obs, u, theta) -> t
         else np.sqrt(np.clip(np.diagonal(cov), 0, None))
     )
     se = np.where(on_edge, np.nan, se)
-    return per_name(se, np.nan), boundary
+    return per_name(se, np.nan), boundary, edge
 
 
 def _relabel(spec, free, result: SwitchingFitResult) -> SwitchingFitResult:
@@ -156,14 +161,70 @@ def _relabel(spec, free, result: SwitchingFitResult) -> SwitchingFitResult:
     )
 
 
+# unconverged starts that end within this many nats of the best are polished by Newton steps
+POLISH_NATS = 1.0
+
+# the spread of the regimes' variances in the ordering starts: v_j = v0 exp(a_j), a_j evenly
+# spaced on [-ORDERING_SPREAD, ORDERING_SPREAD] (a factor e^1.4 = 4 between the extremes)
+ORDERING_SPREAD = 0.7
+
+
+def _orderings(m: int) -> list:
+    """The assignments of m ranked profiles to the regimes: every permutation for m <= 4, else
+    the m cyclic shifts and their reversals."""
+    if m <= 4:
+        return [list(p) for p in itertools.permutations(range(m))]
+    shifts = [list(np.roll(np.arange(m), k)) for k in range(m)]
+    return shifts + [s[::-1] for s in shifts]
+
+
+def ordering_starts(spec, free) -> list:
+    """The deterministic starts of a fit: ``spec.theta``; for a Markov-switching regression
+    or MS-AR model with a free switching variance, one start per assignment of spread
+    variances to the regimes (``ORDERING_SPREAD``; every permutation for M <= 4); and, for
+    those models with a free transition matrix, each of these again with the uniform
+    transition matrix P_ij = 1/M (statsmodels' start) instead of the persistent one.
+
+    Why: the regimes are labelled by increasing intercept / mean (``regime_ordering``), but
+    which regime is the volatile one is not; from equal variances a gradient method settles
+    into whichever pairing the first steps favour. And a persistent start (stay with
+    probability 0.9) misses optima whose high-mean regime is short-lived: on statsmodels'
+    Areturns case (switching variance, published optimum -745.7977 with P = [[0.75, 0.25],
+    [0.68, 0.32]]) the persistent starts all end at -746.362."""
+    starts = [dict(spec.theta)]
+    s = spec.structure
+    if s.kind not in ("regression", "ar") or s.num_regimes == 1:
+        return starts
+    if s.switching_variance and "variances" in free:
+        base = np.asarray(spec.theta["variances"], float)
+        spread = np.exp(np.linspace(-ORDERING_SPREAD, ORDERING_SPREAD, s.num_regimes))
+        for perm in _orderings(s.num_regimes):
+            starts.append(dict(spec.theta) | {"variances": base * spread[perm]})
+    if "transition_matrix" in free:
+        m = s.num_regimes
+        uniform = np.full((m, m), 1.0 / m)
+        starts += [theta | {"transition_matrix": uniform} for theta in list(starts)]
+    return starts
+
+
 def _starts(key, spec, free, num_starts: int, scale: float):
-    """num_starts unconstrained starts: the spec's theta, then perturbations of it by
-    N(0, scale^2) in the unconstrained coordinates."""
-    z = unconstrain(spec, free, spec.theta)
-    flat, unravel = ravel_pytree(z)
-    noise = scale * jax.random.normal(key, (num_starts, flat.shape[0]), flat.dtype)
-    noise = noise.at[0].set(0.0)
-    return jax.vmap(unravel)(flat[None] + noise)
+    """(num_starts, n) unconstrained starts and the layout ``like`` of one: the deterministic
+    ``ordering_starts`` first (as many as fit), then perturbations of them in turn by
+    N(0, scale^2) in the unconstrained coordinates (NumPy draws seeded by ``key``)."""
+    dtype = np.dtype(np.float64 if jax.config.jax_enable_x64 else np.float32)
+    base = []
+    like = None
+    for theta in ordering_starts(spec, free):
+        z = unconstrain(spec, free, {n: np.asarray(theta[n], dtype) for n in free})
+        flat, _ = ravel_pytree(z)
+        base.append(np.asarray(flat))
+        like = z if like is None else like
+    base = np.stack(base)[:num_starts]
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+    extra = num_starts - base.shape[0]
+    around = base[np.arange(extra) % base.shape[0]]
+    noise = scale * rng.standard_normal((extra, base.shape[1]))
+    return np.concatenate([base, around + noise]).astype(dtype), like
 
 
 def fit_switching(
@@ -172,28 +233,34 @@ def fit_switching(
     observations=None,
     *,
     method: str = "mle",
-    likelihood: str = "imm",
+    likelihood: str | None = None,
     inputs=None,
     free=None,
-    num_starts: int = 8,
+    num_starts: int | None = None,
     start_scale: float = 0.5,
     max_iterations: int = 500,
     tolerance: float = 1e-8,
 ) -> SwitchingFitResult:
     """Fit a switching model by maximum likelihood ("mle") or EM ("em").
 
-    "mle": L-BFGS (``minimize_lbfgs``: backtracking line search, one filter gradient per loop
-    step, so it compiles about four times faster than optax's zoom search) on -log L(theta) / T
-    over the unconstrained coordinates z of the free parameters
-    (theta = biject_to(support)(z)), from ``num_starts`` starts: ``init``'s theta and
-    perturbations z + N(0, start_scale^2) drawn with ``key``, all run in one vmapped,
-    compiled program; the best end point is returned,
-    with standard errors from the Hessian of log L (central differences of its gradient,
-    ``hessian_by_differences``; delta method to the reported parametrisation) on the
-    coordinates inside the support: an estimate on its boundary (a noise scale at 0, a
-    transition probability at 0 or 1; ``result.on_boundary``, ``boundary_mask``) gets no
-    standard error, and the others are those of the model with it fixed there. Converged:
-    max |gradient of log L / T| < ``tolerance``.
+    "mle": L-BFGS (the algorithm of ``minimize_lbfgs``: backtracking line search, one
+    evaluation per step) on -log L(theta) / T over the unconstrained coordinates z of the
+    free parameters (theta = biject_to(support)(z)), from ``num_starts`` starts at once
+    (``minimize_lbfgs_batch``): the deterministic ``ordering_starts`` (``init``'s theta, and
+    for a model with a switching variance one start per pairing of spread variances with the
+    regimes, which are labelled by increasing intercept or mean) and perturbations of them,
+    z + N(0, start_scale^2) drawn with ``key``. Every step of every start and the Hessian are
+    evaluated by ONE compiled program, the batched value and gradient of the likelihood
+    (compiled once per model shape and number of starts; the series is padded with missing
+    rows to ``bucket_length``, so a series a few steps longer reuses it). The best end point
+    is returned, with the distinct optima the starts reached (``result.local_optima``: the
+    log-likelihoods within 1e-4 nats grouped, best first, with how many starts reached
+    each), and standard errors from the Hessian of log L (central differences of the same
+    gradient, ``hessian_from_batched_gradient``; delta method to the reported
+    parametrisation) on the coordinates inside the support: an estimate on its boundary (a
+    noise scale at 0, a transition probability at 0 or 1; ``result.on_boundary``,
+    ``boundary_mask``) gets no standard error, and the others are those of the model with
+    it fixed there. Converged: max |gradient of log L / T| < ``tolerance``.
 
     Labels (both methods): the estimate follows ``regime_ordering(spec, free)``; the
     exchangeable modes of a state-space spec are sorted by their ordering parameter
@@ -222,12 +289,15 @@ def fit_switching(
         observations: (T, o); ``None`` (the default) for the spec's own data (then ``inputs``
             too); required with a ``SwitchingParams``.
         method: "mle" or "em".
-        likelihood: "exact", "gpb2", "imm" (default), "gpb1", "kalman".
+        likelihood: "exact", "gpb2", "imm", "gpb1", "kalman"; default "exact" for the
+            econometric models (Hamilton's filter, exact and the smallest program) and "imm"
+            for a state-space model.
         inputs: (T, k) u_{1:T} when the model has inputs.
         free: names of the parameters to fit (default ``init.free``: the spec's identified
             set; for a generic model ``STATE_SPACE_FREE``, the transition matrix and the noise
             scales); the others stay at their values in ``init``.
-        num_starts: >= 1.
+        num_starts: >= 1; default ``default_num_starts`` (every deterministic start and as
+            many random ones, 8 to 32).
         start_scale: > 0, the spread of the random starts (unconstrained units).
         max_iterations: per start.
         tolerance: > 0.
@@ -263,8 +333,11 @@ def fit_switching(
                 f"observations: {observed} observed step(s) (rows with an entry not NaN) of "
                 f"{obs.shape[0]}; a fit needs at least 2 (BIC and HQIC use log T and log log T)"
             )
+    if likelihood is None:
+        likelihood = "imm" if spec.structure.kind == "state_space" else "exact"
     likelihood = check_likelihood(likelihood, spec.structure, obs.shape[0])
-    num_starts = validation.check_positive_int("num_starts", num_starts)
+    if num_starts is not None:
+        num_starts = validation.check_positive_int("num_starts", num_starts)
     max_iterations = validation.check_positive_int("max_iterations", max_iterations)
     start_scale = validation.check_positive_scalar("start_scale", start_scale)
     tolerance = validation.check_positive_scalar("tolerance", tolerance)
@@ -280,22 +353,56 @@ def fit_switching(
             began=began,
             likelihood=likelihood,
         )
-        return _relabel(spec, free, result)
+        optima = local_optima(result.log_likelihood[-1:], [result.converged])
+        return _relabel(spec, free, result._replace(local_optima=optima))
     dtype = obs.dtype
     theta0 = {n: jnp.asarray(v, dtype) for n, v in spec.theta.items()}
     fixed = {n: v for n, v in theta0.items() if n not in free}
     spec_key = register_spec(spec)
-    z0 = _starts(key, spec._replace(theta=theta0), free, num_starts, start_scale)
-    flat, values, converged, traces, counts = _mle_kernel(
-        spec_key, free, likelihood, max_iterations, z0, fixed, obs, u, tolerance
+    if num_starts is None:
+        num_starts = default_num_starts(spec, free)
+    z0, like = _starts(key, spec._replace(theta=theta0), free, num_starts, start_scale)
+    like = {n: jnp.asarray(v, dtype) for n, v in like.items()}
+    obs_pad, u_pad = _padded(spec, likelihood, obs, u)
+    num_obs = int(np.sum(np.any(~np.isnan(np.asarray(obs)), axis=-1)))
+
+    def objective(points):
+        return _objective_batch(
+            spec_key, free, likelihood, jnp.asarray(points, dtype), like, fixed, obs_pad, u_pad
+        )
+
+    run = minimize_lbfgs_batch(objective, z0, max_iterations=max_iterations, tolerance=tolerance)
+    values = -run.value * num_obs
+    ends, grads, converged = run.x.copy(), run.grad.copy(), run.converged.copy()
+    # polish the unconverged starts that end within POLISH_NATS of the best by modified Newton
+    # steps on the same program (a badly conditioned valley, e.g. three regimes, can take
+    # L-BFGS thousands of steps)
+    top = np.max(np.where(np.isfinite(values), values, -np.inf))
+    for i in np.flatnonzero(~converged & (values >= top - POLISH_NATS)):
+        polished = refine_newton(objective, ends[i], num_starts, tolerance=tolerance)
+        if polished.value <= run.value[i]:
+            ends[i], grads[i], values[i] = polished.x, polished.grad, -polished.value * num_obs
+            converged[i] = polished.converged
+    best = int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))
+    _, unravel = ravel_pytree(like)
+    flat_best = ends[best]
+    theta = {
+        n: np.asarray(v)
+        for n, v in constrain(spec, free, fixed, unravel(jnp.asarray(flat_best, dtype))).items()
+    }
+    hess = -num_obs * hessian_from_batched_gradient(objective, flat_best, num_starts)
+    jac = np.asarray(
+        reported_jacobian(spec_key, free, jnp.asarray(flat_best, dtype), like), dtype=float
     )
-    values = np.asarray(values)
-    best = int(np.nanargmax(np.where(np.isfinite(values), values, -np.inf)))
-    _, unravel = ravel_pytree(jax.tree.map(lambda a: a[0], z0))
-    z_best = unravel(flat[best])
-    theta = {n: np.asarray(v) for n, v in constrain(spec, free, fixed, z_best).items()}
-    stderr, on_boundary = _standard_errors(spec, free, likelihood, z_best, fixed, obs, u, theta)
-    trace = np.asarray(traces[best])[: int(counts[best]) + 1]
+    stderr, on_boundary, edge = _standard_errors(spec, free, hess, jac, theta, num_obs)
+    # at an estimate on the boundary of the support (a transition probability at 0), the
+    # gradient along the boundary coordinate cannot vanish (log L keeps rising as z -> inf):
+    # converged when it passes on the coordinates inside the support
+    if not converged[best] and edge.any() and np.max(np.abs(grads[best][~edge])) < tolerance:
+        converged[best] = True
+    trace = -run.trace[best][: int(run.num_iterations[best]) + 1] * num_obs
+    if values[best] != trace[-1]:
+        trace = np.append(trace, values[best])
     result = SwitchingFitResult(
         params=build_params(spec.structure, theta),
         theta=theta,
@@ -304,13 +411,27 @@ def fit_switching(
         on_boundary=on_boundary,
         start_log_likelihoods=values,
         num_parameters=num_free(spec, free),
-        num_observations=int(np.sum(np.any(~np.isnan(np.asarray(obs)), axis=-1))),
+        num_observations=num_obs,
         converged=bool(converged[best]),
         method="mle",
         likelihood=likelihood,
         seconds=time.perf_counter() - began,
+        local_optima=local_optima(values, converged),
     )
     return _relabel(spec, free, result)
 
 
-__all__ = ["METHODS", "fit_switching"]
+def default_num_starts(spec, free) -> int:
+    """The number of starts ``fit_switching`` uses by default: every deterministic
+    ``ordering_starts`` start and as many random ones again, at least 8 and at most 32."""
+    return int(min(max(8, 2 * len(ordering_starts(spec, free))), 32))
+
+
+__all__ = [
+    "METHODS",
+    "ORDERING_SPREAD",
+    "bucket_length",
+    "default_num_starts",
+    "fit_switching",
+    "ordering_starts",
+]

@@ -32,6 +32,47 @@ BOUNDARY_RATIO = 1e-6
 BOUNDARY_INFORMATION = 1e-6
 
 
+class LocalOptima(NamedTuple):
+    """The distinct end points of a multi-start fit (``fit_switching``), best first: starts
+    whose final log-likelihoods lie within ``tolerance`` nats of each other (single linkage on
+    the sorted values) count as one optimum.
+
+    Attributes:
+        log_likelihoods: (K,) the best log-likelihood in each group.
+        num_starts: (K,) how many starts ended there.
+        num_converged: (K,) how many of those met the gradient tolerance.
+        tolerance: the grouping tolerance in nats.
+    """
+
+    log_likelihoods: np.ndarray
+    num_starts: np.ndarray
+    num_converged: np.ndarray
+    tolerance: float
+
+
+def local_optima(values, converged=None, *, tolerance: float = 1e-4) -> LocalOptima:
+    """Group the final log-likelihoods of a fit's starts into distinct optima (``LocalOptima``):
+    sorted from the best, a value more than ``tolerance`` below the previous one opens a new
+    group. Non-finite values (a start that failed) form no group."""
+    values = np.asarray(values, dtype=float)
+    converged = np.ones(values.shape, bool) if converged is None else np.asarray(converged, bool)
+    order = np.argsort(-np.where(np.isfinite(values), values, -np.inf), kind="stable")
+    order = order[np.isfinite(values[order])]
+    best, counts, done = [], [], []
+    previous = np.inf
+    for i in order:
+        if not best or values[i] < previous - tolerance:
+            best.append(values[i])
+            counts.append(0)
+            done.append(0)
+        counts[-1] += 1
+        done[-1] += int(converged[i])
+        previous = values[i]
+    return LocalOptima(
+        np.asarray(best, float), np.asarray(counts, int), np.asarray(done, int), float(tolerance)
+    )
+
+
 class SwitchingFitResult(NamedTuple):
     """A fitted switching model.
 
@@ -52,6 +93,8 @@ class SwitchingFitResult(NamedTuple):
         converged: whether the best start met the tolerance.
         method, likelihood: as requested.
         seconds: wall time of the fit (compilation included).
+        local_optima: ``LocalOptima``, the distinct end points of the starts (best first,
+            with how many starts reached each).
     """
 
     params: SwitchingParams
@@ -66,6 +109,7 @@ class SwitchingFitResult(NamedTuple):
     method: str
     likelihood: str
     seconds: float
+    local_optima: LocalOptima | None = None
 
     @property
     def aic(self) -> float:
@@ -79,7 +123,7 @@ class SwitchingFitResult(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _reported_jacobian(spec_key, free, flat, like):
+def reported_jacobian(spec_key, free, flat, like):
     """d (the free parameters, constrained and flattened) / d (their unconstrained coordinates
     ``flat``, laid out as ``like``)."""
     spec = registered_spec(spec_key)
@@ -125,8 +169,8 @@ def boundary_mask(
     z_start = ravel_pytree(unconstrain(spec, free, spec.theta))
     flat, _ = ravel_pytree(unconstrain(spec, free, theta))
     like = unconstrain(spec, free, spec.theta)
-    start = np.asarray(_reported_jacobian(spec_key, free, z_start[0], like))
-    at = np.asarray(_reported_jacobian(spec_key, free, flat.astype(z_start[0].dtype), like))
+    start = np.asarray(reported_jacobian(spec_key, free, z_start[0], like))
+    at = np.asarray(reported_jacobian(spec_key, free, flat.astype(z_start[0].dtype), like))
     information = np.asarray(information, dtype=float)
     if information.shape != (at.shape[1],):
         raise ValueError(
@@ -162,8 +206,11 @@ def expected_durations(transition_matrix) -> np.ndarray:
 
 __all__ = [
     "BOUNDARY_RATIO",
+    "LocalOptima",
     "SwitchingFitResult",
     "boundary_mask",
     "expected_durations",
     "information_criteria",
+    "local_optima",
+    "reported_jacobian",
 ]
