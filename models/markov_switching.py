@@ -38,6 +38,28 @@ Conventions next to statsmodels' (0.14-0.15, ``statsmodels.tsa.regime_switching`
   ``MarkovRegression``, which it runs as an order-1 filter internally); at the stationary pi
   that changes nothing, so the likelihoods agree.
 - variances: statsmodels' ``sigma2`` are variances, as here.
+- time-varying transition probabilities (TVTP; Filardo 1994, Diebold, Lee and Weinbach 1994),
+  statsmodels' ``exog_tvtp``: covariates z_t (k_tvtp columns, one row per endog row) and
+  coefficients gamma (theta["transition_coefficients"], (M, M - 1, k_tvtp), in place of
+  "transition_matrix"):
+
+      P_t[i, j] = exp(z_t' gamma_ij) / sum_l exp(z_t' gamma_il),   gamma_{i, M-1} = 0
+
+  (the last regime is the reference, as in statsmodels). P_t moves s_{t-1} to s_t, so the
+  per-step matrices are (T, M, M), entry t computed from row t (the suite's convention for a
+  time-varying transition matrix, ``attnbayes.models.switching.SwitchingParams``). The first
+  regime follows statsmodels' steady-state initialisation at the first row: the ergodic law
+  of P_0. For MS-AR(p) statsmodels keeps every row of ``exog_tvtp`` (endog's length) although
+  it conditions on the first p observations: row r gives the move into the regime of row r, and
+  the first tuple (s_p, ..., s_0) (rows of endog) has the law
+  pi(s_0) prod_{r=1..p} P_r[s_{r-1}, s_r], pi the ergodic law of P_0 (checked against its
+  log-likelihood: changing the first row of ``exog_tvtp`` changes it). So the inputs of an MS-AR
+  spec with TVTP carry, after the p lags of y, the covariates of rows t-p..t (z_{t-p}, ...,
+  z_{t-1}, z_t; time order): the first row's lags give the first tuple's law, and z_t (the
+  last k_tvtp columns, as in every spec) gives P_t. The covariates ride in the spec's inputs,
+  as their LAST k_tvtp columns, so every compiled kernel keeps its (observations, inputs)
+  signature and a forecast takes future covariates as future inputs; the emissions give them
+  zero weight.
 - switching variance in MS-AR(p >= 2): here sigma^2 follows s_t. statsmodels 0.15 broadcasts a
   switching variance over the tuple axis of s_{t-p+1} instead (its p = 1 and common-variance
   models agree with ours).
@@ -74,6 +96,8 @@ class SwitchingStructure:
         num_inputs: k, the input columns (regressors for "regression", lags for "ar").
         switching_coefficients: the regression / AR coefficients differ by regime.
         switching_variance: the noise variance differs by regime.
+        num_tvtp: k_tvtp, the covariates of time-varying transition probabilities (0: a
+            constant transition matrix); they are the last k_tvtp columns of the inputs.
     """
 
     kind: str
@@ -82,11 +106,19 @@ class SwitchingStructure:
     num_inputs: int = 0
     switching_coefficients: bool = True
     switching_variance: bool = True
+    num_tvtp: int = 0
 
     @property
     def num_modes(self) -> int:
         """The filter's modes: M for a regression and a state-space model, M^(p+1) for MS-AR."""
         return self.num_regimes ** (self.order + 1) if self.kind == "ar" else self.num_regimes
+
+    @property
+    def input_width(self) -> int:
+        """The columns of the inputs: the regressors or lags (``num_inputs``), then the TVTP
+        covariates: z_t for a regression, z_{t-p}, ..., z_t for MS-AR(p) (module docstring)."""
+        lags = self.order if self.kind == "ar" else 0
+        return self.num_inputs + (lags + 1) * self.num_tvtp
 
 
 class SwitchingSpec(NamedTuple):
@@ -97,12 +129,15 @@ class SwitchingSpec(NamedTuple):
         theta: dict name -> array, every parameter's value (the start of a fit, or the truth).
         support: dict name -> NumPyro constraint of that parameter (simplex rows for
             "transition_matrix", ``positive`` for variances and scales, ``ordered_vector`` for
-            regime means/intercepts, which fixes the labels, ``real`` otherwise).
+            regime means/intercepts, which fixes the labels, ``real`` otherwise, e.g. the
+            TVTP logits "transition_coefficients").
         free: the names estimated by default (the identified set); the others stay fixed.
         observations: (T, o) the series the filters see (MS-AR: y_{p+1:T}).
-        inputs: (T, k) the inputs u_t (regressors, or lags for MS-AR).
+        inputs: (T, k) the inputs u_t (regressors, or lags for MS-AR; with TVTP then the
+            covariates, ``SwitchingStructure.input_width`` columns).
         names: dict name -> list of labels of its entries in C order, e.g.
-            ["p[0->0]", "p[0->1]", ...] (statsmodels' naming where one exists).
+            ["p[0->0]", "p[0->1]", ...] or ["p[0->0].tvtp0", ...] (statsmodels' naming where
+            one exists).
     """
 
     structure: SwitchingStructure
@@ -115,8 +150,8 @@ class SwitchingSpec(NamedTuple):
 
     @property
     def params(self) -> SwitchingParams:
-        """The ``SwitchingParams`` at ``theta``."""
-        return build_params(self.structure, self.theta)
+        """The ``SwitchingParams`` at ``theta`` (on the spec's inputs)."""
+        return build_params(self.structure, self.theta, self.inputs)
 
 
 # ----------------------------------------------------------------------------- building
@@ -150,23 +185,81 @@ def _tuple_maps(num_regimes: int, order: int):
 
 
 def tuple_transition_matrix(transition_matrix, order: int):
-    """The (M^(p+1), M^(p+1)) row-from transition matrix of the regime tuples."""
+    """The (M^(p+1), M^(p+1)) row-from transition matrix of the regime tuples; batched over
+    leading axes (a (T, M, M) TVTP matrix gives (T, M^(p+1), M^(p+1)))."""
     p = jnp.asarray(transition_matrix)
     m = p.shape[-1]
     allowed, current = _tuple_maps(m, order)
-    return jnp.where(allowed, p[current[:, None], current[None, :]], 0.0)
+    return jnp.where(allowed, p[..., current[:, None], current[None, :]], 0.0)
 
 
 def tuple_initial_probs(transition_matrix, order: int):
     """The stationary law of p + 1 consecutive regimes, on the tuples (s_t, ..., s_{t-p}):
-    pi[s_{t-p}] prod_{k=1..p} P[s_{t-k}, s_{t-k+1}]."""
+    pi[s_{t-p}] prod_{k=1..p} P[s_{t-k}, s_{t-k+1}].
+
+    ``transition_matrix`` (M, M), or (p + 1, M, M) for TVTP: the matrices P_{t-p}, ..., P_t of
+    the first tuple's rows (time order); then pi is the ergodic law of P_{t-p} and the move
+    into s_{t-k+1} uses P_{t-k+1} (statsmodels' steady-state initialisation with
+    ``exog_tvtp``, module docstring)."""
     p = jnp.asarray(transition_matrix)
-    pi = ergodic_probabilities(p)
+    per_row = p.ndim == 3
+    pi = ergodic_probabilities(p[0] if per_row else p)
     tup = regime_tuples(p.shape[-1], order)
     out = pi[tup[:, -1]]
     for k in range(order, 0, -1):
-        out = out * p[tup[:, k], tup[:, k - 1]]
+        step = p[order - k + 1] if per_row else p
+        out = out * step[tup[:, k], tup[:, k - 1]]
     return out
+
+
+def tvtp_transition_matrices(coefficients, covariates):
+    """Time-varying transition probabilities (Filardo 1994; Diebold, Lee and Weinbach 1994):
+
+        P[..., i, j] = exp(z' gamma_ij) / sum_l exp(z' gamma_il),   gamma_{i, M-1} = 0,
+
+    a multinomial logit per from-regime i with the last regime the reference (statsmodels'
+    ``exog_tvtp``). ``coefficients`` gamma (M, M - 1, k), ``covariates`` z (..., k); returns
+    (..., M, M) row-from matrices. Pure JAX."""
+    gamma = jnp.asarray(coefficients)
+    z = jnp.asarray(covariates)
+    eta = jnp.einsum("...k,ijk->...ij", z, gamma)  # (..., M, M - 1)
+    eta = jnp.concatenate([eta, jnp.zeros((*eta.shape[:-1], 1), eta.dtype)], axis=-1)
+    return jax.nn.softmax(eta, axis=-1)
+
+
+def _tvtp_covariates(structure: SwitchingStructure, inputs):
+    """(z_t (T, k_tvtp), the first row's covariates z_{t-p..t} (p + 1, k_tvtp)) from the
+    inputs' last columns; ``ValueError`` naming ``inputs`` when they are missing."""
+    if inputs is None:
+        raise ValueError(
+            "inputs: required with time-varying transition probabilities (their covariates "
+            f"are the last {structure.num_tvtp} columns of the inputs)"
+        )
+    u = jnp.asarray(inputs)
+    if u.ndim != 2 or u.shape[1] != structure.input_width:
+        raise ValueError(
+            f"inputs: expected shape (T, {structure.input_width}) (regressors or lags, then the "
+            f"TVTP covariates), got {tuple(u.shape)}"
+        )
+    k = structure.num_tvtp
+    lags = structure.order if structure.kind == "ar" else 0
+    first = u[0, structure.num_inputs :].reshape(lags + 1, k)
+    return u[:, -k:], first
+
+
+def regime_transition_matrix(structure: SwitchingStructure, theta: dict, inputs=None):
+    """The regime transition matrix of a Markov-switching regression or MS-AR model at theta:
+    theta["transition_matrix"] (M, M), or with TVTP (``structure.num_tvtp`` > 0) the (T, M, M)
+    matrices P_t = ``tvtp_transition_matrices``(gamma, z_t) on the inputs' covariates z_t
+    (entry t the law of s_t given s_{t-1}). statsmodels' ``regime_transition_matrix`` is its
+    transpose (column-from, time last). ``expected_durations`` of it is statsmodels'
+    (T, M) ``expected_durations`` with TVTP. Pure JAX."""
+    if structure.kind == "state_space":
+        return jnp.asarray(theta["transition_matrix"])
+    if structure.num_tvtp == 0:
+        return jnp.asarray(theta["transition_matrix"])
+    z, _ = _tvtp_covariates(structure, inputs)
+    return tvtp_transition_matrices(theta["transition_coefficients"], z)
 
 
 def regime_of_mode(structure: SwitchingStructure) -> np.ndarray:
@@ -200,9 +293,9 @@ def _per_regime(value, m: int, switching: bool):
     return value if switching else jnp.broadcast_to(value, (m, *value.shape))
 
 
-def build_params(structure: SwitchingStructure, theta: dict) -> SwitchingParams:
+def build_params(structure: SwitchingStructure, theta: dict, inputs=None) -> SwitchingParams:
     """The ``SwitchingParams`` of a parametrised model at theta (pure JAX: jit-, vmap- and
-    grad-able in theta).
+    grad-able in theta and the inputs).
 
     "regression": d_j = intercepts[j], D_j = coefficients[j] (or the common ones), R_j =
     variances[j] (or the common one), pi0 the ergodic distribution of P.
@@ -210,6 +303,13 @@ def build_params(structure: SwitchingStructure, theta: dict) -> SwitchingParams:
     d = means[s_t] - sum_k phi_k means[s_{t-k}], D = phi', R = variance of s_t (or common).
     "state_space": the given fields with Q_j = dynamics_cov_scale[j] dynamics_covs[j] and
     R_j = emission_cov_scale[j] emission_covs[j].
+
+    With TVTP (``structure.num_tvtp`` > 0) ``inputs`` (T, ``structure.input_width``) are
+    required: the transition matrix is (T, M, M) (MS-AR: (T, M^(p+1), M^(p+1)), the tuple
+    chain of each step), P_t = ``tvtp_transition_matrices``(gamma, z_t), and pi0 is the ergodic
+    law of P_0 (MS-AR: the first tuple's law from the first row's z_{t-p..t},
+    ``tuple_initial_probs``), as statsmodels initialises it; the emissions give the covariate
+    columns zero weight.
     """
     kind = structure.kind
     if kind == "state_space":
@@ -221,19 +321,26 @@ def build_params(structure: SwitchingStructure, theta: dict) -> SwitchingParams:
             theta["emission_cov_scale"][:, None, None] * theta["emission_covs"]
         )
         return SwitchingParams(**fields)
-    trans = jnp.asarray(theta["transition_matrix"])
-    dtype = trans.dtype
     m, p, k = structure.num_regimes, structure.order, structure.num_inputs
+    if structure.num_tvtp:
+        gamma = jnp.asarray(theta["transition_coefficients"])
+        z, first = _tvtp_covariates(structure, inputs)
+        trans = tvtp_transition_matrices(gamma, z)
+        first_rows = tvtp_transition_matrices(gamma, first)  # (p + 1, M, M): P_{t-p..t}
+    else:
+        trans = jnp.asarray(theta["transition_matrix"])
+        first_rows = trans
+    dtype = trans.dtype
+    width = structure.input_width
     variances = _per_regime(theta["variances"], m, structure.switching_variance)
     if kind == "regression":
         coefs = _per_regime(theta["coefficients"], m, structure.switching_coefficients)
         modes = m
         fields = {
-            "initial_probs": ergodic_probabilities(trans),
+            "initial_probs": ergodic_probabilities(first_rows[0] if structure.num_tvtp else trans),
             "transition_matrix": trans,
             "emission_biases": jnp.asarray(theta["intercepts"])[:, None],
-            "emission_input_weights": coefs.reshape(m, 1, k),
-            "emission_covs": variances.reshape(m, 1, 1),
+            "emission_input_weights": _padded_weights(coefs.reshape(m, 1, k), width),
         }
     else:  # "ar"
         tup = regime_tuples(m, p)
@@ -243,16 +350,26 @@ def build_params(structure: SwitchingStructure, theta: dict) -> SwitchingParams:
         phi_mode = phi[tup[:, 0]]  # (modes, p): the current regime's coefficients
         lagged = means[tup[:, 1:]]  # (modes, p)
         fields = {
-            "initial_probs": tuple_initial_probs(trans, p),
+            "initial_probs": tuple_initial_probs(first_rows, p),
             "transition_matrix": tuple_transition_matrix(trans, p),
             "emission_biases": (means[tup[:, 0]] - jnp.sum(phi_mode * lagged, axis=-1))[:, None],
-            "emission_input_weights": phi_mode.reshape(modes, 1, p),
-            "emission_covs": variances[tup[:, 0]].reshape(modes, 1, 1),
+            "emission_input_weights": _padded_weights(phi_mode.reshape(modes, 1, p), width),
         }
+    var_of_mode = variances if kind == "regression" else variances[regime_tuples(m, p)[:, 0]]
+    fields["emission_covs"] = var_of_mode.reshape(modes, 1, 1)
     fields |= _dummy_state(modes, dtype)
     fields["emission_matrices"] = jnp.zeros((modes, 1, 1), dtype)
-    fields["dynamics_input_weights"] = jnp.zeros((modes, 1, k), dtype)
+    fields["dynamics_input_weights"] = jnp.zeros((modes, 1, width), dtype)
     return SwitchingParams(**fields)
+
+
+def _padded_weights(weights, width: int):
+    """Input weights (modes, 1, k) padded with zero columns to the inputs' width (the TVTP
+    covariates do not enter the emissions)."""
+    extra = width - weights.shape[-1]
+    if extra == 0:
+        return weights
+    return jnp.concatenate([weights, jnp.zeros((*weights.shape[:-1], extra), weights.dtype)], -1)
 
 
 # ----------------------------------------------------------------------------- constructors
@@ -293,6 +410,63 @@ def _transition_names(m: int) -> list[str]:
     return [f"p[{i}->{j}]" for i in range(m) for j in range(m)]
 
 
+def _check_exog_tvtp(value, num_rows: int) -> np.ndarray:
+    """The TVTP covariates (T, k_tvtp) (a (T,) series is one column), one row per endog row,
+    finite; else a ``ValueError`` naming ``exog_tvtp``."""
+    z = validation.as_float_array("exog_tvtp", value)
+    if z.ndim == 1:
+        z = z[:, None]
+    if z.ndim != 2 or z.shape[0] != num_rows or z.shape[1] < 1:
+        raise ValueError(
+            f"exog_tvtp: expected shape ({num_rows}, k_tvtp) with k_tvtp >= 1 (one row per "
+            f"endog value, as statsmodels' exog_tvtp), got {z.shape}"
+        )
+    validation.check_finite("exog_tvtp", z)
+    return np.asarray(z, dtype=float)
+
+
+def _constant_column(z: np.ndarray) -> int | None:
+    """The first column of z that is a nonzero constant (an intercept), or None."""
+    for c in range(z.shape[1]):
+        if z[0, c] != 0 and np.all(z[:, c] == z[0, c]):
+            return c
+    return None
+
+
+def _tvtp_start(z: np.ndarray, m: int) -> np.ndarray:
+    """Start coefficients (M, M - 1, k_tvtp): where z has a constant column c, its
+    coefficients give the persistent start matrix (stay 0.9) at every step,
+    gamma_ijc = log(P[i, j] / P[i, M-1]) / c, and the other coefficients are 0; without a
+    constant column every coefficient is 0 (P_t uniform, statsmodels' start)."""
+    gamma = np.zeros((m, m - 1, z.shape[1]))
+    c = _constant_column(z)
+    if c is not None and m > 1:
+        persistent = _persistent_transition(m)
+        gamma[:, :, c] = np.log(persistent[:, :-1] / persistent[:, -1:]) / z[0, c]
+    return gamma
+
+
+def _tvtp_names(m: int, k: int) -> list[str]:
+    """statsmodels' names of the TVTP coefficients, in C order of (M, M - 1, k_tvtp)."""
+    return [f"p[{i}->{j}].tvtp{c}" for i in range(m) for j in range(m - 1) for c in range(k)]
+
+
+def _transition_part(z, m: int) -> tuple[dict, dict, dict]:
+    """(theta, support, names) of the transition: a constant matrix (``z`` None) or the TVTP
+    coefficients on the covariates ``z``."""
+    if z is None:
+        return (
+            {"transition_matrix": _persistent_transition(m)},
+            {"transition_matrix": constraints.simplex},
+            {"transition_matrix": _transition_names(m)},
+        )
+    return (
+        {"transition_coefficients": _tvtp_start(z, m)},
+        {"transition_coefficients": constraints.real},
+        {"transition_coefficients": _tvtp_names(m, z.shape[1])},
+    )
+
+
 def _ols(y, x):
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     resid = y - x @ coef
@@ -306,6 +480,7 @@ def markov_switching_regression(
     num_regimes: int = 2,
     switching_coefficients: bool = True,
     switching_variance: bool = True,
+    exog_tvtp=None,
 ) -> SwitchingSpec:
     """Markov-switching regression y_t = mu_{s_t} + x_t' beta_{s_t} + e_t,
     e_t ~ N(0, sigma^2_{s_t}) (Hamilton 1989; Kim and Nelson 1999, ch. 4), statsmodels'
@@ -313,9 +488,13 @@ def markov_switching_regression(
 
     theta: "transition_matrix" (M, M) (row-from), "intercepts" (M,) (ordered: the regimes are
     labelled by increasing intercept), "coefficients" (M, k) or (k,), "variances" (M,) or ().
+    With ``exog_tvtp`` (time-varying transition probabilities, statsmodels' ``exog_tvtp``;
+    module docstring) "transition_coefficients" (M, M - 1, k_tvtp) replaces
+    "transition_matrix": P_t[i, j] = softmax_j(z_t' gamma_ij), gamma_{i, M-1} = 0.
     The start values are statsmodels' in spirit: OLS coefficients, intercepts spread over
     the OLS residual scale, the OLS residual variance, persistent regimes (0.9 on the
-    diagonal).
+    diagonal; with TVTP through the coefficients of a constant column of ``exog_tvtp``, the
+    others 0, ``_tvtp_start``).
 
     Args:
         endog: (T,) the series.
@@ -323,9 +502,12 @@ def markov_switching_regression(
         num_regimes: M >= 1 (1: no switching, the baseline).
         switching_coefficients: beta differs by regime (else one beta).
         switching_variance: sigma^2 differs by regime (else one sigma^2).
+        exog_tvtp: (T, k_tvtp) the covariates z_t of the transition probabilities (include a
+            column of ones for a constant), or None (a constant transition matrix).
 
     Returns:
-        ``SwitchingSpec`` with observations (T, 1) and inputs (T, k) = exog.
+        ``SwitchingSpec`` with observations (T, 1) and inputs (T, k) = exog, or with TVTP
+        (T, k + k_tvtp) = [exog, exog_tvtp].
     """
     y = _series("endog", endog)
     t = y.shape[0]
@@ -348,25 +530,30 @@ def markov_switching_regression(
     ):
         if not isinstance(flag, bool):
             raise ValueError(f"{name}: expected True or False, got {flag!r}")
+    z = None if exog_tvtp is None else _check_exog_tvtp(exog_tvtp, t)
     coef, var = _ols(y, np.column_stack([np.ones(t), x]))
     spread = np.sqrt(var) * np.linspace(-1.0, 1.0, m)
     structure = SwitchingStructure(
-        "regression", m, 0, k, switching_coefficients, switching_variance
+        "regression",
+        m,
+        0,
+        k,
+        switching_coefficients,
+        switching_variance,
+        0 if z is None else z.shape[1],
     )
-    theta = {
-        "transition_matrix": _persistent_transition(m),
+    trans_theta, trans_support, trans_names = _transition_part(z, m)
+    theta = trans_theta | {
         "intercepts": coef[0] + spread,
         "coefficients": np.tile(coef[1:], (m, 1)) if switching_coefficients else coef[1:].copy(),
         "variances": np.full(m, var) if switching_variance else np.asarray(var),
     }
-    support = {
-        "transition_matrix": constraints.simplex,
+    support = trans_support | {
         "intercepts": constraints.ordered_vector,
         "coefficients": constraints.real,
         "variances": constraints.positive,
     }
-    names = {
-        "transition_matrix": _transition_names(m),
+    names = trans_names | {
         "intercepts": [f"const[{j}]" for j in range(m)],
         "coefficients": (
             [f"x{c + 1}[{j}]" for j in range(m) for c in range(k)]
@@ -375,7 +562,8 @@ def markov_switching_regression(
         ),
         "variances": [f"sigma2[{j}]" for j in range(m)] if switching_variance else ["sigma2"],
     }
-    return SwitchingSpec(structure, theta, support, _identified(theta), y[:, None], x, names)
+    inputs = x if z is None else np.column_stack([x, z])
+    return SwitchingSpec(structure, theta, support, _identified(theta), y[:, None], inputs, names)
 
 
 def markov_switching_ar(
@@ -385,6 +573,7 @@ def markov_switching_ar(
     num_regimes: int = 2,
     switching_ar: bool = False,
     switching_variance: bool = False,
+    exog_tvtp=None,
 ) -> SwitchingSpec:
     """Hamilton's (1989) Markov-switching AR(p) with switching mean:
     y_t - mu_{s_t} = sum_{k=1..p} phi_k (y_{t-k} - mu_{s_{t-k}}) + e_t, e_t ~ N(0, sigma^2),
@@ -393,8 +582,12 @@ def markov_switching_ar(
 
     The filter's modes are the regime tuples (s_t, ..., s_{t-p}) (module docstring); the
     first p observations are conditioned on. theta: "transition_matrix" (M, M), "means" (M,)
-    (ordered), "ar_coefficients" (p,) or (M, p), "variances" () or (M,) (of s_t). Start
-    values: the AR(p) OLS fit, means spread over its residual scale, persistent regimes.
+    (ordered), "ar_coefficients" (p,) or (M, p), "variances" () or (M,) (of s_t). With
+    ``exog_tvtp`` (statsmodels' ``exog_tvtp``, one row per endog row: its first p rows give
+    the law of the first regime tuple, as in statsmodels; module docstring)
+    "transition_coefficients" (M, M - 1, k_tvtp) replaces "transition_matrix". Start
+    values: the AR(p) OLS fit, means spread over its residual scale, persistent regimes (with
+    TVTP as ``markov_switching_regression``'s).
 
     Args:
         endog: (T,) the series, T > p + 2.
@@ -403,10 +596,13 @@ def markov_switching_ar(
         switching_ar: phi differs by regime.
         switching_variance: sigma^2 differs by regime (that of s_t; see the module docstring
             for statsmodels' convention when p >= 2).
+        exog_tvtp: (T, k_tvtp) the covariates z_t of the transition probabilities, one row
+            per endog row (include a column of ones for a constant), or None.
 
     Returns:
         ``SwitchingSpec`` with observations (T - p, 1) = y_{p+1:T} and inputs (T - p, p), row
-        t = (y_{t-1}, ..., y_{t-p}).
+        t = (y_{t-1}, ..., y_{t-p}); with TVTP (T - p, p + (p + 1) k_tvtp), row t =
+        (y_{t-1}, ..., y_{t-p}, z_{t-p}, ..., z_{t-1}, z_t).
     """
     y = _series("endog", endog)
     p = validation.check_positive_int("order", order)
@@ -417,27 +613,28 @@ def markov_switching_ar(
     t = y.shape[0]
     if t <= p + 2:
         raise ValueError(f"endog: an AR({p}) model needs more than {p + 2} values, got {t}")
+    z = None if exog_tvtp is None else _check_exog_tvtp(exog_tvtp, t)
     lags = np.column_stack([y[p - k : t - k] for k in range(1, p + 1)])
     obs = y[p:]
     coef, var = _ols(obs, np.column_stack([np.ones(t - p), lags]))
     phi = coef[1:]
     mean = coef[0] / max(1.0 - float(np.sum(phi)), 1e-3)
     spread = np.sqrt(var) * np.linspace(-1.0, 1.0, m)
-    structure = SwitchingStructure("ar", m, p, p, switching_ar, switching_variance)
-    theta = {
-        "transition_matrix": _persistent_transition(m),
+    structure = SwitchingStructure(
+        "ar", m, p, p, switching_ar, switching_variance, 0 if z is None else z.shape[1]
+    )
+    trans_theta, trans_support, trans_names = _transition_part(z, m)
+    theta = trans_theta | {
         "means": mean + spread,
         "ar_coefficients": np.tile(phi, (m, 1)) if switching_ar else phi.copy(),
         "variances": np.full(m, var) if switching_variance else np.asarray(var),
     }
-    support = {
-        "transition_matrix": constraints.simplex,
+    support = trans_support | {
         "means": constraints.ordered_vector,
         "ar_coefficients": constraints.real,
         "variances": constraints.positive,
     }
-    names = {
-        "transition_matrix": _transition_names(m),
+    names = trans_names | {
         "means": [f"const[{j}]" for j in range(m)],
         "ar_coefficients": (
             [f"ar.L{c + 1}[{j}]" for j in range(m) for c in range(p)]
@@ -446,7 +643,10 @@ def markov_switching_ar(
         ),
         "variances": [f"sigma2[{j}]" for j in range(m)] if switching_variance else ["sigma2"],
     }
-    return SwitchingSpec(structure, theta, support, _identified(theta), obs[:, None], lags, names)
+    inputs = lags
+    if z is not None:  # z_{t-p}, ..., z_t in time order (row t of the inputs is row t + p of endog)
+        inputs = np.column_stack([lags, *(z[c : t - p + c] for c in range(p + 1))])
+    return SwitchingSpec(structure, theta, support, _identified(theta), obs[:, None], inputs, names)
 
 
 def switching_state_space(params: SwitchingParams, observations, *, inputs=None) -> SwitchingSpec:
@@ -687,6 +887,10 @@ def default_priors(spec: SwitchingSpec, free=None) -> dict:
 
     - "transition_matrix": each row Dirichlet(1 + 2 e_i) (prior stay probability 3 / (M + 2),
       0.75 for M = 2);
+    - "transition_coefficients" (TVTP logits): N(start, (2.5 / s_k)^2) for the coefficient
+      of covariate k, with s_k its standard deviation over the inputs (|c| for a constant
+      column c): a one-standard-deviation move of a covariate moves a logit by about 2.5 a
+      priori, and the constant's coefficients centre on the persistent start (stay 0.9);
     - regime means / intercepts: ``OrderedNormal`` around their mean start, scale
       2 sqrt(v0) + their spread (v0 the start variance), which fixes the labels;
     - "variances": InverseGamma(3, 2 v0) (prior mean v0); noise scales of a state-space spec:
@@ -705,6 +909,12 @@ def default_priors(spec: SwitchingSpec, free=None) -> dict:
         support = spec.support[name]
         if name == "transition_matrix":
             out[name] = dist.Dirichlet(jnp.ones((m, m)) + 2.0 * jnp.eye(m)).to_event(1)
+        elif name == "transition_coefficients":
+            z = np.asarray(spec.inputs, float)[:, -spec.structure.num_tvtp :]
+            spread = np.where(np.ptp(z, axis=0) > 0, np.std(z, axis=0), np.abs(z[0]))
+            scale = 2.5 / np.where(spread > 0, spread, 1.0)
+            loc = jnp.asarray(value)
+            out[name] = dist.Normal(loc, jnp.broadcast_to(scale, value.shape)).to_event(3)
         elif support is constraints.ordered_vector:
             scale = 2.0 * np.sqrt(variance) + float(np.ptp(value))
             out[name] = OrderedNormal(float(np.mean(value)), scale, value.shape[-1])
@@ -738,9 +948,11 @@ __all__ = [
     "regime_of_mode",
     "regime_ordering",
     "regime_probabilities",
+    "regime_transition_matrix",
     "regime_tuples",
     "relabel_regimes",
     "switching_state_space",
     "tuple_initial_probs",
     "tuple_transition_matrix",
+    "tvtp_transition_matrices",
 ]

@@ -10,12 +10,14 @@ Model with M modes, state dimension d, observation dimension o, steps t = 1..T:
     x_t | x_{t-1}, s_t = j ~ N(F_j x_{t-1} + b_j + B_j u_t, Q_j)
     y_t | x_t, s_t = j ~ N(H_j x_t + d_j + D_j u_t, R_j)
 
-with optional known inputs u_t (k,) (dynamax's convention: u_t enters the step into x_t and
-the emission of y_t; u_1 enters only the first emission). Process noise covariances Q_j may be
-singular PSD (the discrete white-noise acceleration model has rank 2 in 2-D); so may the
-emission covariances R_j, as long as every innovation covariance H_j P H_j^T + R_j stays
-positive definite (an exactly observed coordinate with a random prediction). A coordinate of
-y_t that is NaN is missing: the update conditions on the observed ones.
+(Pi_t[i, :] when the transition matrix is time-varying, one per step: TVTP, Filardo 1994;
+Diebold, Lee and Weinbach 1994), with optional known inputs u_t (k,) (dynamax's convention:
+u_t enters the step into x_t and the emission of y_t; u_1 enters only the first emission).
+Process noise covariances Q_j may be singular PSD (the discrete white-noise acceleration model
+has rank 2 in 2-D); so may the emission covariances R_j, as long as every innovation
+covariance H_j P H_j^T + R_j stays positive definite (an exactly observed coordinate with a
+random prediction). A coordinate of y_t that is NaN is missing: the update conditions on the
+observed ones.
 
 This module holds the parameters (``SwitchingParams``), the named scenarios
 ``"maneuvering-target"`` (``maneuvering_target``, from the motion models of
@@ -56,7 +58,13 @@ class SwitchingParams(NamedTuple):
 
     Attributes:
         initial_probs: (M,) P(s_1 = j).
-        transition_matrix: (M, M), [i, j] = P(s_t = j | s_{t-1} = i); rows sum to one.
+        transition_matrix: (M, M), [i, j] = P(s_t = j | s_{t-1} = i); rows sum to one. Or
+            (T, M, M), time-varying transition probabilities (TVTP): entry t (0-based) is the
+            law of s_t given s_{t-1}, [t, i, j] = P(s_t = j | s_{t-1} = i); entry 0 is not
+            used by the filters (s_1 follows ``initial_probs``) but must be a valid matrix: it
+            keeps the time axis row for row with the observations (T, o), and a T that differs
+            from theirs is refused. ``per_step_transitions`` and ``step_transition`` are how
+            the scans over steps read it.
         initial_means: (M, d) mean of x_1 given s_1 = j.
         initial_covs: (M, d, d) covariance of x_1 given s_1 = j (PSD).
         dynamics_matrices: (M, d, d) F_j.
@@ -134,6 +142,24 @@ def as_float_field(name: str, value):
     return value
 
 
+def _check_stochastic_rows(name: str, trans: np.ndarray) -> None:
+    """Refuse a concrete (M, M) or (T, M, M) matrix with a row that is not a probability
+    vector (an entry < 0, or a sum off 1 by more than 1e-5); a (T, M, M) one is named by its
+    first bad step and row."""
+    bad = np.any(trans < 0, axis=-1) | ~np.isclose(trans.sum(axis=-1), 1.0, rtol=0, atol=1e-5)
+    if not np.any(bad):
+        return
+    where = ""
+    if trans.ndim == 3:
+        t, i = (int(v) for v in np.argwhere(bad)[0])
+        row = trans[t, i]
+        what = "has a negative entry" if np.any(row < 0) else f"sums to {row.sum():.8g}"
+        where = f"; step {t} row {i} {what}"
+    raise ValueError(
+        f"{name}: rows must be probability vectors ([i, j] = P(s_t = j | s_{{t-1}} = i)){where}"
+    )
+
+
 def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
     """Validate shapes, probabilities and covariances; return the fields as float arrays.
 
@@ -141,7 +167,8 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
 
     Tracer-aware: the static checks (the type, each field's rank and shape, M, d and o
     consistent across the fields, real dtypes) always run; the value checks (finiteness, a
-    probability vector ``initial_probs``, stochastic rows of ``transition_matrix``, symmetric
+    probability vector ``initial_probs``, stochastic rows of ``transition_matrix`` (of every
+    step when it is (T, M, M)), symmetric
     PSD ``initial_covs``, ``dynamics_covs`` and ``emission_covs``) run on every field that is
     concrete and are skipped for a field that is a JAX tracer (the caller is under ``jax.jit``,
     ``jax.vmap`` or ``jax.grad``: its numbers are unknown while tracing). Concrete fields come
@@ -188,8 +215,21 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
         if f not in fields:
             fields[f] = np.zeros(shape, emis.dtype)
             concrete[f] = True
+    if trans.ndim == 2 and tuple(trans.shape) != (m, m):
+        raise ValueError(
+            f"{name}.transition_matrix: expected shape {(m, m)}, got {tuple(trans.shape)}"
+        )
+    if trans.ndim == 3 and (trans.shape[0] < 1 or tuple(trans.shape[1:]) != (m, m)):
+        raise ValueError(
+            f"{name}.transition_matrix: expected shape (T, {m}, {m}) (one matrix per step, "
+            f"T >= 1), got {tuple(trans.shape)}"
+        )
+    if trans.ndim not in (2, 3):
+        raise ValueError(
+            f"{name}.transition_matrix: expected shape ({m}, {m}) or (T, {m}, {m}) (one matrix "
+            f"per step), got {tuple(trans.shape)}"
+        )
     expected = {
-        "transition_matrix": (m, m),
         "initial_covs": (m, d, d),
         "dynamics_matrices": (m, d, d),
         "dynamics_biases": (m, d),
@@ -204,13 +244,8 @@ def check_params(name: str, params: SwitchingParams) -> SwitchingParams:
             raise ValueError(f"{name}.{f}: expected shape {shape}, got {tuple(fields[f].shape)}")
     if concrete["initial_probs"]:
         validation.check_weights(f"{name}.initial_probs", pi0)
-    if concrete["transition_matrix"] and (
-        np.any(trans < 0) or not np.allclose(trans.sum(axis=1), 1.0, atol=1e-5)
-    ):
-        raise ValueError(
-            f"{name}.transition_matrix: rows must be probability vectors "
-            "([i, j] = P(s_t = j | s_{t-1} = i))"
-        )
+    if concrete["transition_matrix"]:
+        _check_stochastic_rows(f"{name}.transition_matrix", trans)
     for f in ("initial_covs", "dynamics_covs", "emission_covs"):
         defect = _psd_defect(fields[f]) if concrete[f] else None
         if defect is not None:
@@ -349,6 +384,50 @@ def step_offsets(params: SwitchingParams, u):
     return dyn, emi
 
 
+def per_step_transitions(params: SwitchingParams, start: int = 1):
+    """What a ``lax.scan`` over steps ``start``..T-1 (0-based) carries for the transition matrix.
+
+    ``None`` for a constant (M, M) matrix: it stays in the scan body's closure, so the program
+    of a constant matrix is the one it always was; ``params.transition_matrix[start:]``
+    (T - start, M, M) for a time-varying one. The two cases are told apart by the rank, at trace
+    time. Read the matrix of the current step with ``step_transition``::
+
+        def body(carry, inp):
+            y, p = inp
+            trans = step_transition(params, p)  # P_t (M, M)
+            ...
+        jax.lax.scan(body, carry, (observations[1:], per_step_transitions(params, 1)))
+
+    (``None`` is an empty pytree: scanning over it costs nothing.) The filters scan steps
+    1..T-1 (``start = 1``: P_t moves s_{t-1} to s_t; entry 0 is not used), the RBPF steps
+    0..T-1 (``start = 0``; its first step uses ``initial_probs``), Kim's backward pass the
+    pairs (t, t+1) with P_{t+1} (``start = 1``).
+    """
+    trans = params.transition_matrix
+    return None if trans.ndim == 2 else trans[start:]
+
+
+def step_transition(params: SwitchingParams, scanned) -> jax.Array:
+    """P_t (M, M) inside a scan: the slice ``scanned`` of ``per_step_transitions`` (a
+    time-varying matrix), or ``params.transition_matrix`` itself when ``scanned`` is None (a
+    constant one)."""
+    return params.transition_matrix if scanned is None else scanned
+
+
+def check_transition_steps(name: str, params: SwitchingParams, num_steps: int) -> None:
+    """Refuse a time-varying (T, M, M) ``transition_matrix`` of a checked ``params`` whose T is
+    not ``num_steps`` (the observations' rows): ``ValueError`` naming
+    ``name.transition_matrix``. A constant (M, M) matrix always passes. Static (shapes only):
+    runs under tracing too."""
+    trans = params.transition_matrix
+    if trans.ndim == 3 and trans.shape[0] != num_steps:
+        raise ValueError(
+            f"{name}.transition_matrix: has {trans.shape[0]} steps (T, M, M) but the series has "
+            f"T = {num_steps}; a time-varying transition matrix holds one matrix per step, "
+            "entry t the law of s_t given s_{t-1} (entry 0 unused)"
+        )
+
+
 def check_input_series(name: str, inputs, params: SwitchingParams, num_steps: int):
     """Validate the inputs u_{1:T} of a checked ``params`` for T = ``num_steps``.
 
@@ -389,7 +468,6 @@ def simulate_unchecked(key, params: SwitchingParams, inputs):
     chol_p0 = psd_factor(params.initial_covs)
     chol_q = psd_factor(params.dynamics_covs)
     chol_r = psd_factor(params.emission_covs)
-    log_trans = jnp.log(params.transition_matrix)
 
     def emit(key, s, x, offset):
         eps = jax.random.normal(key, (o,), x.dtype)
@@ -402,10 +480,10 @@ def simulate_unchecked(key, params: SwitchingParams, inputs):
 
     def step(carry, inp):
         s, x = carry
-        key, u = inp
+        key, u, trans = inp
         key_s, key_x, key_y = jax.random.split(key, 3)
         dyn_offset, emi_offset = step_offsets(params, u)
-        s_new = jax.random.categorical(key_s, log_trans[s])
+        s_new = jax.random.categorical(key_s, jnp.log(step_transition(params, trans)[s]))
         eps = jax.random.normal(key_x, (d,), x.dtype)
         x_new = params.dynamics_matrices[s_new] @ x + dyn_offset[s_new]
         x_new = x_new + chol_q[s_new] @ eps
@@ -413,7 +491,8 @@ def simulate_unchecked(key, params: SwitchingParams, inputs):
 
     keys = jax.random.split(key_steps, num_steps)
     y1 = emit(keys[0], s1, x1, step_offsets(params, inputs[0])[1])
-    _, (modes, states, obs) = jax.lax.scan(step, (s1, x1), (keys[1:], inputs[1:]))
+    scanned = (keys[1:], inputs[1:], per_step_transitions(params, 1))
+    _, (modes, states, obs) = jax.lax.scan(step, (s1, x1), scanned)
     modes = jnp.concatenate([s1[None], modes])
     states = jnp.concatenate([x1[None], states])
     obs = jnp.concatenate([y1[None], obs])
@@ -426,13 +505,16 @@ def simulate(key, params: SwitchingParams | str, num_steps: int, *, inputs=None)
     ``params`` is a ``SwitchingParams`` or a scenario name. x_1 comes from the initial
     distribution of s_1 with no dynamics step before it; y_t is emitted under s_t, with the
     offsets d_j + D_j u_t; the step into x_t adds b_j + B_j u_t. ``inputs`` (T, k) u_{1:T} are
-    required when ``params`` has input weights (k > 0).
+    required when ``params`` has input weights (k > 0). A time-varying (T, M, M)
+    ``transition_matrix`` draws s_t from row s_{t-1} of its entry t and needs T =
+    ``num_steps`` (``ValueError`` naming ``params.transition_matrix``).
     """
     validation.check_key("key", key)
     if isinstance(params, str):
         params = get_scenario(params)
     params = check_params("params", params)
     num_steps = validation.check_positive_int("num_steps", num_steps)
+    check_transition_steps("params", params, num_steps)
     inputs = check_input_series("inputs", inputs, params, num_steps)
     arrays = SwitchingParams(*(jnp.asarray(a) for a in params))
     return simulate_unchecked(key, arrays, jnp.asarray(inputs, arrays.initial_means.dtype))
@@ -554,14 +636,16 @@ def switching_log_joint_unchecked(params: SwitchingParams, states, observations,
     per_mode_y = jax.vmap(masked_gaussian_logpdf, in_axes=(0, None, 0))
     log_y = jax.vmap(per_mode_y, in_axes=(0, 0, None))(resid_y, observed, params.emission_covs)
     log_em = log_em + log_y
-    # forward algorithm: alpha_t(j) = log p(s_t = j, x_{1:t}, y_{1:t})
-    log_trans = jnp.log(params.transition_matrix)
 
-    def step(alpha, log_e):
+    # forward algorithm: alpha_t(j) = log p(s_t = j, x_{1:t}, y_{1:t})
+    def step(alpha, inp):
+        log_e, trans = inp
+        log_trans = jnp.log(step_transition(params, trans))
         alpha = logsumexp(alpha[:, None] + log_trans, axis=0) + log_e
         return alpha, None
 
-    alpha, _ = jax.lax.scan(step, jnp.log(params.initial_probs) + log_em[0], log_em[1:])
+    scanned = (log_em[1:], per_step_transitions(params, 1))
+    alpha, _ = jax.lax.scan(step, jnp.log(params.initial_probs) + log_em[0], scanned)
     return logsumexp(alpha)
 
 
@@ -595,13 +679,14 @@ def switching_log_joint(params: SwitchingParams, states, observations, *, inputs
     """log p(x_{1:T}, y_{1:T}) = log sum_{s_{1:T}} p(s, x, y), by the forward algorithm.
 
         alpha_1(j) = log pi0_j + e_1(j),
-        alpha_t(j) = logsumexp_i(alpha_{t-1}(i) + log Pi_ij) + e_t(j),   result logsumexp alpha_T
+        alpha_t(j) = logsumexp_i(alpha_{t-1}(i) + log Pi_t,ij) + e_t(j),  result logsumexp alpha_T
         e_1(j) = log N(x_1; m0_j, P0_j) + log N(y_1; H_j x_1 + d_j + D_j u_1, R_j)
         e_t(j) = log N(x_t; F_j x_{t-1} + b_j + B_j u_t, Q_j) + log N(y_t; H_j x_t + d_j
                  + D_j u_t, R_j)
 
     A NaN coordinate of y is missing: the y-term is the density of the observed coordinates
-    (a wholly missing row contributes nothing). Needs positive definite Q_j, P0_j and R_j
+    (a wholly missing row contributes nothing). Pi_t is the transition matrix, or its entry t
+    when it is time-varying (T, M, M). Needs positive definite Q_j, P0_j and R_j
     (checked when the parameters are concrete). Pure JAX: jit-, vmap- and grad-able.
 
     Args:
@@ -623,6 +708,7 @@ def switching_log_joint(params: SwitchingParams, states, observations, *, inputs
     obs = _check_series("observations", observations, o, "y_{1:T}", allow_nan=True)
     if states.shape[0] != obs.shape[0]:
         raise ValueError(f"states: has {states.shape[0]} steps but observations has {obs.shape[0]}")
+    check_transition_steps("params", params, obs.shape[0])
     inputs = check_input_series("inputs", inputs, params, obs.shape[0])
     dtype = jnp.result_type(jnp.asarray(states).dtype, jnp.asarray(obs).dtype)
     arrays = SwitchingParams(*(jnp.asarray(a, dtype) for a in params))
@@ -665,7 +751,9 @@ def switching_model(
 
     Args:
         y: (T, o) observations, NaN rows missing; ``None`` to simulate.
-        params: ``SwitchingParams`` or a scenario name.
+        params: ``SwitchingParams`` or a scenario name; a time-varying (T, M, M)
+            ``transition_matrix`` needs T = ``num_steps`` and no prior on Pi (``ValueError``
+            naming ``params.transition_matrix`` / ``priors.transition_concentration``).
         num_steps: T; defaults to ``len(y)``, required when ``y`` is ``None``.
         priors: ``SwitchingPriors`` or ``None`` (all of Pi, Q, R fixed).
         jitter: >= 0 added to the diagonal of every Q_j. Must be > 0 when some Q_j is singular
@@ -701,6 +789,13 @@ def switching_model(
     elif num_steps is None:
         raise ValueError("num_steps: required when y is None")
     num_steps = validation.check_positive_int("num_steps", num_steps)
+    check_transition_steps("params", params, num_steps)
+    if priors.transition_concentration is not None and np.ndim(params.transition_matrix) == 3:
+        raise ValueError(
+            "priors.transition_concentration: a Dirichlet prior draws one constant (M, M) "
+            "transition matrix, but params.transition_matrix is time-varying (T, M, M); drop "
+            "the prior to use the given per-step matrices, or pass an (M, M) matrix"
+        )
     inputs = check_input_series("inputs", inputs, params, num_steps)
 
     dtype = jnp.asarray(params.initial_means).dtype if y is None else jnp.asarray(y).dtype
@@ -780,14 +875,17 @@ __all__ = [
     "check_input_series",
     "check_params",
     "check_priors",
+    "check_transition_steps",
     "get_scenario",
     "is_psd",
     "maneuvering_target",
     "masked_gaussian_logpdf",
+    "per_step_transitions",
     "psd_factor",
     "simulate",
     "simulate_unchecked",
     "step_offsets",
+    "step_transition",
     "switching_dims",
     "switching_log_joint",
     "switching_log_joint_unchecked",

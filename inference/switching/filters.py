@@ -18,6 +18,13 @@ Gaussians): collapse({w_k, m_k, P_k}) = (sum w m, sum w (P + (m - mean)(m - mean
 The smoothers (``kalman_smoother``, ``exact_smoother``, Kim's ``kim_smoother``,
 ``fixed_modes_smoother``) live in ``attnbayes.inference.switching.smoothers``.
 
+Time-varying transition probabilities (TVTP; Filardo 1994, Diebold, Lee and Weinbach 1994):
+every filter (and smoother) takes ``params.transition_matrix`` (M, M) or (T, M, M), entry t
+the law of s_t given s_{t-1} (entry 0 unused: s_1 follows pi0); the step into t then uses
+Pi_t where the equations below write Pi. The scans carry Pi_t with (y_t, u_t)
+(``attnbayes.models.switching.per_step_transitions``; a constant matrix stays out of the scan,
+so its program is unchanged). A (T, M, M) matrix whose T is not the observations' is refused.
+
 All take ``(params, observations (T, o))`` and return ``FilterResult``; time runs in ``lax.scan``;
 mode probabilities live in the log domain, so an observation hundreds of sigmas out leaves them
 right (a linear-domain filter sees two likelihoods that both underflow). A NaN observation row
@@ -87,7 +94,12 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from ... import validation
-from ...models.switching import check_params, step_offsets
+from ...models.switching import (
+    check_params,
+    per_step_transitions,
+    step_offsets,
+    step_transition,
+)
 from .kalman import (
     FilterResult,
     check_inputs,
@@ -181,16 +193,22 @@ def _first_step(params, y, u):
     return (means, covs, log_joint - increment), increment
 
 
+def _scanned(observations, inputs, params):
+    """What the filters scan over steps 2..T: (y_t, u_t, P_t), P_t None for a constant
+    transition matrix (``per_step_transitions``)."""
+    return observations[1:], inputs[1:], per_step_transitions(params, 1)
+
+
 def _run(step, params, observations, inputs):
-    """Scan ``step(params, (means, covs, log_probs), (y_t, u_t)) -> (carry, increment)`` over
-    steps 2..T."""
+    """Scan ``step(params, (means, covs, log_probs), (y_t, u_t, P_t)) -> (carry, increment)``
+    over steps 2..T."""
     carry, first = _first_step(params, observations[0], inputs[0])
 
     def body(carry, yu):
         carry, increment = step(params, carry, yu)
         return carry, (carry, increment)
 
-    _, (rest, increments) = jax.lax.scan(body, carry, (observations[1:], inputs[1:]))
+    _, (rest, increments) = jax.lax.scan(body, carry, _scanned(observations, inputs, params))
     means, covs, log_probs = (
         jnp.concatenate([a[None], b]) for a, b in zip(carry, rest, strict=True)
     )
@@ -202,9 +220,10 @@ def _run(step, params, observations, inputs):
 
 def _imm_step(params, carry, yu):
     means, covs, log_probs = carry
-    y, u = yu
+    y, u, trans = yu
     dyn, emi = step_offsets(params, u)
-    log_predicted, log_mixing = imm_mixing(log_probs, log_probabilities(params.transition_matrix))
+    log_trans = log_probabilities(step_transition(params, trans))
+    log_predicted, log_mixing = imm_mixing(log_probs, log_trans)
     means, covs = _predict_each(params, *_mix(log_mixing, means, covs), dyn)
     means, covs, ll = _update_each(params, means, covs, y, emi)
     log_joint = log_predicted + ll
@@ -214,12 +233,12 @@ def _imm_step(params, carry, yu):
 
 def _gpb1_step(params, carry, yu):
     means, covs, log_probs = carry
-    y, u = yu
+    y, u, trans = yu
     dyn, emi = step_offsets(params, u)
     m = log_probs.shape[0]
     mean, cov = collapse(log_probs, means, covs)
     log_predicted = logsumexp(
-        log_probs[:, None] + log_probabilities(params.transition_matrix), axis=0
+        log_probs[:, None] + log_probabilities(step_transition(params, trans)), axis=0
     )
     means, covs = _predict_each(
         params,
@@ -235,7 +254,7 @@ def _gpb1_step(params, carry, yu):
 
 def _gpb2_step(params, carry, yu):
     means, covs, log_probs = carry
-    y, u = yu
+    y, u, trans = yu
     dyn, emi = step_offsets(params, u)
 
     def under_mode(f, b, q, h, r, e):
@@ -252,7 +271,8 @@ def _gpb2_step(params, carry, yu):
         params.emission_covs,
         emi,
     )
-    log_w = log_probs[None, :] + log_probabilities(params.transition_matrix).T + ll  # [j, i]
+    log_trans = log_probabilities(step_transition(params, trans))
+    log_w = log_probs[None, :] + log_trans.T + ll  # [j, i]
     increment = logsumexp(log_w)
     means, covs = jax.vmap(collapse)(log_w, new_means, new_covs)
     return (means, covs, logsumexp(log_w, axis=1) - increment), increment
@@ -296,7 +316,9 @@ _FILTER_ARGS = """
 
     Args:
         params: ``SwitchingParams`` (validated: shapes, stochastic rows, PSD covariances;
-            the value checks only when concrete).
+            the value checks only when concrete); ``transition_matrix`` (M, M), or (T, M, M)
+            with one matrix per step (entry t the law of s_t given s_{t-1}, 0-based; entry 0
+            unused).
         observations: (T, o); a NaN coordinate is missing (the update conditions on the
             observed coordinates; a wholly missing row is a predict-only step).
         inputs: (T, k) known inputs u_{1:T}, required when ``params`` has input weights.
@@ -335,7 +357,8 @@ for _f in (imm_filter, gpb1_filter, gpb2_filter):
 def _increments(step, params, observations, inputs):
     """log p(y_t | y_{1:t-1}) for t = 1..T, as ``_run`` sums them."""
     carry, first = _first_step(params, observations[0], inputs[0])
-    _, rest = jax.lax.scan(lambda c, yu: step(params, c, yu), carry, (observations[1:], inputs[1:]))
+    scanned = _scanned(observations, inputs, params)
+    _, rest = jax.lax.scan(lambda c, yu: step(params, c, yu), carry, scanned)
     return jnp.concatenate([first[None], rest])
 
 
@@ -393,7 +416,6 @@ def exact_filter_unchecked(params, observations, histories, inputs=None) -> Filt
     """``exact_filter`` on checked arrays (``check_inputs``) and the (M^T, T) mode
     ``histories`` (``all_histories``, as a JAX array); ``inputs`` (T, k) or None."""
     inputs = no_inputs(params, observations, inputs)
-    log_trans = log_probabilities(params.transition_matrix)
     m = params.initial_probs.shape[0]
     first = histories[:, 0]
     dyn_off, emi_off = jax.vmap(step_offsets, in_axes=(None, 0))(params, inputs)  # (T, M, .)
@@ -423,7 +445,7 @@ def exact_filter_unchecked(params, observations, histories, inputs=None) -> Filt
 
     def step(carry, inp):
         means, covs, log_w = carry
-        y, dyn, emi, prev, modes = inp
+        y, dyn, emi, prev, modes, trans = inp
         means, covs = jax.vmap(kalman_predict)(
             means,
             covs,
@@ -432,6 +454,7 @@ def exact_filter_unchecked(params, observations, histories, inputs=None) -> Filt
             params.dynamics_covs[modes],
         )
         means, covs, ll = update(means, covs, y, emi, modes)
+        log_trans = log_probabilities(step_transition(params, trans))
         log_w = log_w + log_trans[prev, modes] + ll
         return (means, covs, log_w), moments(log_w, means, covs, modes)
 
@@ -441,6 +464,7 @@ def exact_filter_unchecked(params, observations, histories, inputs=None) -> Filt
         emi_off[1:],
         histories[:, :-1].T,
         histories[:, 1:].T,
+        per_step_transitions(params, 1),
     )
     (_, _, log_w_final), rest = jax.lax.scan(step, (means, covs, log_w), scanned)
     start = moments(log_w, means, covs, first)

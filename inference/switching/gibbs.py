@@ -20,7 +20,8 @@ BlackJAX's kernels do: ``switching_gibbs_init`` and ``switching_gibbs_step`` (on
 vmapped in one compiled loop, an ArviZ DataTree). Each validates its arguments on concrete
 values at the boundary (``ValueError`` naming the argument) and hands the compiled sweeps the
 per-step offsets b_tj, e_tj, not the inputs, so one compiled sampler serves models with and
-without inputs of the same T, M, d and o.
+without inputs of the same T, M, d and o. The transition matrix is constant (M, M): a
+time-varying (T, M, M) one is refused (``ValueError`` naming ``params.transition_matrix``).
 """
 
 from __future__ import annotations
@@ -149,6 +150,13 @@ def _check_data(params, observations, inputs=None):
     of ``prepare_model``: the compiled sweeps see the offsets, not the inputs and their weights, so
     one compiled sampler serves models with and without inputs (any k) of the same shapes."""
     params, obs, inputs = check_inputs(params, observations, inputs=inputs)
+    if np.ndim(params.transition_matrix) == 3:
+        raise ValueError(
+            "params.transition_matrix: the Gibbs sampler takes a constant (M, M) transition "
+            f"matrix, got a time-varying one of shape {tuple(np.shape(params.transition_matrix))}"
+            " (its chain state holds one Pi, drawn under a Dirichlet prior); use the filters "
+            "and smoothers (imm_filter, exact_smoother, ...) for time-varying transitions"
+        )
     if not validation.any_traced(params.emission_covs):
         _check_emission_definite(params.emission_covs)
     dynamics_offsets, emission_offsets = _offsets_over_time(params, inputs)

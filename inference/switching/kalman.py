@@ -25,6 +25,7 @@ from ...models.switching import (
     as_float_field,
     check_input_series,
     check_params,
+    check_transition_steps,
     step_offsets,
 )
 from .linalg import chol, mm, mv, solve_lower, solve_lower_t, symmetrise, transpose
@@ -199,7 +200,8 @@ def check_inputs(params, observations, *, num_modes=None, inputs=None):
     unchecked kernels; ``inputs=None`` becomes a (T, 0) array when the params take none.
 
     Tracer-aware (``check_params``): the static checks (types, ranks, shapes, M, d and o
-    consistent, real dtypes, ``num_modes``, the inputs' shape (T, k)) always run; the value
+    consistent, real dtypes, ``num_modes``, the inputs' shape (T, k), the T of a time-varying
+    (T, M, M) transition matrix equal to the observations') always run; the value
     checks (finite parameters and inputs, probability vectors, stochastic rows, PSD
     covariances, no +-inf observation) run on concrete values only, and are skipped for what
     is a JAX tracer (the public function is being jitted, vmapped or differentiated). NumPy is
@@ -215,6 +217,7 @@ def check_inputs(params, observations, *, num_modes=None, inputs=None):
     o = params.emission_matrices.shape[1]
     if obs.ndim != 2 or obs.shape[1] != o or obs.shape[0] < 1:
         raise ValueError(f"observations: expected shape (T, {o}), got {tuple(obs.shape)}")
+    check_transition_steps("params", params, obs.shape[0])
     traced = validation.is_traced(obs)
     if not traced and np.any(np.isinf(obs)):
         raise ValueError(

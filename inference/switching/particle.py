@@ -12,7 +12,8 @@ Krishnamurthy 2001). The discrete proposal is the locally optimal one,
 prediction), the weights are w_t^i proportional to w_{t-1}^i alpha_t^i (log domain), and the
 particles are resampled systematically before step t when ESS = 1 / sum_i (w^i)^2 <
 ess_threshold N. log p(y) is estimated by sum_t log sum_i w_{t-1}^i alpha_t^i (normalised
-w_{t-1}), whose exponential is unbiased for p(y).
+w_{t-1}), whose exponential is unbiased for p(y). With a time-varying (T, M, M) transition
+matrix, Pi in step t is its entry t (the law of s_t given s_{t-1}).
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ import jax
 import jax.numpy as jnp
 
 from ... import validation
-from ...models.switching import SwitchingParams, step_offsets
+from ...models.switching import (
+    SwitchingParams,
+    per_step_transitions,
+    step_offsets,
+    step_transition,
+)
 from .kalman import (
     FilterResult,
     check_inputs,
@@ -79,7 +85,6 @@ def rbpf_unchecked(
     d = params.initial_means.shape[1]
     dtype = observations.dtype
     log_pi0 = jnp.log(params.initial_probs)
-    log_trans = jnp.log(params.transition_matrix)
     log_uniform = -jnp.log(jnp.asarray(n, dtype))
     # over particles (outer) and modes (inner)
     predict = jax.vmap(
@@ -92,7 +97,8 @@ def rbpf_unchecked(
 
     def step(carry, inp):
         log_w, modes, mean, cov, total = carry
-        key, y, u, first = inp
+        key, y, u, first, trans = inp
+        log_trans = jnp.log(step_transition(params, trans))  # Pi_t (entry 0 unused: pi0)
         dyn, emi = step_offsets(params, u)
         key_resample, key_modes = jax.random.split(key)
         # systematic resampling when ESS = 1 / sum w^2 < threshold N
@@ -131,7 +137,13 @@ def rbpf_unchecked(
         jnp.zeros((n, d, d), dtype),
         jnp.zeros((), dtype),
     )
-    scanned = (jax.random.split(key, t_max), observations, inputs, jnp.arange(t_max) == 0)
+    scanned = (
+        jax.random.split(key, t_max),
+        observations,
+        inputs,
+        jnp.arange(t_max) == 0,
+        per_step_transitions(params, 0),
+    )
     (*_, total), summary = jax.lax.scan(step, init, scanned)
     return FilterResult(*summary, log_likelihood=total)
 

@@ -11,6 +11,11 @@
   (``SmootherMoments``): per-mode moments, pairwise mode probabilities and the lag-one
   cross-covariances Cov[x_t, x_{t-1} | s_t = j, y_{1:T}].
 
+Every smoother takes a constant (M, M) or a time-varying (T, M, M) ``transition_matrix``
+(entry t the law of s_t given s_{t-1}; ``attnbayes.models.switching.SwitchingParams``): the
+history prior of the exact smoothers is log pi0[s_1] + sum_t log Pi_t[s_{t-1}, s_t], and Kim's
+backward step between t and t+1 uses Pi_{t+1}.
+
 The RTS step is written as a sum of PSD terms,
 P_t|T = (I - G F) P_t (I - G F)^T + G Q G^T + G P_{t+1|T} G^T, with the gain
 G = P_t F^T (F P_t F^T + Q)^+ from a symmetric (pseudo-)solve (``linalg.psd_solve``), so a
@@ -28,7 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import validation
-from ...models.switching import SwitchingParams, step_offsets
+from ...models.switching import (
+    SwitchingParams,
+    per_step_transitions,
+    step_offsets,
+    step_transition,
+)
 from .kalman import (
     FilterResult,
     check_inputs,
@@ -254,12 +264,16 @@ def _histories(num_modes: int, num_steps: int):
 
 
 def _log_history_prior(params: SwitchingParams, histories):
-    """log p(s_{1:T}) = log pi0[s_1] + sum_t log Pi[s_{t-1}, s_t]; (K, T) -> (K,)."""
+    """log p(s_{1:T}) = log pi0[s_1] + sum_t log Pi_t[s_{t-1}, s_t]; (K, T) -> (K,). Pi_t is
+    the transition matrix, or its entry t when it is time-varying (T, M, M)."""
     log_pi0 = log_probabilities(params.initial_probs)
     log_trans = log_probabilities(params.transition_matrix)
-    return log_pi0[histories[:, 0]] + jnp.sum(
-        log_trans[histories[:, :-1], histories[:, 1:]], axis=1
-    )
+    prev, nxt = histories[:, :-1], histories[:, 1:]
+    if log_trans.ndim == 2:
+        steps = log_trans[prev, nxt]
+    else:  # entry t for the move into step t, t = 1..T-1 (0-based)
+        steps = log_trans[jnp.arange(1, histories.shape[1]), prev, nxt]
+    return log_pi0[histories[:, 0]] + jnp.sum(steps, axis=1)
 
 
 @jax.jit
@@ -487,7 +501,6 @@ def _kim_pass(params: SwitchingParams, filtered: FilterResult, inputs, moments: 
     backward step t -> t+1 (see ``kim_smoother_moments``): pair probabilities (T-1, M, M),
     E and Cov of x_t given s_{t+1} (T-1, M, d), (T-1, M, d, d), and Cov[x_{t+1}, x_t | s_{t+1}]
     (T-1, M, d, d)."""
-    log_trans = log_probabilities(params.transition_matrix)
     log_filt = jnp.log(filtered.mode_probs)
     dyn_off, _ = _offsets(params, inputs)
 
@@ -499,7 +512,8 @@ def _kim_pass(params: SwitchingParams, filtered: FilterResult, inputs, moments: 
 
     def backward(carry, inp):
         log_next, next_means, next_covs = carry
-        log_p, f_means, f_covs, next_dyn = inp
+        log_p, f_means, f_covs, next_dyn, trans = inp
+        log_trans = log_probabilities(step_transition(params, trans))  # Pi_{t+1}
         # log P(s_t = j | s_{t+1} = k, y_{1:t}) = log p_t(j) Pi_jk - log sum_j' p_t(j') Pi_j'k
         log_u = log_normalise(log_p[:, None] + log_trans, axis=0)
         log_joint = log_u + log_next[None, :]  # P(s_t = j, s_{t+1} = k | y_{1:T}), (M, M)
@@ -530,7 +544,13 @@ def _kim_pass(params: SwitchingParams, filtered: FilterResult, inputs, moments: 
         return carry, (*carry, pair, prev_means, prev_covs, cross)
 
     last = (log_filt[-1], filtered.means[-1], filtered.covs[-1])
-    scanned = (log_filt[:-1], filtered.means[:-1], filtered.covs[:-1], dyn_off[1:])
+    scanned = (
+        log_filt[:-1],
+        filtered.means[:-1],
+        filtered.covs[:-1],
+        dyn_off[1:],
+        per_step_transitions(params, 1),
+    )
     _, outs = jax.lax.scan(backward, last, scanned, reverse=True)
     log_probs, means, covs = (
         jnp.concatenate([a, b[None]]) for a, b in zip(outs[:3], last, strict=True)
@@ -625,6 +645,8 @@ def kim_smoother(
       N(m_{t+1|T}^k, P_{t+1|T}^k), collapsed over k with weights W_t(k | j) into mode j.
     Mode probabilities are propagated in the log domain; a mode with zero smoothed mass gets
     the prior transition row as its collapse weights. With M = 1 this is the RTS smoother.
+    With a time-varying (T, M, M) transition matrix, Pi is its entry t+1 (the law of s_{t+1}
+    given s_t) in the step between t and t+1.
     The approximation: p(x_{t+1} | s_t, s_{t+1}, y_{1:T}) ~ p(x_{t+1} | s_{t+1}, y_{1:T}).
 
     A non-finite ``filtered`` (a filter that overflowed) is refused with a ``ValueError``

@@ -1,7 +1,8 @@
 """The parametrised switching models' regime labels: one convention for the suite
 (``regime_ordering``), the ordered priors that express it (``OrderedIID``) and the relabelling
-of exchangeable modes (``relabel_regimes``). NumPy and a few eager JAX operations: nothing is
-compiled beyond them."""
+of exchangeable modes (``relabel_regimes``); the constructors' time-varying transition
+probabilities (``exog_tvtp``: the inputs' layout, statsmodels' names, start values and prior,
+bad input). NumPy and a few eager JAX operations: nothing is compiled beyond them."""
 
 import jax
 import jax.numpy as jnp
@@ -10,12 +11,16 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.distributions import constraints
 from scipy import stats
+from statsmodels.tsa.regime_switching.markov_autoregression import MarkovAutoregression
+from statsmodels_cases import RECESSIONS, RGNP
 
 from attnbayes.models.markov_switching import (
     OrderedIID,
     default_priors,
+    markov_switching_ar,
     markov_switching_regression,
     regime_ordering,
+    regime_transition_matrix,
     relabel_regimes,
     switching_state_space,
 )
@@ -113,3 +118,62 @@ def test_relabel_regimes_permutes_modes_and_transition_rows_and_columns():
     np.testing.assert_array_equal(again["emission_cov_scale"], [0.5, 2.0])
     with pytest.raises(ValueError, match="^order: expected a permutation"):
         relabel_regimes(spec, theta, [0, 0])
+
+
+# ----------------------------------------------------------------------------- TVTP
+
+HAMILTON_Z = np.c_[np.ones(len(RGNP)), RECESSIONS]
+
+
+def test_constructors_lay_out_the_covariates_and_name_the_coefficients_as_statsmodels():
+    """The covariates ride in the inputs' last columns (MS-AR: after the y lags, z_{t-p..t} in
+    time order, row t of the inputs being row t + p of endog); the coefficients are named as
+    statsmodels names them; the start puts the constant's coefficients at the persistent
+    matrix (stay 0.9) and the others at 0; the default prior is a Normal on the logits."""
+    spec = markov_switching_ar(RGNP, 2, exog_tvtp=HAMILTON_Z)
+    s = spec.structure
+    assert (s.num_tvtp, s.num_inputs, s.input_width) == (2, 2, 2 + 3 * 2)
+    assert "transition_matrix" not in spec.theta and "transition_coefficients" in spec.free
+    np.testing.assert_array_equal(spec.inputs[:, :2], np.c_[RGNP[1:-1], RGNP[:-2]])
+    for lag in range(3):  # z_{t-2}, z_{t-1}, z_t
+        np.testing.assert_array_equal(
+            spec.inputs[:, 2 + 2 * lag : 4 + 2 * lag], HAMILTON_Z[lag : len(RGNP) - 2 + lag]
+        )
+    sm = MarkovAutoregression(RGNP, 2, 2, exog_tvtp=HAMILTON_Z)
+    assert set(spec.names["transition_coefficients"]) == {n for n in sm.param_names if ".tvtp" in n}
+    p = np.asarray(regime_transition_matrix(s, spec.theta, spec.inputs))
+    np.testing.assert_allclose(p, np.broadcast_to([[0.9, 0.1], [0.1, 0.9]], p.shape), atol=1e-12)
+    reg = markov_switching_regression(RGNP, num_regimes=3, exog_tvtp=RECESSIONS)  # no constant
+    assert reg.inputs.shape == (len(RGNP), 1) and reg.structure.input_width == 1
+    np.testing.assert_array_equal(reg.theta["transition_coefficients"], np.zeros((3, 2, 1)))
+    prior = default_priors(spec)["transition_coefficients"]
+    assert prior.event_shape == (2, 1, 2)
+    np.testing.assert_allclose(prior.mean, spec.theta["transition_coefficients"])
+    sd = np.sqrt(prior.variance)
+    np.testing.assert_allclose(sd[..., 0], 2.5)  # the constant column: 2.5 / 1
+    np.testing.assert_allclose(sd[..., 1], 2.5 / np.std(RECESSIONS[2:]))
+
+
+def test_bad_exog_tvtp_is_refused_by_name():
+    """A TVTP covariate matrix of the wrong length, rank or width, or with NaN, inf or text,
+    gets a ValueError naming ``exog_tvtp`` (both constructors)."""
+    t = len(RGNP)
+    for make in (
+        lambda z: markov_switching_ar(RGNP, 1, exog_tvtp=z),
+        lambda z: markov_switching_regression(RGNP, exog_tvtp=z),
+    ):
+        with pytest.raises(ValueError, match=r"^exog_tvtp: expected shape \(135, k_tvtp\)"):
+            make(HAMILTON_Z[1:])  # one row short
+        with pytest.raises(ValueError, match="^exog_tvtp: expected shape"):
+            make(HAMILTON_Z[None])  # 3-D
+        with pytest.raises(ValueError, match="^exog_tvtp: expected shape"):
+            make(np.zeros((t, 0)))  # no covariate
+        with pytest.raises(ValueError, match="^exog_tvtp: expected shape"):
+            make(1.0)
+        for bad in (np.nan, np.inf):
+            z = HAMILTON_Z.copy()
+            z[5, 1] = bad
+            with pytest.raises(ValueError, match="^exog_tvtp: contains 1 non-finite"):
+                make(z)
+        with pytest.raises(ValueError, match="^exog_tvtp: "):
+            make([["a"] * 2] * t)

@@ -7,8 +7,9 @@ diagonal), mu_t = F_{s_t} mu_{t-1} + b_{s_t} + B_{s_t} u_t, and y = blockdiag(H_
 (d_{s_t} + D_{s_t} u_t)_t + v, v ~ N(0, blockdiag(R_{s_t})). Each history's dense joint Gaussian
 of (x_{1:T}, y_{1:T}) is conditioned densely on the observed entries (a NaN entry of y is
 missing and dropped), and the histories are mixed with weights
-p(s_{1:t}, y_{1:t}). Written independently of the JAX code it checks; fast enough for M = 2,
-T <= 8.
+p(s_{1:t}, y_{1:t}); a time-varying (T, M, M) transition matrix gives p(s_{1:t}) its entry t
+for the move into step t (0-based). Written independently of the JAX code it checks; fast
+enough for M = 2, T <= 8.
 
 Usage from a test module (``tests/`` is on ``sys.path`` under pytest)::
 
@@ -147,11 +148,14 @@ def _history_gaussian(p: SwitchingParams, hist, u) -> _HistoryGaussian:
 
 
 def _log_mode_prob(p: SwitchingParams, hist) -> float:
-    """log p(s_{1:t}) = log pi0[s_1] + sum log Pi[s_{t-1}, s_t] (-inf for impossible ones)."""
+    """log p(s_{1:t}) = log pi0[s_1] + sum log Pi_t[s_{t-1}, s_t] (-inf for impossible ones);
+    Pi_t is the transition matrix, or its entry t (0-based) when it is (T, M, M)."""
+    trans = p.transition_matrix
     with np.errstate(divide="ignore"):
         out = np.log(p.initial_probs[hist[0]])
-        for a, b in itertools.pairwise(hist):
-            out = out + np.log(p.transition_matrix[a, b])
+        for t in range(1, len(hist)):
+            step = trans if trans.ndim == 2 else trans[t]
+            out = out + np.log(step[hist[t - 1], hist[t]])
     return float(out)
 
 

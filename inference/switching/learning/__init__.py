@@ -10,7 +10,7 @@ learning comparison. The models are ``attnbayes.models.markov_switching``'s ``Sw
   Kalman), ``switching_log_likelihood``, Hamilton's (1989) filter ``hamilton_filter``;
 - ``results``: ``SwitchingFitResult``, ``information_criteria`` (AIC, BIC, HQIC),
   ``expected_durations``, ``boundary_mask`` (estimates on the boundary of their support),
-  ``local_optima`` (the distinct end points of a multi-start fit);
+  ``local_optima`` and ``LocalOptima`` (the distinct end points of a multi-start fit);
 - ``em``: EM (Dempster, Laird and Rubin 1977; Hamilton 1990; Shumway and Stoffer 1982; Kim
   1994), the expected complete-data log-likelihood and its M-step;
 - ``mle``: ``fit_switching``, maximum likelihood by L-BFGS from several starts at once (the

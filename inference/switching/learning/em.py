@@ -11,7 +11,12 @@ states, the pairwise mode probabilities and the lag-one cross-covariances
 (``attnbayes.inference.switching.smoothers.kim_smoother_moments``). The M-step is the
 closed-form transition matrix, then L-BFGS steps on the expected complete-data log-likelihood
 Q (trace forms in those moments) over the unconstrained free parameters, each accepted only if
-it raises Q: a generalised EM. Where Kim's approximate E-step makes a step lower the
+it raises Q: a generalised EM. With time-varying transition probabilities (TVTP,
+``exog_tvtp``) the E-step uses P_{t+1} between t and t+1, and the logit coefficients gamma have
+no closed form: the transition term sum_t sum_ij xi_t(i, j) log P_{t+1}(gamma)_ij of Q, a
+weighted multinomial logistic regression per from-regime, is maximised with the other free
+parameters by those L-BFGS steps (statsmodels' EM leaves them where they start). Where Kim's
+approximate E-step makes a step lower the
 log-likelihood, the step is halved until it raises it (``EM_STEP_HALVINGS``; Lange 1995).
 
 - ``fit_em_unchecked``: the EM loop on checked arguments (``fit_switching(method="em")``,
@@ -39,6 +44,7 @@ from ....models.markov_switching import (
     SwitchingStructure,
     build_params,
     regime_of_mode,
+    regime_transition_matrix,
 )
 from ....models.switching import step_offsets
 from ..kalman import log_probabilities
@@ -94,31 +100,46 @@ def check_em_free(spec: SwitchingSpec, free: tuple) -> None:
 # ----------------------------------------------------------------------------- E-step
 
 
+def _pair_transitions(transition_matrix):
+    """The matrices between consecutive steps (t, t+1), t = 1..T-1: P_{t+1} (T-1, M, M) of a
+    time-varying (T, M, M) matrix (entry 0 unused), or the constant (M, M) one."""
+    p = jnp.asarray(transition_matrix)
+    return p[1:] if p.ndim == 3 else p
+
+
 def pairwise_mode_probabilities(filtered_probs, transition_matrix, smoothed_probs):
     """xi_t(i, j) = P(s_t = i, s_{t+1} = j | y_{1:T}), t = 1..T-1 (Kim 1994):
     filt_t(i) P_ij smooth_{t+1}(j) / pred_{t+1}(j), pred_{t+1}(j) = sum_i filt_t(i) P_ij,
-    from the filtered (T, M) and smoothed (T, M) mode probabilities."""
+    from the filtered (T, M) and smoothed (T, M) mode probabilities. ``transition_matrix``
+    (M, M), or (T, M, M) time-varying (TVTP): then P_{t+1} links t and t+1."""
     filt = filtered_probs[:-1]
-    pred = filt @ transition_matrix
+    trans = _pair_transitions(transition_matrix)
+    trans = trans[None] if trans.ndim == 2 else trans  # (1 or T-1, M, M)
+    pred = jnp.sum(filt[:, :, None] * trans, axis=1)
     ratio = jnp.where(pred > 0, smoothed_probs[1:] / jnp.where(pred > 0, pred, 1.0), 0.0)
-    return filt[:, :, None] * transition_matrix[None] * ratio[:, None, :]
+    return filt[:, :, None] * trans * ratio[:, None, :]
 
 
 def _smoothed_mode_probs(filtered, transition_matrix):
     """P(s_t = j | y_{1:T}) by the backward recursion on the filter's mode probabilities
-    (exact for a Markov chain observed through mode-wise likelihoods)."""
-    log_p = jnp.log(transition_matrix)
+    (exact for a Markov chain observed through mode-wise likelihoods); a time-varying
+    (T, M, M) matrix links t and t+1 by its entry t + 1."""
+    trans = jnp.asarray(transition_matrix)
+    per_step = trans[1:] if trans.ndim == 3 else None
 
-    def step(next_smooth, filt):
+    def step(next_smooth, inp):
+        filt, p = inp
+        p = trans if p is None else p
+        log_p = jnp.log(p)
         log_pred = logsumexp(jnp.log(filt)[:, None] + log_p, axis=0)
         ratio = jnp.exp(jnp.log(next_smooth) - log_pred)
         ratio = jnp.where(next_smooth > 0, ratio, 0.0)
-        out = filt * (jnp.exp(log_p) @ ratio)
+        out = filt * (p @ ratio)
         out = out / jnp.sum(out)
         return out, out
 
     last = filtered[-1]
-    _, rest = jax.lax.scan(step, last, filtered[:-1], reverse=True)
+    _, rest = jax.lax.scan(step, last, (filtered[:-1], per_step), reverse=True)
     return jnp.concatenate([rest, last[None]])
 
 
@@ -128,8 +149,9 @@ def em_expectations(spec_key, likelihood, theta, obs, u):
     ``register_spec`` and ``likelihood`` static): (log p(y), smoothed mode probabilities
     gamma (T, M), pairwise xi (T-1, M, M))."""
     spec = registered_spec(spec_key)
-    params = build_params(spec.structure, theta)
-    log_lik, filtered = mode_filter(spec.structure, likelihood, params, obs, u)
+    params = build_params(spec.structure, theta, u)
+    regimes = regime_transition_matrix(spec.structure, theta, u)
+    log_lik, filtered = mode_filter(spec.structure, likelihood, params, obs, u, regimes)
     smooth = _smoothed_mode_probs(filtered, params.transition_matrix)
     xi = pairwise_mode_probabilities(filtered, params.transition_matrix, smooth)
     return log_lik, smooth, xi
@@ -150,10 +172,12 @@ def _negative_q_constant_state(spec, free, z, theta_fixed, stats, obs, u):
 
     over the filter's modes (the regime tuples of MS-AR, whose Pi and pi0 are functions of
     the regime transition matrix), for a model with a constant state. ``stats`` = (gamma,
-    xi)."""
+    xi). With TVTP, Pi_ij is Pi_{t+1, ij}(gamma) and pi0 the ergodic law of P_0(gamma): the
+    transition term is a weighted multinomial logistic regression per from-regime, maximised
+    with the other free parameters by the M-step's L-BFGS steps."""
     gamma, xi = stats
     theta = constrain(spec, free, theta_fixed, z)
-    p = build_params(spec.structure, theta)
+    p = build_params(spec.structure, theta, u)
     mean = p.emission_biases[None, :, 0] + jnp.einsum(
         "jk,tk->tj", p.emission_input_weights[:, 0], u
     )
@@ -161,7 +185,8 @@ def _negative_q_constant_state(spec, free, z, theta_fixed, stats, obs, u):
     logpdf = -0.5 * ((obs - mean) ** 2 / var + jnp.log(2 * jnp.pi * var))
     logpdf = jnp.where(jnp.isnan(obs), 0.0, logpdf)
     q = jnp.sum(gamma * logpdf)
-    q = q + jnp.sum(jnp.where(xi > 0, xi * log_probabilities(p.transition_matrix), 0.0))
+    log_trans = log_probabilities(_pair_transitions(p.transition_matrix))
+    q = q + jnp.sum(jnp.where(xi > 0, xi * log_trans, 0.0))
     q = q + jnp.sum(jnp.where(gamma[0] > 0, gamma[0] * log_probabilities(p.initial_probs), 0.0))
     return -q / jnp.maximum(jnp.sum(gamma), 1.0)
 
@@ -448,7 +473,7 @@ def _state_space_moments(spec_key, likelihood, theta, obs, u) -> SmootherMoments
     (``exact_smoother_moments``). The compiled kernels are those of the public functions
     (``imm_filter_unchecked``, ``kim_smoother_moments_unchecked``,
     ``exact_smoother_moments_unchecked``, ...), so a fit shares them."""
-    params = build_params(registered_spec(spec_key).structure, theta)
+    params = build_params(registered_spec(spec_key).structure, theta, u)
     if likelihood == "exact":
         return exact_smoother_moments_unchecked(params, obs, u)
     return kim_smoother_moments_unchecked(params, filter_unchecked(params, obs, u, likelihood), u)
@@ -553,7 +578,7 @@ def fit_em_unchecked(
     # observed information); --fit mle does
     on_boundary = {n: np.zeros(np.shape(v), bool) for n, v in theta.items()}
     return SwitchingFitResult(
-        params=build_params(structure, theta),
+        params=build_params(structure, theta, inputs),
         theta=theta,
         log_likelihood=np.asarray(trace),
         stderr={n: np.full(np.shape(v), np.nan) for n, v in theta.items()},

@@ -20,7 +20,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpyro
 
-from ....models.markov_switching import SwitchingSpec, build_params, default_priors
+from ....models.markov_switching import (
+    SwitchingSpec,
+    build_params,
+    default_priors,
+    regime_transition_matrix,
+)
 from ....models.switching import simulate
 from ..kalman import check_inputs
 from .likelihood import check_likelihood, mode_filter
@@ -56,7 +61,9 @@ def switching_marginal_model(
             law of the noise scale that labels exchangeable modes is ordered,
             ``regime_ordering``).
         inputs: (T, k) u_{1:T} when the model has inputs (default: the spec's own when
-            ``observations`` is None or has the spec's length).
+            ``observations`` is None or has the spec's length); with time-varying transition
+            probabilities (``exog_tvtp``) they carry the covariates (their last columns) and
+            are required.
         free: the parameters to sample (default ``spec.free``); the others are fixed.
         num_steps: T when simulating.
 
@@ -75,11 +82,17 @@ def switching_marginal_model(
         t = observations.shape[0]
     if inputs is None and t == spec.inputs.shape[0]:
         inputs = spec.inputs
+    if inputs is None and spec.structure.num_tvtp:
+        raise ValueError(
+            f"inputs: required (shape ({t}, {spec.structure.input_width})): the model has "
+            "time-varying transition probabilities, whose covariates are the inputs' last "
+            "columns"
+        )
     dtype = jnp.result_type(float)
     theta = {n: jnp.asarray(v, dtype) for n, v in spec.theta.items()}
     for name in free:
         theta[name] = numpyro.sample(name, chosen[name])
-    params = build_params(spec.structure, theta)
+    params = build_params(spec.structure, theta, inputs)
     if observations is None:
         key = numpyro.prng_key()
         if key is None:
@@ -93,7 +106,10 @@ def switching_marginal_model(
         return
     likelihood = check_likelihood(likelihood, spec.structure, t)
     params, obs, u = check_inputs(params, observations, inputs=inputs)
-    log_lik, _ = mode_filter(spec.structure, likelihood, params, obs, u)
+    regimes = None
+    if spec.structure.kind == "ar":
+        regimes = regime_transition_matrix(spec.structure, theta, u)
+    log_lik, _ = mode_filter(spec.structure, likelihood, params, obs, u, regimes)
     numpyro.factor("log_likelihood", log_lik)
 
 

@@ -154,7 +154,7 @@ def _relabel(spec, free, result: SwitchingFitResult) -> SwitchingFitResult:
         return result
     theta = relabel_regimes(spec, result.theta, order)
     return result._replace(
-        params=build_params(spec.structure, theta),
+        params=build_params(spec.structure, theta, spec.inputs),
         theta=theta,
         stderr=relabel_regimes(spec, result.stderr, order),
         on_boundary=relabel_regimes(spec, result.on_boundary, order),
@@ -204,7 +204,31 @@ def ordering_starts(spec, free) -> list:
         m = s.num_regimes
         uniform = np.full((m, m), 1.0 / m)
         starts += [theta | {"transition_matrix": uniform} for theta in list(starts)]
+    if "transition_coefficients" in free:  # TVTP: all coefficients 0, uniform P_t
+        starts += [
+            theta
+            | {"transition_coefficients": np.zeros(np.shape(theta["transition_coefficients"]))}
+            for theta in list(starts)
+        ]
     return starts
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _unconstrained_starts(spec_key, free, stacked):
+    """The flat unconstrained coordinates of a stack of starts (one compiled program rather
+    than an eager dispatch per operation of the transforms), and the layout of one."""
+    spec = registered_spec(spec_key)
+    z = jax.vmap(lambda theta: unconstrain(spec, free, theta))(stacked)
+    return jax.vmap(lambda zz: ravel_pytree(zz)[0])(z), jax.tree.map(lambda a: a[0], z)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _estimate(spec_key, free, flat, like, theta_fixed):
+    """theta at the flat unconstrained point ``flat`` and the Jacobian of the reported free
+    parameters there (``reported_jacobian``), in one compiled program."""
+    spec = registered_spec(spec_key)
+    theta = constrain(spec, free, theta_fixed, ravel_pytree(like)[1](flat))
+    return theta, reported_jacobian(spec_key, free, flat, like)
 
 
 def _starts(key, spec, free, num_starts: int, scale: float):
@@ -212,14 +236,10 @@ def _starts(key, spec, free, num_starts: int, scale: float):
     ``ordering_starts`` first (as many as fit), then perturbations of them in turn by
     N(0, scale^2) in the unconstrained coordinates (NumPy draws seeded by ``key``)."""
     dtype = np.dtype(np.float64 if jax.config.jax_enable_x64 else np.float32)
-    base = []
-    like = None
-    for theta in ordering_starts(spec, free):
-        z = unconstrain(spec, free, {n: np.asarray(theta[n], dtype) for n in free})
-        flat, _ = ravel_pytree(z)
-        base.append(np.asarray(flat))
-        like = z if like is None else like
-    base = np.stack(base)[:num_starts]
+    thetas = ordering_starts(spec, free)[:num_starts]
+    stacked = {n: np.stack([np.asarray(t[n], dtype) for t in thetas]) for n in free}
+    base, like = _unconstrained_starts(register_spec(spec), free, stacked)
+    base = np.asarray(base)
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
     extra = num_starts - base.shape[0]
     around = base[np.arange(extra) % base.shape[0]]
@@ -384,16 +404,10 @@ def fit_switching(
             ends[i], grads[i], values[i] = polished.x, polished.grad, -polished.value * num_obs
             converged[i] = polished.converged
     best = int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))
-    _, unravel = ravel_pytree(like)
     flat_best = ends[best]
-    theta = {
-        n: np.asarray(v)
-        for n, v in constrain(spec, free, fixed, unravel(jnp.asarray(flat_best, dtype))).items()
-    }
+    theta, jac = _estimate(spec_key, free, jnp.asarray(flat_best, dtype), like, fixed)
+    theta, jac = {n: np.asarray(v) for n, v in theta.items()}, np.asarray(jac, dtype=float)
     hess = -num_obs * hessian_from_batched_gradient(objective, flat_best, num_starts)
-    jac = np.asarray(
-        reported_jacobian(spec_key, free, jnp.asarray(flat_best, dtype), like), dtype=float
-    )
     stderr, on_boundary, edge = _standard_errors(spec, free, hess, jac, theta, num_obs)
     # at an estimate on the boundary of the support (a transition probability at 0), the
     # gradient along the boundary coordinate cannot vanish (log L keeps rising as z -> inf):
@@ -404,7 +418,7 @@ def fit_switching(
     if values[best] != trace[-1]:
         trace = np.append(trace, values[best])
     result = SwitchingFitResult(
-        params=build_params(spec.structure, theta),
+        params=build_params(spec.structure, theta, u),
         theta=theta,
         log_likelihood=trace,
         stderr=stderr,

@@ -24,7 +24,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
 
 from .... import validation
-from ....models.markov_switching import SwitchingSpec
+from ....models.markov_switching import SwitchingSpec, build_params
 from ....models.switching import is_psd
 from ..kalman import check_inputs
 
@@ -123,10 +123,35 @@ def _checked_theta(name: str, spec: SwitchingSpec, theta, *, model: bool) -> dic
 
 def check_data(spec: SwitchingSpec, observations, inputs):
     """The observations and inputs of a fit, checked against the spec's params (``check_inputs``):
-    the spec's own data when ``observations`` is None (its inputs too, unless given)."""
+    the spec's own data when ``observations`` is None (its inputs too, unless given).
+
+    With TVTP (``spec.structure.num_tvtp`` > 0) the inputs carry the covariates (their last
+    columns) and the per-step transition matrices are built from them: required with other
+    observations, of shape (T, ``input_width``) with T the observations' rows, finite when
+    concrete (``ValueError`` naming ``inputs``)."""
     obs = spec.observations if observations is None else observations
     u = spec.inputs if (inputs is None and observations is None) else inputs
-    _, obs, u = check_inputs(spec.params, obs, inputs=u)
+    structure = spec.structure
+    if structure.num_tvtp == 0:
+        params = spec.params
+    else:
+        num_rows = np.shape(obs)[0] if np.ndim(obs) >= 1 else None
+        width = structure.input_width
+        if u is None:
+            raise ValueError(
+                f"inputs: required (shape ({num_rows}, {width})) with observations: the model "
+                f"has time-varying transition probabilities, whose {structure.num_tvtp} "
+                "covariate(s) are the inputs' last columns"
+            )
+        u = validation.as_float_array("inputs", u)
+        if u.ndim != 2 or u.shape != (num_rows, width):
+            raise ValueError(
+                f"inputs: expected shape ({num_rows}, {width}) (one row per observation: the "
+                f"regressors or lags, then the TVTP covariates), got {tuple(u.shape)}"
+            )
+        validation.check_finite("inputs", u)
+        params = build_params(structure, spec.theta, u)
+    _, obs, u = check_inputs(params, obs, inputs=u)
     return obs, u
 
 
