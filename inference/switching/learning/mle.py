@@ -35,6 +35,7 @@ from ...optimize import hessian_from_batched_gradient, minimize_lbfgs_batch, ref
 from .em import check_em_free, fit_em_unchecked
 from .likelihood import check_likelihood, switching_log_likelihood_unchecked
 from .parameters import (
+    built_params,
     check_data,
     check_free,
     check_free_values,
@@ -45,7 +46,13 @@ from .parameters import (
     registered_spec,
     unconstrain,
 )
-from .results import SwitchingFitResult, boundary_mask, local_optima, reported_jacobian
+from .results import (
+    SwitchingFitResult,
+    boundary_mask,
+    local_optima,
+    reported_jacobian,
+    unflatten,
+)
 
 METHODS = ("mle", "em")
 
@@ -69,15 +76,15 @@ def _padded(spec, likelihood: str, obs, u):
     the likelihood of a recursive filter is unchanged (a missing row only propagates the
     regime probabilities through the transition matrix, whose rows sum to 1). Not for the
     enumeration of histories ("exact" on a state-space model), whose cost grows as M^T."""
-    obs, u = jnp.asarray(obs), jnp.asarray(u)
+    obs, u = np.asarray(obs), np.asarray(u)
     if likelihood == "exact" and spec.structure.kind == "state_space":
         return obs, u
     t = obs.shape[0]
     pad = bucket_length(t) - t
     if pad == 0:
         return obs, u
-    obs = jnp.concatenate([obs, jnp.full((pad, obs.shape[1]), jnp.nan, obs.dtype)])
-    u = jnp.concatenate([u, jnp.zeros((pad, u.shape[1]), u.dtype)])
+    obs = np.concatenate([obs, np.full((pad, obs.shape[1]), np.nan, obs.dtype)])
+    u = np.concatenate([u, np.zeros((pad, u.shape[1]), u.dtype)])
     return obs, u
 
 
@@ -115,11 +122,11 @@ def _standard_errors(spec, free, hess, jac, theta, num_obs) -> tuple:
     NaN for the entries that move with a boundary coordinate, and everywhere when -H_II is
     not positive definite (a parameter not identified)."""
     edge, on_edge = boundary_mask(spec, free, theta, -np.diagonal(hess), num_obs)
-    _, unravel = ravel_pytree({n: jnp.asarray(theta[n]) for n in free})
+    like = {n: theta[n] for n in free}
 
     def per_name(flat, fill):
         out = {n: np.full(np.shape(theta[n]), fill) for n in theta}
-        return out | {n: np.asarray(v) for n, v in unravel(jnp.asarray(flat)).items()}
+        return out | unflatten(flat, like)
 
     boundary = {n: v.astype(bool) for n, v in per_name(on_edge.astype(float), 0.0).items()}
     nan = per_name(np.full(jac.shape[0], np.nan), np.nan)
@@ -418,7 +425,7 @@ def fit_switching(
     if values[best] != trace[-1]:
         trace = np.append(trace, values[best])
     result = SwitchingFitResult(
-        params=build_params(spec.structure, theta, u),
+        params=built_params(spec.structure, theta, u),
         theta=theta,
         log_likelihood=trace,
         stderr=stderr,

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -68,6 +70,16 @@ def _support_problem(support, arr: np.ndarray, model: bool) -> str | None:
     if model and support is constraints.simplex:
         rows = arr.reshape(-1, arr.shape[-1])
         inside = np.all(rows >= 0, axis=-1) & np.isclose(rows.sum(axis=-1), 1.0, atol=1e-5)
+    elif support is constraints.real:
+        inside = np.isfinite(arr)
+    elif support is constraints.positive:
+        inside = arr > 0
+    elif support is constraints.simplex:
+        rows = arr.reshape(-1, arr.shape[-1])
+        inside = np.all(rows >= 0, axis=-1) & (np.abs(rows.sum(axis=-1) - 1.0) < 1e-6)
+        inside = inside.reshape(arr.shape[:-1])
+    elif support is constraints.ordered_vector:
+        inside = np.all(np.diff(arr, axis=-1) > 0, axis=-1)
     else:
         # eagerly, also while a caller traces the other fields (under jit an operation on a
         # constant would otherwise be staged out and its truth value unknown)
@@ -133,7 +145,7 @@ def check_data(spec: SwitchingSpec, observations, inputs):
     u = spec.inputs if (inputs is None and observations is None) else inputs
     structure = spec.structure
     if structure.num_tvtp == 0:
-        params = spec.params
+        params = built_params(structure, spec.theta, spec.inputs)
     else:
         num_rows = np.shape(obs)[0] if np.ndim(obs) >= 1 else None
         width = structure.input_width
@@ -150,7 +162,7 @@ def check_data(spec: SwitchingSpec, observations, inputs):
                 f"regressors or lags, then the TVTP covariates), got {tuple(u.shape)}"
             )
         validation.check_finite("inputs", u)
-        params = build_params(structure, spec.theta, u)
+        params = built_params(structure, spec.theta, u)
     _, obs, u = check_inputs(params, obs, inputs=u)
     return obs, u
 
@@ -168,6 +180,18 @@ def unconstrain(spec, free, theta):
     return {n: tf[n].inv(jnp.asarray(theta[n])) for n in free}
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def unconstrained(spec_key, free, theta):
+    """``unconstrain`` compiled (one program per spec shape, where the eager transforms
+    dispatch a small program per operation): the spec of ``register_spec``'s key."""
+    return unconstrain(registered_spec(spec_key), free, theta)
+
+
+# ``build_params`` compiled: one program per structure and shapes (a fit's checks would
+# otherwise dispatch some 25-60 eager operations, each compiled on its first use)
+built_params = jax.jit(build_params, static_argnums=0)
+
+
 def constrain(spec, free, theta_fixed, z):
     """theta: the fixed parameters ``theta_fixed`` and the free ones mapped back from ``z``."""
     tf = _transforms(spec, free)
@@ -177,8 +201,11 @@ def constrain(spec, free, theta_fixed, z):
 def num_free(spec: SwitchingSpec, free: tuple) -> int:
     """The number of free scalars: the size of the unconstrained vector (a simplex row of
     length M counts M - 1)."""
-    z = unconstrain(spec, free, spec.theta)
-    return int(sum(np.size(v) for v in z.values()))
+    shapes = jax.eval_shape(
+        lambda theta: unconstrain(spec, free, theta),
+        {n: np.asarray(spec.theta[n]) for n in free},
+    )
+    return int(sum(np.prod(v.shape, dtype=int) for v in shapes.values()))
 
 
 def check_free(spec: SwitchingSpec, free) -> tuple:
@@ -201,7 +228,7 @@ def check_free_values(spec: SwitchingSpec, free: tuple) -> None:
     interior of its support): a singular covariance has no Cholesky factor, a zero variance
     no logarithm, unordered regime means no ordered coordinates. (A zero transition
     probability passes: the stick-breaking inverse clips it.)"""
-    z = unconstrain(spec, free, {n: np.asarray(spec.theta[n], float) for n in free})
+    z = unconstrained(register_spec(spec), free, {n: np.asarray(spec.theta[n]) for n in free})
     for name in free:
         if np.all(np.isfinite(np.asarray(z[name]))):
             continue
@@ -253,6 +280,7 @@ def registered_spec(key) -> SwitchingSpec:
 
 
 __all__ = [
+    "built_params",
     "check_data",
     "check_free",
     "check_free_values",
@@ -263,4 +291,5 @@ __all__ = [
     "register_spec",
     "registered_spec",
     "unconstrain",
+    "unconstrained",
 ]

@@ -22,7 +22,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ....models.switching import SwitchingParams
-from .parameters import constrain, register_spec, registered_spec, unconstrain
+from .parameters import constrain, register_spec, registered_spec, unconstrained
 
 # an unconstrained coordinate is on the boundary when the reported parameters have (nearly)
 # stopped moving with it (its Jacobian column below this fraction of its size at the start)
@@ -136,6 +136,24 @@ def reported_jacobian(spec_key, free, flat, like):
     return jax.jacfwd(reported)(flat)
 
 
+def flatten(tree) -> np.ndarray:
+    """The leaves of a dict of arrays, raveled and concatenated in ``ravel_pytree``'s order
+    (sorted keys), in NumPy: no JAX operation is dispatched."""
+    leaves = [np.ravel(np.asarray(leaf)) for leaf in jax.tree.leaves(tree)]
+    return np.concatenate(leaves) if leaves else np.zeros(0)
+
+
+def unflatten(flat, like: dict) -> dict:
+    """``flatten``'s inverse: the dict of ``like``'s keys and shapes from ``flat``, in NumPy."""
+    out, start = {}, 0
+    for name in sorted(like):
+        shape = np.shape(like[name])
+        size = int(np.prod(shape, dtype=int))
+        out[name] = np.asarray(flat[start : start + size]).reshape(shape)
+        start += size
+    return out
+
+
 def boundary_mask(
     spec, free: tuple, theta: dict, information, num_observations: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -166,11 +184,11 @@ def boundary_mask(
         num_observations: the observed steps T.
     """
     spec_key = register_spec(spec)
-    z_start = ravel_pytree(unconstrain(spec, free, spec.theta))
-    flat, _ = ravel_pytree(unconstrain(spec, free, theta))
-    like = unconstrain(spec, free, spec.theta)
-    start = np.asarray(reported_jacobian(spec_key, free, z_start[0], like))
-    at = np.asarray(reported_jacobian(spec_key, free, flat.astype(z_start[0].dtype), like))
+    like = unconstrained(spec_key, free, {n: np.asarray(spec.theta[n]) for n in free})
+    z_start = flatten(like)
+    flat = flatten(unconstrained(spec_key, free, {n: np.asarray(theta[n]) for n in free}))
+    start = np.asarray(reported_jacobian(spec_key, free, z_start, like))
+    at = np.asarray(reported_jacobian(spec_key, free, flat.astype(z_start.dtype), like))
     information = np.asarray(information, dtype=float)
     if information.shape != (at.shape[1],):
         raise ValueError(
@@ -210,7 +228,9 @@ __all__ = [
     "SwitchingFitResult",
     "boundary_mask",
     "expected_durations",
+    "flatten",
     "information_criteria",
     "local_optima",
     "reported_jacobian",
+    "unflatten",
 ]
