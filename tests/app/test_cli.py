@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from attnbayes.app import parser as parser_module
 from attnbayes.app.filter import SCENARIO_LABELS
 from attnbayes.app.parser import build_parser
@@ -108,11 +110,15 @@ def test_the_parser_offers_the_registry_and_the_library_names():
     for name, (states, modes) in SCENARIO_LABELS.items():
         params = get_scenario(name)
         assert params.initial_means.shape == (len(modes), len(states))
-    # defaults the command copies from the library: --fit mle's starts
-    from attnbayes.inference.switching import fit_switching
+    # defaults the command copies from the library: --fit mle's starts on the scenarios'
+    # state-space models
+    from attnbayes.inference.switching.learning.mle import default_num_starts
+    from attnbayes.models.markov_switching import switching_state_space
 
-    starts = inspect.signature(fit_switching).parameters["num_starts"].default
-    assert starts == parser_module.DEFAULT_STARTS
+    for name in SCENARIO_LABELS:
+        params = get_scenario(name)
+        spec = switching_state_space(params, np.zeros((3, params.emission_matrices.shape[1])))
+        assert default_num_starts(spec, spec.free) == parser_module.DEFAULT_STARTS
 
 
 HELP_WITHOUT_JAX = """
