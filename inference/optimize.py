@@ -300,7 +300,8 @@ def minimize_lbfgs_batch(
             further, or creeps along a flat valley; otherwise one such start keeps the whole
             batch running to ``max_iterations``. It counts as converged when its gradient
             passes ``tolerance`` or when the quasi-Newton model predicts no visible gain
-            either: -g^T d / 2 <= 16 eps |f| for the L-BFGS direction d = -H g (the
+            either: -g^T d / 2 <= 16 eps |f| for the L-BFGS direction d = -H g (not the
+            steepest-descent fallback; eps of the objective's dtype; the
             spirit of L-BFGS-B's relative-reduction test, Byrd, Lu, Nocedal and Zhu 1995).
             None: never (then the iterates are ``minimize_lbfgs``'s).
     """
@@ -308,7 +309,7 @@ def minimize_lbfgs_batch(
     if x.ndim != 2:
         raise ValueError(f"x0: expected shape (B, n), got {x.shape}")
     b, n = x.shape
-    eps = np.finfo(x.dtype).eps
+    eps = np.finfo(float).eps
     f = np.full(b, np.inf)
     g = np.zeros((b, n))
     d = np.zeros((b, n))
@@ -325,6 +326,8 @@ def minimize_lbfgs_batch(
     while not stop.all() and calls < 30 * max_iterations + 1:
         trial = np.where(stop[:, None], x, x + step[:, None] * d)
         values, grads = value_and_grad(trial)
+        if calls == 0:  # the objective's precision sets the round-off allowances
+            eps = np.finfo(np.result_type(np.asarray(values).dtype, np.float32)).eps
         fv = np.asarray(values, dtype=float)
         gv = np.asarray(grads, dtype=float)
         calls += 1
@@ -358,7 +361,8 @@ def minimize_lbfgs_batch(
             before = trace[rows, back[rows]]
             stalled[rows] = before - fv[rows] <= 16.0 * eps * np.abs(fv[rows])
             gain = -0.5 * np.sum(gv * direction, axis=1)
-            settled |= stalled & (gain <= 16.0 * eps * np.abs(fv))
+            # only the quasi-Newton model predicts a gain (not the steepest-descent fallback)
+            settled |= stalled & ~bad & (gain <= 16.0 * eps * np.abs(fv))
         x = np.where(accept[:, None], trial, x)
         f = np.where(accept, fv, f)
         g = np.where(accept[:, None], gv, g)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.scipy.special import logsumexp
 
 from ....models.markov_switching import (
     SwitchingSpec,
@@ -33,7 +34,6 @@ from ....models.switching import (
     masked_gaussian_logpdf,
     per_step_transitions,
     step_offsets,
-    step_transition,
 )
 from ..filters import (
     all_histories,
@@ -42,7 +42,7 @@ from ..filters import (
     gpb2_filter_unchecked,
     imm_filter_unchecked,
 )
-from ..kalman import kalman_filter_unchecked
+from ..kalman import kalman_filter_unchecked, log_probabilities
 from .parameters import check_data, check_spec, check_theta
 
 LIKELIHOODS = ("exact", "gpb2", "imm", "gpb1", "kalman")
@@ -82,32 +82,35 @@ def _log_emissions(params: SwitchingParams, observations, inputs):
 
 
 def _forward(predict, initial_probs, log_em, scanned):
-    """Hamilton's forward recursion in probability space, normalised at each step (Hamilton
-    1989; Kim and Nelson 1999, sec. 4.2): with l_t(j) = exp(e_t(j) - max_j e_t(j)),
+    """Hamilton's forward recursion in log space, normalised at each step (Hamilton 1989; Kim
+    and Nelson 1999, sec. 4.2): with a_t = log P(s_t | y_{1:t}),
 
-        f_1 ~ pi0 * l_1,   f_t ~ predict(f_{t-1}, P_t) * l_t,   c_t = the normalisers,
-        log p(y) = sum_t (log c_t + max_j e_t(j)).
+        q_t = predict(a_{t-1}, P_t)   (log predicted probabilities; q_1 = log pi0),
+        c_t = logsumexp_j (q_t(j) + e_t(j)),   a_t = q_t + e_t - c_t,   log p(y) = sum_t c_t.
 
-    A loop step is a matrix-vector product (no logarithms, no exponentials); a step whose
-    normaliser is 0 (every regime impossible) gives log p(y) = -inf. Returns (log p(y),
-    filtered mode probabilities (T, M))."""
-    top = jax.lax.stop_gradient(jnp.max(log_em, axis=1, keepdims=True))
-    lik = jnp.exp(log_em - top)
+    In log space no probability underflows: an observation thousands of sigmas out, which an
+    impossible or unlikely regime fits far better, leaves the others right (in probability
+    space a filtered probability below 1e-308 of the largest is lost, and with the structural
+    zeros of the MS-AR regime tuples a later step can then give a finite, wrong value). A step
+    with no possible mode gives -inf. Returns (log p(y), filtered mode probabilities (T, M))."""
 
-    def normalised(joint):
-        total = jnp.sum(joint)
-        return joint / jnp.where(total > 0, total, 1.0), jnp.log(total)
+    def update(log_pred, log_e):
+        joint = log_pred + log_e
+        top = jnp.max(joint)
+        top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
+        log_c = jnp.log(jnp.sum(jnp.exp(joint - top))) + top
+        return joint - jnp.where(jnp.isfinite(log_c), log_c, 0.0), log_c
 
-    first, log_first = normalised(initial_probs * lik[0])
+    first, log_first = update(log_probabilities(initial_probs), log_em[0])
 
-    def body(filt, inp):
-        lik_t, trans = inp
-        filt, log_c = normalised(predict(filt, trans) * lik_t)
-        return filt, (filt, log_c)
+    def body(alpha, inp):
+        log_e, trans = inp
+        alpha, log_c = update(predict(alpha, trans), log_e)
+        return alpha, (alpha, log_c)
 
-    _, (rest, log_c) = jax.lax.scan(body, first, (lik[1:], scanned))
-    filtered = jnp.concatenate([first[None], rest])
-    return log_first + jnp.sum(log_c) + jnp.sum(top), filtered
+    _, (rest, log_c) = jax.lax.scan(body, first, (log_em[1:], scanned))
+    alphas = jnp.concatenate([first[None], rest])
+    return log_first + jnp.sum(log_c), jnp.exp(alphas)
 
 
 def hamilton_filter(params: SwitchingParams, observations, inputs):
@@ -117,8 +120,8 @@ def hamilton_filter(params: SwitchingParams, observations, inputs):
         e_t(j) = log N(y_t; d_j + D_j u_t, R_j)   (over the observed coordinates),
         P(s_t = j | y_{1:t}) ~ sum_i P(s_{t-1} = i | y_{1:t-1}) Pi_t[i, j] exp e_t(j),
 
-    in probability space, normalised at each step (``_forward``); log p(y) is the sum of the
-    log normalisers. A time-varying (T, M, M) transition matrix (TVTP) uses its entry t for
+    in log space, normalised at each step (``_forward``); log p(y) is the sum of the log
+    normalisers. A time-varying (T, M, M) transition matrix (TVTP) uses its entry t for
     the step into t (entry 0 unused; ``per_step_transitions``); a constant one stays out of
     the scan. The same numbers as every collapsed filter on such a model (their collapse is
     exact), from a much smaller program. Checked arrays (``check_inputs``); pure JAX.
@@ -127,9 +130,11 @@ def hamilton_filter(params: SwitchingParams, observations, inputs):
         (log p(y_{1:T}), filtered mode probabilities (T, M)).
     """
     log_em = _log_emissions(params, observations, inputs)
+    constant = log_probabilities(params.transition_matrix)
 
-    def predict(filt, trans):
-        return filt @ step_transition(params, trans)
+    def predict(alpha, trans):
+        log_p = constant if trans is None else log_probabilities(trans)
+        return logsumexp(alpha[:, None] + log_p, axis=0)
 
     return _forward(predict, params.initial_probs, log_em, per_step_transitions(params, 1))
 
@@ -139,7 +144,7 @@ def _tuple_hamilton_filter(structure, params, obs, u, regime_transition=None):
     (``build_params``), by the tuples' structure: the tuple (a_0, ..., a_p) moves only to
     (j, a_0, ..., a_{p-1}), with probability P[a_0, j], so the prediction is
 
-        pred_t(j, a_0, ..., a_{p-1}) = P_t[a_0, j] sum_{a_p} f_{t-1}(a_0, ..., a_p),
+        q_t(j, a_0, ..., a_{p-1}) = log P_t[a_0, j] + logsumexp_{a_p} a_{t-1}(a_0, ..., a_p),
 
     M^(p+2) terms per step instead of the dense M^(2p+2) (16 times fewer for M = 2, p = 4),
     the same numbers up to rounding. ``regime_transition``: the regime matrix P (M, M) or P_t
@@ -156,10 +161,12 @@ def _tuple_hamilton_filter(structure, params, obs, u, regime_transition=None):
     per_step = regime_transition[1:] if regime_transition.ndim == 3 else None
     log_em = _log_emissions(params, obs, u)
 
-    def predict(filt, trans):
-        regimes = regime_transition if trans is None else trans  # [a_0, j]
-        beta = jnp.sum(filt.reshape(m**p, m), axis=1).reshape(m, m ** (p - 1))
-        return (regimes.T[:, :, None] * beta[None]).reshape(-1)
+    constant = log_probabilities(regime_transition)
+
+    def predict(alpha, trans):
+        log_p = constant if trans is None else log_probabilities(trans)  # [a_0, j]
+        beta = logsumexp(alpha.reshape(m**p, m), axis=1).reshape(m, m ** (p - 1))
+        return (log_p.T[:, :, None] + beta[None]).reshape(-1)
 
     return _forward(predict, params.initial_probs, log_em, per_step)
 

@@ -287,7 +287,11 @@ def fit_switching(
     parametrisation) on the coordinates inside the support: an estimate on its boundary (a
     noise scale at 0, a transition probability at 0 or 1; ``result.on_boundary``,
     ``boundary_mask``) gets no standard error, and the others are those of the model with
-    it fixed there. Converged: max |gradient of log L / T| < ``tolerance``.
+    it fixed there. Converged (``result.converged``, and per start in
+    ``result.local_optima.num_converged``): max |gradient of log L / T| < ``tolerance``, or
+    the start stalled with no gain visible at round-off left by the quasi-Newton model
+    (``minimize_lbfgs_batch``'s ``stall``), or, for the returned estimate only, it lies on the
+    boundary of the support and the gradient passes on the coordinates inside it.
 
     Labels (both methods): the estimate follows ``regime_ordering(spec, free)``; the
     exchangeable modes of a state-space spec are sorted by their ordering parameter
@@ -419,7 +423,11 @@ def fit_switching(
     # at an estimate on the boundary of the support (a transition probability at 0), the
     # gradient along the boundary coordinate cannot vanish (log L keeps rising as z -> inf):
     # converged when it passes on the coordinates inside the support
-    if not converged[best] and edge.any() and np.max(np.abs(grads[best][~edge])) < tolerance:
+    if (
+        not converged[best]
+        and edge.any()
+        and np.max(np.abs(grads[best][~edge]), initial=0.0) < tolerance
+    ):
         converged[best] = True
     trace = -run.trace[best][: int(run.num_iterations[best]) + 1] * num_obs
     if values[best] != trace[-1]:

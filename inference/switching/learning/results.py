@@ -40,7 +40,8 @@ class LocalOptima(NamedTuple):
     Attributes:
         log_likelihoods: (K,) the best log-likelihood in each group.
         num_starts: (K,) how many starts ended there.
-        num_converged: (K,) how many of those met the gradient tolerance.
+        num_converged: (K,) how many of those converged (``fit_switching``: the gradient
+            tolerance, or settled at round-off).
         tolerance: the grouping tolerance in nats.
     """
 
@@ -90,7 +91,9 @@ class SwitchingFitResult(NamedTuple):
         start_log_likelihoods: (num_starts,) the final log-likelihood from each start.
         num_parameters: the free scalars (a transition row counts M - 1), statsmodels' k.
         num_observations: T (observed steps).
-        converged: whether the best start met the tolerance.
+        converged: whether the best start converged (``fit_switching``: the gradient
+            tolerance, settled at round-off, or on the boundary with the interior gradient
+            passing).
         method, likelihood: as requested.
         seconds: wall time of the fit (compilation included).
         local_optima: ``LocalOptima``, the distinct end points of the starts (best first,

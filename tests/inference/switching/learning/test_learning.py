@@ -429,3 +429,36 @@ def test_mle_on_a_boundary_names_it_and_gives_the_interior_standard_errors():
     h = 1e-3 * r
     curvature = (loglik(r + h) - 2.0 * loglik(r) + loglik(r - h)) / h**2
     np.testing.assert_allclose(fit.stderr["emission_cov_scale"][0], (-curvature) ** -0.5, rtol=1e-4)
+
+
+def test_hamilton_filter_keeps_regimes_an_outlier_makes_extremely_unlikely():
+    """Hamilton's filter runs in log space: an observation 1,000 sigmas out that an impossible
+    regime fits far better (an absorbing regime: P[1, 0] = 0), and on MS-AR(1) two such
+    observations in a row (whose regime tuples have structural zeros), leave the
+    log-likelihood equal to IMM's (exact on these models) instead of -inf or a finite wrong
+    value, as a filter in probability space gives (it loses a probability below 1e-308)."""
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal(60)
+    y[30] = 1e3
+    spec = markov_switching_regression(y, num_regimes=2)
+    absorbing = dict(spec.theta) | {
+        "variances": np.array([100.0, 1.0]),
+        "intercepts": np.array([-0.1, 0.1]),
+        "transition_matrix": np.array([[0.95, 0.05], [0.0, 1.0]]),
+    }
+    y = rng.standard_normal(60) - 5.0
+    y[29], y[30], y[31] = 0.0, -1000.0, -2109.5
+    ar = markov_switching_ar(y, 1, num_regimes=2)
+    persistent = dict(ar.theta) | {
+        "means": np.array([-5.0, 5.0]),
+        "ar_coefficients": np.array([0.9]),
+        "variances": np.array(1.0),
+        "transition_matrix": np.array([[0.9, 0.1], [0.1, 0.9]]),
+    }
+    for model, theta in ((spec, absorbing), (ar, persistent)):
+        exact = float(switching_log_likelihood(model, theta, likelihood="exact"))
+        imm = float(switching_log_likelihood(model, theta, likelihood="imm"))
+        assert np.isfinite(exact) and exact == pytest.approx(imm, rel=1e-12)
+    params = build_params(spec.structure, absorbing, spec.inputs)
+    _, filtered = hamilton_filter(params, spec.observations, spec.inputs)
+    np.testing.assert_allclose(np.sum(filtered, axis=1), 1.0, rtol=1e-12)
