@@ -399,7 +399,7 @@ def fit_switching(
 
     def objective(points):
         return _objective_batch(
-            spec_key, free, likelihood, jnp.asarray(points, dtype), like, fixed, obs_pad, u_pad
+            spec_key, free, likelihood, np.asarray(points, dtype), like, fixed, obs_pad, u_pad
         )
 
     run = minimize_lbfgs_batch(objective, z0, max_iterations=max_iterations, tolerance=tolerance)
