@@ -452,7 +452,7 @@ def refine_newton(
     Args:
         value_and_grad: points (batch_size, n) -> (values, gradients).
         x: (n,) the start.
-        batch_size: the program's batch (at least 2).
+        batch_size: the program's batch (the step lengths tried: 1, 1/2, ..., 2^-(batch_size - 1)).
     """
     x = np.asarray(x, dtype=float)
     n = x.shape[0]
