@@ -44,11 +44,12 @@ from .parameters import (
     num_free,
     register_spec,
     registered_spec,
-    unconstrain,
+    unconstrained,
 )
 from .results import (
     SwitchingFitResult,
     boundary_mask,
+    flatten,
     local_optima,
     reported_jacobian,
     unflatten,
@@ -221,15 +222,6 @@ def ordering_starts(spec, free) -> list:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _unconstrained_starts(spec_key, free, stacked):
-    """The flat unconstrained coordinates of a stack of starts (one compiled program rather
-    than an eager dispatch per operation of the transforms), and the layout of one."""
-    spec = registered_spec(spec_key)
-    z = jax.vmap(lambda theta: unconstrain(spec, free, theta))(stacked)
-    return jax.vmap(lambda zz: ravel_pytree(zz)[0])(z), jax.tree.map(lambda a: a[0], z)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
 def _estimate(spec_key, free, flat, like, theta_fixed):
     """theta at the flat unconstrained point ``flat`` and the Jacobian of the reported free
     parameters there (``reported_jacobian``), in one compiled program."""
@@ -243,10 +235,12 @@ def _starts(key, spec, free, num_starts: int, scale: float):
     ``ordering_starts`` first (as many as fit), then perturbations of them in turn by
     N(0, scale^2) in the unconstrained coordinates (NumPy draws seeded by ``key``)."""
     dtype = np.dtype(np.float64 if jax.config.jax_enable_x64 else np.float32)
-    thetas = ordering_starts(spec, free)[:num_starts]
-    stacked = {n: np.stack([np.asarray(t[n], dtype) for t in thetas]) for n in free}
-    base, like = _unconstrained_starts(register_spec(spec), free, stacked)
-    base = np.asarray(base)
+    spec_key = register_spec(spec)
+    zs = [
+        unconstrained(spec_key, free, {n: np.asarray(theta[n], dtype) for n in free})
+        for theta in ordering_starts(spec, free)[:num_starts]
+    ]  # one compiled program (``check_free_values``'), called per start
+    base, like = np.stack([flatten(z) for z in zs]), zs[0]
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
     extra = num_starts - base.shape[0]
     around = base[np.arange(extra) % base.shape[0]]
