@@ -6,7 +6,10 @@
 - ``switching``: the switching linear-Gaussian state-space model (``SwitchingParams``), its
   program, simulator and tracking scenarios;
 - ``markov_switching``: parametrised switching models (``SwitchingSpec``): Markov-switching
-  regression, Hamilton's MS-AR(p), a generic ``SwitchingParams`` with free fields;
+  regression, Hamilton's MS-AR(p), the MS-VAR(p), a generic ``SwitchingParams`` with free
+  fields;
+- ``regime_laws``: the constraints and laws that label regimes (``ordered_first_column``,
+  ``OrderedIID``, ``OrderedNormal``, ``OrderedFirstColumn``) and ``InverseWishart``;
 - ``kinematics``: the tracking blocks the scenarios are built of (constant velocity, the
   coordinated turn, white-noise and continuous white-noise acceleration);
 - ``kernel_joint``: the kernel density estimate of a joint density, whose conditional mean is
@@ -26,9 +29,11 @@ Each module's ``__all__`` is its API; ``attnbayes.models`` exports the modules. 
   a forward algorithm), ``simulate``, ``get_scenario`` and ``SCENARIOS`` ("maneuvering-target",
   rank-2 DWNA noise, and "maneuvering-target-cwna"), ``check_params``;
 - ``markov_switching``: ``SwitchingSpec``, ``markov_switching_regression``,
-  ``markov_switching_ar``, ``switching_state_space``, ``build_params``, ``default_priors``,
-  ``OrderedIID``, ``OrderedNormal``, ``regime_ordering``, ``relabel_regimes``
-  (statsmodels' conventions stated);
+  ``markov_switching_ar`` (both with ``trend`` and per-column switching),
+  ``markov_switching_var``, ``switching_state_space``, ``build_params``, ``default_priors``,
+  ``regime_ordering``, ``relabel_regimes`` (statsmodels' conventions stated);
+- ``regime_laws``: ``ordered_first_column``, ``OrderedIID``, ``OrderedNormal``,
+  ``OrderedFirstColumn``, ``InverseWishart``;
 - ``kinematics``: ``constant_velocity``, ``coordinated_turn``, ``white_noise_acceleration``,
   ``continuous_white_noise_acceleration``;
 - ``kernel_joint``: ``kernel_joint_model``, ``kernel_conditional_model``,
@@ -59,6 +64,20 @@ def _bind_numpyro_submodule() -> None:
 
 _bind_numpyro_submodule()
 
-from . import deconvolution, hierarchical, kernel_joint, markov_switching, switching  # noqa: E402
+from . import (  # noqa: E402
+    deconvolution,
+    hierarchical,
+    kernel_joint,
+    markov_switching,
+    regime_laws,
+    switching,
+)
 
-__all__ = ["deconvolution", "hierarchical", "kernel_joint", "markov_switching", "switching"]
+__all__ = [
+    "deconvolution",
+    "hierarchical",
+    "kernel_joint",
+    "markov_switching",
+    "regime_laws",
+    "switching",
+]

@@ -79,9 +79,17 @@ from numpyro.distributions import constraints
 
 from .. import validation
 from ..constants import STATE_SPACE_FREE  # the default free set, shared with the command line
+from .regime_laws import (
+    InverseWishart,
+    OrderedFirstColumn,
+    OrderedIID,
+    OrderedNormal,
+    ordered_first_column,
+)
 from .switching import SwitchingParams, as_float_field, check_input_series, check_params
 
-KINDS = ("regression", "ar", "state_space")
+KINDS = ("regression", "ar", "var", "state_space")
+TRENDS = ("c", "n")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,35 +98,51 @@ class SwitchingStructure:
     the compiled likelihoods).
 
     Attributes:
-        kind: "regression", "ar" or "state_space".
+        kind: "regression", "ar", "var" or "state_space".
         num_regimes: M, the number of regimes (of the Markov chain the user sees).
-        order: p, the autoregressive order ("ar"; 0 otherwise).
-        num_inputs: k, the input columns (regressors for "regression", lags for "ar").
-        switching_coefficients: the regression / AR coefficients differ by regime.
-        switching_variance: the noise variance differs by regime.
+        order: p, the autoregressive order ("ar", "var"; 0 otherwise).
+        num_inputs: k, the input columns (regressors for "regression", lags for "ar", o p lags
+            for "var").
+        switching_coefficients: the regression / AR coefficients differ by regime: True, False,
+            or one flag per input column (statsmodels' ``switching_exog`` / ``switching_ar``
+            lists; ``coefficient_mask``).
+        switching_variance: the noise variance (covariance for "var") differs by regime.
         num_tvtp: k_tvtp, the covariates of time-varying transition probabilities (0: a
             constant transition matrix); they are the last k_tvtp columns of the inputs.
+        trend: "c", a switching intercept (regression, VAR) or mean (MS-AR); "n", none
+            (statsmodels' ``trend="n"``).
+        num_series: o, the observed series ("var"; 1 otherwise).
     """
 
     kind: str
     num_regimes: int
     order: int = 0
     num_inputs: int = 0
-    switching_coefficients: bool = True
+    switching_coefficients: bool | tuple = True
     switching_variance: bool = True
     num_tvtp: int = 0
+    trend: str = "c"
+    num_series: int = 1
 
     @property
     def num_modes(self) -> int:
-        """The filter's modes: M for a regression and a state-space model, M^(p+1) for MS-AR."""
+        """The filter's modes: M^(p+1) for MS-AR (the regime tuples), M otherwise."""
         return self.num_regimes ** (self.order + 1) if self.kind == "ar" else self.num_regimes
 
     @property
     def input_width(self) -> int:
         """The columns of the inputs: the regressors or lags (``num_inputs``), then the TVTP
-        covariates: z_t for a regression, z_{t-p}, ..., z_t for MS-AR(p) (module docstring)."""
+        covariates: z_t for a regression and an MS-VAR, z_{t-p}, ..., z_t for MS-AR(p)
+        (module docstring)."""
         lags = self.order if self.kind == "ar" else 0
         return self.num_inputs + (lags + 1) * self.num_tvtp
+
+    @property
+    def coefficient_mask(self) -> tuple:
+        """One flag per coefficient column (regressor or lag): whether it switches."""
+        flags = self.switching_coefficients
+        width = self.num_inputs // self.num_series if self.kind == "var" else self.num_inputs
+        return (flags,) * width if isinstance(flags, bool) else tuple(flags)
 
 
 class SwitchingSpec(NamedTuple):
@@ -293,14 +317,34 @@ def _per_regime(value, m: int, switching: bool):
     return value if switching else jnp.broadcast_to(value, (m, *value.shape))
 
 
+def coefficient_matrix(structure: SwitchingStructure, theta: dict, name: str):
+    """The (M, k) coefficients of each regime from theta (``name`` "coefficients" or
+    "ar_coefficients"): theta[name] is (M, k) when every column switches, (k,) when none does,
+    and otherwise (M, k_s), the switching columns in order, with the others in
+    theta["common_" + name] (k - k_s,)."""
+    m = structure.num_regimes
+    mask = np.asarray(structure.coefficient_mask, bool)
+    value = jnp.asarray(theta[name])
+    if mask.all():
+        return value
+    if not mask.any():
+        return jnp.broadcast_to(value, (m, *value.shape))
+    common = jnp.asarray(theta["common_" + name])
+    out = jnp.zeros((m, mask.size), jnp.result_type(value, common))
+    return out.at[:, np.flatnonzero(mask)].set(value).at[:, np.flatnonzero(~mask)].set(common)
+
+
 def build_params(structure: SwitchingStructure, theta: dict, inputs=None) -> SwitchingParams:
     """The ``SwitchingParams`` of a parametrised model at theta (pure JAX: jit-, vmap- and
     grad-able in theta and the inputs).
 
-    "regression": d_j = intercepts[j], D_j = coefficients[j] (or the common ones), R_j =
-    variances[j] (or the common one), pi0 the ergodic distribution of P.
+    "regression": d_j = intercepts[j] (0 with trend "n"), D_j = the regime's coefficients
+    (``coefficient_matrix``), R_j = variances[j] (or the common one), pi0 the ergodic
+    distribution of P.
     "ar": modes are the regime tuples (``tuple_transition_matrix``, ``tuple_initial_probs``),
-    d = means[s_t] - sum_k phi_k means[s_{t-k}], D = phi', R = variance of s_t (or common).
+    d = means[s_t] - sum_k phi_k(s_t) means[s_{t-k}] (0 with trend "n"), D = phi(s_t)', R =
+    variance of s_t (or common).
+    "var": d_j = intercepts[j] (o,), D_j = ar_coefficients[j] (o, o p), R_j = covariances[j].
     "state_space": the given fields with Q_j = dynamics_cov_scale[j] dynamics_covs[j] and
     R_j = emission_cov_scale[j] emission_covs[j].
 
@@ -332,27 +376,48 @@ def build_params(structure: SwitchingStructure, theta: dict, inputs=None) -> Swi
         first_rows = trans
     dtype = trans.dtype
     width = structure.input_width
+    trend = structure.trend == "c"
+    ergodic = ergodic_probabilities(first_rows[0] if structure.num_tvtp else trans)
+    if kind == "var":
+        o = structure.num_series
+        covs = _per_regime(theta["covariances"], m, structure.switching_variance)
+        weights = _per_regime(theta["ar_coefficients"], m, structure.switching_coefficients)
+        fields = {
+            "initial_probs": ergodic,
+            "transition_matrix": trans,
+            "emission_biases": jnp.asarray(theta["intercepts"]),
+            "emission_input_weights": _padded_weights(weights.reshape(m, o, k), width),
+            "emission_covs": covs,
+        } | _dummy_state(m, dtype)
+        fields["emission_matrices"] = jnp.zeros((m, o, 1), dtype)
+        fields["dynamics_input_weights"] = jnp.zeros((m, 1, width), dtype)
+        return SwitchingParams(**fields)
     variances = _per_regime(theta["variances"], m, structure.switching_variance)
     if kind == "regression":
-        coefs = _per_regime(theta["coefficients"], m, structure.switching_coefficients)
+        coefs = coefficient_matrix(structure, theta, "coefficients")
         modes = m
         fields = {
-            "initial_probs": ergodic_probabilities(first_rows[0] if structure.num_tvtp else trans),
+            "initial_probs": ergodic,
             "transition_matrix": trans,
-            "emission_biases": jnp.asarray(theta["intercepts"])[:, None],
+            "emission_biases": (
+                jnp.asarray(theta["intercepts"])[:, None] if trend else jnp.zeros((m, 1), dtype)
+            ),
             "emission_input_weights": _padded_weights(coefs.reshape(m, 1, k), width),
         }
     else:  # "ar"
         tup = regime_tuples(m, p)
         modes = tup.shape[0]
-        means = jnp.asarray(theta["means"])
-        phi = _per_regime(theta["ar_coefficients"], m, structure.switching_coefficients)
+        phi = coefficient_matrix(structure, theta, "ar_coefficients")
         phi_mode = phi[tup[:, 0]]  # (modes, p): the current regime's coefficients
-        lagged = means[tup[:, 1:]]  # (modes, p)
+        if trend:
+            means = jnp.asarray(theta["means"])
+            biases = means[tup[:, 0]] - jnp.sum(phi_mode * means[tup[:, 1:]], axis=-1)
+        else:
+            biases = jnp.zeros(modes, dtype)
         fields = {
             "initial_probs": tuple_initial_probs(first_rows, p),
             "transition_matrix": tuple_transition_matrix(trans, p),
-            "emission_biases": (means[tup[:, 0]] - jnp.sum(phi_mode * lagged, axis=-1))[:, None],
+            "emission_biases": biases[:, None],
             "emission_input_weights": _padded_weights(phi_mode.reshape(modes, 1, p), width),
         }
     var_of_mode = variances if kind == "regression" else variances[regime_tuples(m, p)[:, 0]]
@@ -468,9 +533,130 @@ def _transition_part(z, m: int) -> tuple[dict, dict, dict]:
 
 
 def _ols(y, x):
+    """OLS of y on x: (coefficients, residual variance, the coefficients' standard errors)."""
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     resid = y - x @ coef
-    return coef, float(resid @ resid / max(len(y) - x.shape[1], 1))
+    var = float(resid @ resid / max(len(y) - x.shape[1], 1))
+    if x.shape[1] == 0:
+        return coef, var, np.zeros(0)
+    se = np.sqrt(var * np.diag(np.linalg.pinv(x.T @ x)))
+    return coef, var, se
+
+
+def _check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+    return bool(value)
+
+
+def _check_trend(trend) -> str:
+    if not isinstance(trend, str) or trend not in TRENDS:
+        raise ValueError(
+            f"trend: expected 'c' (a switching intercept) or 'n' (none), got {trend!r}"
+        )
+    return trend
+
+
+def _switching_flags(name: str, value, width: int, what: str) -> bool | tuple:
+    """True, False, or one flag per column (``width`` of them, each True or False); a
+    sequence whose flags agree becomes that one flag."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    flags = list(value) if isinstance(value, list | tuple | np.ndarray) else None
+    if (
+        flags is None
+        or len(flags) != width
+        or not all(isinstance(f, bool | np.bool_) for f in flags)
+    ):
+        raise ValueError(
+            f"{name}: expected True, False or one True/False per {what} ({width}), got {value!r}"
+        )
+    flags = tuple(bool(f) for f in flags)
+    return flags[0] if len(set(flags)) == 1 else flags
+
+
+def _coefficient_part(name, coef, se, flags, m, labels, ordered):
+    """(theta, support, names) of regression / AR coefficients ``coef`` (k,) under the
+    switching ``flags``: "name" (M, k), (k,), or (M, k_s) with "common_name" (k - k_s,)
+    (``coefficient_matrix``). ``ordered``: the regimes are labelled by the first switching
+    column (support ``ordered_first_column``), whose start spreads over +-2 standard errors
+    ``se`` of the OLS fit (at least 0.05)."""
+    k = coef.shape[0]
+    mask = np.array((flags,) * k if isinstance(flags, bool) else flags, bool)
+    if mask.all() or not mask.any():
+        switching = bool(mask.all()) or k == 0
+        value = np.tile(coef, (m, 1)) if switching else coef.copy()
+        theta = {name: value}
+        names = {
+            name: (
+                [f"{labels[c]}[{j}]" for j in range(m) for c in range(k)]
+                if switching
+                else list(labels)
+            )
+        }
+    else:
+        on, off = np.flatnonzero(mask), np.flatnonzero(~mask)
+        theta = {name: np.tile(coef[on], (m, 1)), "common_" + name: coef[off].copy()}
+        names = {
+            name: [f"{labels[c]}[{j}]" for j in range(m) for c in on],
+            "common_" + name: [labels[c] for c in off],
+        }
+    support = {n: constraints.real for n in theta}
+    if ordered:
+        first = int(np.flatnonzero(mask)[0])
+        theta[name] = theta[name].copy()
+        theta[name][:, 0] += max(2.0 * float(se[first]), 0.05) * np.linspace(-1.0, 1.0, m)
+        support[name] = ordered_first_column
+    return theta, support, names
+
+
+def _variance_part(var, m, switching, ordered):
+    """(theta, support, names) of the variances: one, or one per regime; ``ordered``: they
+    label the regimes (support ``positive_ordered_vector``), starting spread by a factor
+    e^(+-0.5)."""
+    if not switching:
+        return (
+            {"variances": np.asarray(var)},
+            {"variances": constraints.positive},
+            {"variances": ["sigma2"]},
+        )
+    value = np.full(m, var) * (np.exp(np.linspace(-0.5, 0.5, m)) if ordered else 1.0)
+    support = constraints.positive_ordered_vector if ordered else constraints.positive
+    return (
+        {"variances": value},
+        {"variances": support},
+        {"variances": [f"sigma2[{j}]" for j in range(m)]},
+    )
+
+
+def _label_by(trend: str, flags, switching_variance: bool, m: int) -> str:
+    """What labels the regimes: "trend" (the intercept / mean), "coefficients" (the first
+    switching coefficient column, trend "n"), "variances", or "none" (M = 1); a
+    ``ValueError`` when nothing differs between regimes."""
+    if m == 1:
+        return "none"
+    if trend == "c":
+        return "trend"
+    if flags is True or (isinstance(flags, tuple) and any(flags)):
+        return "coefficients"
+    if switching_variance:
+        return "variances"
+    raise ValueError(
+        "trend: with trend='n' and neither coefficients nor the variance switching, the "
+        f"{m} regimes would be the same model; switch something or use num_regimes=1"
+    )
+
+
+def _exog(exog, t: int) -> np.ndarray:
+    if exog is None:
+        return np.zeros((t, 0))
+    x = validation.as_float_array("exog", exog)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2 or x.shape[0] != t:
+        raise ValueError(f"exog: expected shape ({t}, k) (one row per endog value), got {x.shape}")
+    validation.check_finite("exog", x)
+    return x
 
 
 def markov_switching_regression(
@@ -478,29 +664,38 @@ def markov_switching_regression(
     exog=None,
     *,
     num_regimes: int = 2,
-    switching_coefficients: bool = True,
+    trend: str = "c",
+    switching_coefficients=True,
     switching_variance: bool = True,
     exog_tvtp=None,
 ) -> SwitchingSpec:
     """Markov-switching regression y_t = mu_{s_t} + x_t' beta_{s_t} + e_t,
     e_t ~ N(0, sigma^2_{s_t}) (Hamilton 1989; Kim and Nelson 1999, ch. 4), statsmodels'
-    ``MarkovRegression(endog, k_regimes, exog=exog, switching_variance=...)``.
+    ``MarkovRegression(endog, k_regimes, trend=, exog=, switching_exog=,
+    switching_variance=)``.
 
-    theta: "transition_matrix" (M, M) (row-from), "intercepts" (M,) (ordered: the regimes are
-    labelled by increasing intercept), "coefficients" (M, k) or (k,), "variances" (M,) or ().
+    theta: "transition_matrix" (M, M) (row-from); "intercepts" (M,) with trend "c" (ordered:
+    the regimes are labelled by increasing intercept); "coefficients" (M, k) when every
+    regressor switches, (k,) when none does, else (M, k_s) for the switching columns (in
+    order) and "common_coefficients" (k - k_s,) for the others; "variances" (M,) or ().
+    Without an intercept (trend "n") the regimes are labelled by the first switching
+    coefficient (support ``ordered_first_column``), else by the variance
+    (``positive_ordered_vector``); ``regime_ordering`` states which.
     With ``exog_tvtp`` (time-varying transition probabilities, statsmodels' ``exog_tvtp``;
     module docstring) "transition_coefficients" (M, M - 1, k_tvtp) replaces
     "transition_matrix": P_t[i, j] = softmax_j(z_t' gamma_ij), gamma_{i, M-1} = 0.
-    The start values are statsmodels' in spirit: OLS coefficients, intercepts spread over
-    the OLS residual scale, the OLS residual variance, persistent regimes (0.9 on the
-    diagonal; with TVTP through the coefficients of a constant column of ``exog_tvtp``, the
-    others 0, ``_tvtp_start``).
+    The start values are statsmodels' in spirit: OLS coefficients, the labelling parameter
+    spread over its OLS scale (intercepts over the residual scale, a slope over +-2 standard
+    errors), the OLS residual variance, persistent regimes (0.9 on the diagonal; with TVTP
+    through the coefficients of a constant column of ``exog_tvtp``, the others 0).
 
     Args:
         endog: (T,) the series.
-        exog: (T, k) regressors (without a constant; the intercept switches), or None.
+        exog: (T, k) regressors (without a constant), or None.
         num_regimes: M >= 1 (1: no switching, the baseline).
-        switching_coefficients: beta differs by regime (else one beta).
+        trend: "c" (a switching intercept) or "n" (no intercept).
+        switching_coefficients: beta differs by regime: True, False, or one flag per exog
+            column (statsmodels' ``switching_exog``).
         switching_variance: sigma^2 differs by regime (else one sigma^2).
         exog_tvtp: (T, k_tvtp) the covariates z_t of the transition probabilities (include a
             column of ones for a constant), or None (a constant transition matrix).
@@ -512,56 +707,42 @@ def markov_switching_regression(
     y = _series("endog", endog)
     t = y.shape[0]
     m = _check_regimes(num_regimes)
-    if exog is None:
-        x = np.zeros((t, 0))
-    else:
-        x = validation.as_float_array("exog", exog)
-        if x.ndim == 1:
-            x = x[:, None]
-        if x.ndim != 2 or x.shape[0] != t:
-            raise ValueError(
-                f"exog: expected shape ({t}, k) (one row per endog value), got {x.shape}"
-            )
-        validation.check_finite("exog", x)
+    trend = _check_trend(trend)
+    x = _exog(exog, t)
     k = x.shape[1]
-    for name, flag in (
-        ("switching_coefficients", switching_coefficients),
-        ("switching_variance", switching_variance),
-    ):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{name}: expected True or False, got {flag!r}")
+    flags = _switching_flags("switching_coefficients", switching_coefficients, k, "exog column")
+    switching_variance = _check_flag("switching_variance", switching_variance)
+    if trend == "n" and k == 0:
+        raise ValueError("exog: required with trend='n' (the model would have no mean at all)")
+    label = _label_by(trend, flags, switching_variance, m)
     z = None if exog_tvtp is None else _check_exog_tvtp(exog_tvtp, t)
-    coef, var = _ols(y, np.column_stack([np.ones(t), x]))
-    spread = np.sqrt(var) * np.linspace(-1.0, 1.0, m)
+    design = np.column_stack([np.ones(t), x]) if trend == "c" else x
+    coef, var, se = _ols(y, design)
+    slopes, slope_se = (coef[1:], se[1:]) if trend == "c" else (coef, se)
     structure = SwitchingStructure(
         "regression",
         m,
         0,
         k,
-        switching_coefficients,
+        flags,
         switching_variance,
         0 if z is None else z.shape[1],
+        trend,
     )
-    trans_theta, trans_support, trans_names = _transition_part(z, m)
-    theta = trans_theta | {
-        "intercepts": coef[0] + spread,
-        "coefficients": np.tile(coef[1:], (m, 1)) if switching_coefficients else coef[1:].copy(),
-        "variances": np.full(m, var) if switching_variance else np.asarray(var),
-    }
-    support = trans_support | {
-        "intercepts": constraints.ordered_vector,
-        "coefficients": constraints.real,
-        "variances": constraints.positive,
-    }
-    names = trans_names | {
-        "intercepts": [f"const[{j}]" for j in range(m)],
-        "coefficients": (
-            [f"x{c + 1}[{j}]" for j in range(m) for c in range(k)]
-            if switching_coefficients
-            else [f"x{c + 1}" for c in range(k)]
+    theta, support, names = _transition_part(z, m)
+    if trend == "c":
+        theta["intercepts"] = coef[0] + np.sqrt(var) * np.linspace(-1.0, 1.0, m)
+        support["intercepts"] = constraints.ordered_vector
+        names["intercepts"] = [f"const[{j}]" for j in range(m)]
+    labels = [f"x{c + 1}" for c in range(k)]
+    parts = (
+        _coefficient_part(
+            "coefficients", slopes, slope_se, flags, m, labels, label == "coefficients"
         ),
-        "variances": [f"sigma2[{j}]" for j in range(m)] if switching_variance else ["sigma2"],
-    }
+        _variance_part(var, m, switching_variance, label == "variances"),
+    )
+    for th, su, na in parts:
+        theta, support, names = theta | th, support | su, names | na
     inputs = x if z is None else np.column_stack([x, z])
     return SwitchingSpec(structure, theta, support, _identified(theta), y[:, None], inputs, names)
 
@@ -571,29 +752,34 @@ def markov_switching_ar(
     order: int,
     *,
     num_regimes: int = 2,
-    switching_ar: bool = False,
+    trend: str = "c",
+    switching_ar=False,
     switching_variance: bool = False,
     exog_tvtp=None,
 ) -> SwitchingSpec:
     """Hamilton's (1989) Markov-switching AR(p) with switching mean:
     y_t - mu_{s_t} = sum_{k=1..p} phi_k (y_{t-k} - mu_{s_{t-k}}) + e_t, e_t ~ N(0, sigma^2),
-    statsmodels' ``MarkovAutoregression(endog, k_regimes, order, switching_ar=False,
-    switching_variance=False)``.
+    statsmodels' ``MarkovAutoregression(endog, k_regimes, order, trend=, switching_ar=,
+    switching_variance=)``.
 
     The filter's modes are the regime tuples (s_t, ..., s_{t-p}) (module docstring); the
     first p observations are conditioned on. theta: "transition_matrix" (M, M), "means" (M,)
-    (ordered), "ar_coefficients" (p,) or (M, p), "variances" () or (M,) (of s_t). With
-    ``exog_tvtp`` (statsmodels' ``exog_tvtp``, one row per endog row: its first p rows give
-    the law of the first regime tuple, as in statsmodels; module docstring)
-    "transition_coefficients" (M, M - 1, k_tvtp) replaces "transition_matrix". Start
-    values: the AR(p) OLS fit, means spread over its residual scale, persistent regimes (with
-    TVTP as ``markov_switching_regression``'s).
+    (ordered; trend "c" only), "ar_coefficients" (p,), (M, p), or with per-lag switching
+    (M, p_s) and "common_ar_coefficients" (p - p_s,), "variances" () or (M,) (of s_t).
+    Without a mean (trend "n": y_t = sum_k phi_k(s_t) y_{t-k} + e_t) the regimes are
+    labelled by the first switching AR coefficient, else by the variance. With ``exog_tvtp``
+    (statsmodels' ``exog_tvtp``, one row per endog row: its first p rows give the law of the
+    first regime tuple, as in statsmodels; module docstring) "transition_coefficients"
+    (M, M - 1, k_tvtp) replaces "transition_matrix". Start values: the AR(p) OLS fit, the
+    labelling parameter spread over its OLS scale, persistent regimes (with TVTP as
+    ``markov_switching_regression``'s).
 
     Args:
         endog: (T,) the series, T > p + 2.
         order: p >= 1.
         num_regimes: M >= 1 (1: the plain AR(p), the baseline).
-        switching_ar: phi differs by regime.
+        trend: "c" (a switching mean) or "n" (none).
+        switching_ar: phi differs by regime: True, False, or one flag per lag.
         switching_variance: sigma^2 differs by regime (that of s_t; see the module docstring
             for statsmodels' convention when p >= 2).
         exog_tvtp: (T, k_tvtp) the covariates z_t of the transition probabilities, one row
@@ -607,46 +793,155 @@ def markov_switching_ar(
     y = _series("endog", endog)
     p = validation.check_positive_int("order", order)
     m = _check_regimes(num_regimes)
-    for name, flag in (("switching_ar", switching_ar), ("switching_variance", switching_variance)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{name}: expected True or False, got {flag!r}")
+    trend = _check_trend(trend)
+    flags = _switching_flags("switching_ar", switching_ar, p, "lag")
+    switching_variance = _check_flag("switching_variance", switching_variance)
+    label = _label_by(trend, flags, switching_variance, m)
     t = y.shape[0]
     if t <= p + 2:
         raise ValueError(f"endog: an AR({p}) model needs more than {p + 2} values, got {t}")
     z = None if exog_tvtp is None else _check_exog_tvtp(exog_tvtp, t)
     lags = np.column_stack([y[p - k : t - k] for k in range(1, p + 1)])
     obs = y[p:]
-    coef, var = _ols(obs, np.column_stack([np.ones(t - p), lags]))
-    phi = coef[1:]
-    mean = coef[0] / max(1.0 - float(np.sum(phi)), 1e-3)
-    spread = np.sqrt(var) * np.linspace(-1.0, 1.0, m)
+    design = np.column_stack([np.ones(t - p), lags]) if trend == "c" else lags
+    coef, var, se = _ols(obs, design)
+    phi, phi_se = (coef[1:], se[1:]) if trend == "c" else (coef, se)
     structure = SwitchingStructure(
-        "ar", m, p, p, switching_ar, switching_variance, 0 if z is None else z.shape[1]
+        "ar", m, p, p, flags, switching_variance, 0 if z is None else z.shape[1], trend
     )
-    trans_theta, trans_support, trans_names = _transition_part(z, m)
-    theta = trans_theta | {
-        "means": mean + spread,
-        "ar_coefficients": np.tile(phi, (m, 1)) if switching_ar else phi.copy(),
-        "variances": np.full(m, var) if switching_variance else np.asarray(var),
-    }
-    support = trans_support | {
-        "means": constraints.ordered_vector,
-        "ar_coefficients": constraints.real,
-        "variances": constraints.positive,
-    }
-    names = trans_names | {
-        "means": [f"const[{j}]" for j in range(m)],
-        "ar_coefficients": (
-            [f"ar.L{c + 1}[{j}]" for j in range(m) for c in range(p)]
-            if switching_ar
-            else [f"ar.L{c + 1}" for c in range(p)]
+    theta, support, names = _transition_part(z, m)
+    if trend == "c":
+        mean = coef[0] / max(1.0 - float(np.sum(phi)), 1e-3)
+        theta["means"] = mean + np.sqrt(var) * np.linspace(-1.0, 1.0, m)
+        support["means"] = constraints.ordered_vector
+        names["means"] = [f"const[{j}]" for j in range(m)]
+    labels = [f"ar.L{c + 1}" for c in range(p)]
+    parts = (
+        _coefficient_part(
+            "ar_coefficients", phi, phi_se, flags, m, labels, label == "coefficients"
         ),
-        "variances": [f"sigma2[{j}]" for j in range(m)] if switching_variance else ["sigma2"],
-    }
+        _variance_part(var, m, switching_variance, label == "variances"),
+    )
+    for th, su, na in parts:
+        theta, support, names = theta | th, support | su, names | na
     inputs = lags
     if z is not None:  # z_{t-p}, ..., z_t in time order (row t of the inputs is row t + p of endog)
         inputs = np.column_stack([lags, *(z[c : t - p + c] for c in range(p + 1))])
     return SwitchingSpec(structure, theta, support, _identified(theta), obs[:, None], inputs, names)
+
+
+def markov_switching_var(
+    endog,
+    order: int,
+    *,
+    num_regimes: int = 2,
+    switching_ar: bool = True,
+    switching_covariance: bool = True,
+    exog_tvtp=None,
+) -> SwitchingSpec:
+    """The Markov-switching vector autoregression MS(I)AH-VAR(p) of Krolzig (1997, ch. 1 and
+    sec. 9.2): intercepts, autoregressive matrices and covariance all switching,
+
+        y_t = nu_{s_t} + sum_{l=1..p} A_{l, s_t} y_{t-l} + e_t,   e_t ~ N(0, Sigma_{s_t}),
+
+    y_t in R^o, s_t a Markov chain on M regimes (row-from P; with ``exog_tvtp`` the TVTP
+    logits of ``markov_switching_regression``). The emission depends on s_t alone (the lags
+    are inputs), so Hamilton's filter runs on the M regimes; the first p observations are
+    conditioned on. For o = 1 it is ``markov_switching_regression`` on the lags (statsmodels'
+    ``MarkovRegression(y[p:], exog=lags)``), not Hamilton's mean-adjusted MS-AR.
+
+    theta: "transition_matrix" (M, M) (or "transition_coefficients" (M, M - 1, k_tvtp));
+    "intercepts" (M, o), the regimes labelled by increasing intercept of the first series
+    (support ``ordered_first_column``); "ar_coefficients" (M, o, o p) or (o, o p): row i is
+    equation i, columns (y_{t-1}, ..., y_{t-p}), each o wide, so A_{l, j} =
+    ar_coefficients[j][:, (l - 1) o : l o]; "covariances" (M, o, o) or (o, o). Start values:
+    the equation-by-equation OLS fit of the VAR(p), the first intercept spread over its
+    residual scale, the OLS residual covariance, persistent regimes.
+
+    Args:
+        endog: (T, o) the series (one column per variable), T > p + 2.
+        order: p >= 1.
+        num_regimes: M >= 1 (1: the VAR(p), the baseline).
+        switching_ar: the autoregressive matrices differ by regime.
+        switching_covariance: Sigma differs by regime.
+        exog_tvtp: (T, k_tvtp) TVTP covariates, one row per endog row (the first p rows are
+            dropped with the observations, as statsmodels does for a regression), or None.
+
+    Returns:
+        ``SwitchingSpec`` with observations (T - p, o) = y_{p+1:T} and inputs (T - p, o p),
+        row t = (y_{t-1}, ..., y_{t-p}); with TVTP (T - p, o p + k_tvtp), z_t last.
+    """
+    y = validation.as_float_array("endog", endog)
+    if y.ndim == 1:
+        y = y[:, None]
+    if y.ndim != 2:
+        raise ValueError(f"endog: expected a (T, o) array, one column per series, got {y.shape}")
+    validation.check_finite("endog", y)
+    p = validation.check_positive_int("order", order)
+    m = _check_regimes(num_regimes)
+    switching_ar = _check_flag("switching_ar", switching_ar)
+    switching_covariance = _check_flag("switching_covariance", switching_covariance)
+    t, o = y.shape
+    if t <= o * p + 2:
+        raise ValueError(
+            f"endog: a VAR({p}) of {o} series needs more than {o * p + 2} rows, got {t}"
+        )
+    z = None if exog_tvtp is None else _check_exog_tvtp(exog_tvtp, t)
+    if z is not None:
+        z = z[p:]
+    lags = np.column_stack([y[p - k : t - k] for k in range(1, p + 1)])  # (T - p, o p)
+    obs = y[p:]
+    design = np.column_stack([np.ones(t - p), lags])
+    coef, *_ = np.linalg.lstsq(design, obs, rcond=None)  # (1 + o p, o)
+    resid = obs - design @ coef
+    cov = resid.T @ resid / max(t - p - design.shape[1], 1)
+    cov = 0.5 * (cov + cov.T)
+    if np.linalg.eigvalsh(cov)[0] <= 0:
+        raise ValueError(
+            "endog: the series are collinear (the VAR's residual covariance is singular)"
+        )
+    structure = SwitchingStructure(
+        "var",
+        m,
+        p,
+        o * p,
+        switching_ar,
+        switching_covariance,
+        0 if z is None else z.shape[1],
+        "c",
+        o,
+    )
+    theta, support, names = _transition_part(z, m)
+    intercepts = np.tile(coef[0], (m, 1))
+    intercepts[:, 0] += np.sqrt(cov[0, 0]) * np.linspace(-1.0, 1.0, m)
+    a = coef[1:].T  # (o, o p)
+    series = [f"y{i + 1}" for i in range(o)]
+    columns = [f"L{lag}.{v}" for lag in range(1, p + 1) for v in series]
+    ar_names = [f"{series[i]}.{c}" for i in range(o) for c in columns]
+    cov_names = [f"sigma[{series[i]},{series[c]}]" for i in range(o) for c in range(o)]
+    theta |= {
+        "intercepts": intercepts,
+        "ar_coefficients": np.tile(a, (m, 1, 1)) if switching_ar else a.copy(),
+        "covariances": np.tile(cov, (m, 1, 1)) if switching_covariance else cov.copy(),
+    }
+    support |= {
+        "intercepts": ordered_first_column,
+        "ar_coefficients": constraints.real,
+        "covariances": constraints.positive_definite,
+    }
+    names |= {
+        "intercepts": [f"const.{v}[{j}]" for j in range(m) for v in series],
+        "ar_coefficients": (
+            [f"{n}[{j}]" for j in range(m) for n in ar_names] if switching_ar else ar_names
+        ),
+        "covariances": (
+            [f"{n}[{j}]" for j in range(m) for n in cov_names]
+            if switching_covariance
+            else cov_names
+        ),
+    }
+    inputs = lags if z is None else np.column_stack([lags, z])
+    return SwitchingSpec(structure, theta, support, _identified(theta), obs, inputs, names)
 
 
 def switching_state_space(params: SwitchingParams, observations, *, inputs=None) -> SwitchingSpec:
@@ -735,13 +1030,36 @@ def _symmetric_under_relabelling(spec: SwitchingSpec, free) -> bool:
     return True
 
 
+# the supports of the parameter that labels the regimes of an econometric spec
+_LABEL_SUPPORTS = (
+    constraints.ordered_vector,
+    ordered_first_column,
+    constraints.positive_ordered_vector,
+)
+
+
+def _label_description(spec: SwitchingSpec, name: str) -> str:
+    """The labelling parameter in words, e.g. "intercept (regime 0 the lowest)", "coefficient
+    of x1 (...)", "intercept of y1 (...)", "variance (...)"."""
+    if name == "variances":
+        return "variance (regime 0 the least volatile)"
+    if name in ("intercepts", "means") and spec.structure.kind != "var":
+        return f"{name[:-1]} (regime 0 the lowest)"
+    label = spec.names[name][0].rsplit("[", 1)[0]  # the first entry of regime 0, e.g. x1
+    if name == "intercepts":
+        return f"intercept of {label.split('.', 1)[1]} (regime 0 the lowest)"
+    return f"coefficient {label} (regime 0 the lowest)"
+
+
 def regime_ordering(spec: SwitchingSpec, free=None) -> RegimeOrdering:
     """The suite's one convention for labelling the regimes of a fit (``free`` defaults to
     ``spec.free``):
 
-    - a Markov-switching regression or MS-AR model: by increasing intercept or mean (the
-      support of "intercepts" / "means" is ``ordered_vector``); fixed ones out of order label
-      the regimes as given;
+    - a Markov-switching regression, MS-AR or MS-VAR model: by increasing intercept or mean
+      (the support of "intercepts" / "means" is ``ordered_vector``; for MS-VAR the intercept
+      of the first series, ``ordered_first_column``); without one (trend "n") by the first
+      switching coefficient (``ordered_first_column``), else by the variance
+      (``positive_ordered_vector``); fixed ones out of order label the regimes as given;
     - a state-space model (``switching_state_space``) whose fixed parameters differ between
       modes: by those parameters (the modes are not exchangeable, nothing is reordered);
     - a state-space model whose fixed parameters are the same in every mode: the modes are
@@ -761,12 +1079,13 @@ def regime_ordering(spec: SwitchingSpec, free=None) -> RegimeOrdering:
     kind, m = spec.structure.kind, spec.structure.num_regimes
     if m == 1:
         return RegimeOrdering(None, "one regime: there are no labels to identify.")
-    if kind in ("regression", "ar"):
-        name = "intercepts" if kind == "regression" else "means"
-        if name in free or np.all(np.diff(np.asarray(spec.theta[name], dtype=float)) > 0):
-            return RegimeOrdering(
-                name, f"the regimes are labelled by increasing {name[:-1]} (regime 0 the lowest)."
-            )
+    if kind in ("regression", "ar", "var"):
+        name = next(n for n, c in spec.support.items() if c in _LABEL_SUPPORTS)
+        what = _label_description(spec, name)
+        value = np.asarray(spec.theta[name], dtype=float)
+        value = value[:, 0] if value.ndim == 2 else value
+        if name in free or np.all(np.diff(value) > 0):
+            return RegimeOrdering(name, f"the regimes are labelled by increasing {what}.")
         return RegimeOrdering(
             None, f"the regimes are labelled by their fixed {name}, as given (not in order)."
         )
@@ -816,69 +1135,6 @@ def relabel_regimes(spec: SwitchingSpec, theta: dict, order) -> dict:
 # ----------------------------------------------------------------------------- priors
 
 
-class OrderedIID(dist.Distribution):
-    """The order statistics of M independent draws of a univariate ``base`` law: the law of
-    sort(z), z_j iid ~ base, with density
-
-        M! prod_j f(x_j)   on x_1 < ... < x_M,
-
-    the exchangeable prior prod_j f(x_j) restricted to one ordering of the labels (Jasra,
-    Holmes and Stephens 2005, sec. 6, on label switching): its posterior is the
-    label-identified one (regime 0 has the smallest value). Support: ``ordered_vector`` for a
-    base on the reals, ``positive_ordered_vector`` for a base on the positive reals (e.g. the
-    noise scales of ``regime_ordering``)."""
-
-    arg_constraints = {}
-    pytree_data_fields = ("base",)
-    pytree_aux_fields = ("size",)
-
-    def __init__(self, base, size: int, *, validate_args=None):
-        if not isinstance(base, dist.Distribution) or base.event_shape != ():
-            raise ValueError(f"base: expected a univariate NumPyro distribution, got {base!r}")
-        if base.support not in (constraints.real, constraints.positive):
-            raise ValueError(f"base: expected support real or positive, got {base.support}")
-        self.base = base
-        self.size = validation.check_positive_int("size", size)
-        super().__init__(
-            batch_shape=base.batch_shape, event_shape=(self.size,), validate_args=validate_args
-        )
-
-    @property
-    def support(self):
-        if self.base.support is constraints.positive:
-            return constraints.positive_ordered_vector
-        return constraints.ordered_vector
-
-    @property
-    def reparametrized_params(self):
-        return self.base.reparametrized_params
-
-    def sample(self, key, sample_shape=()):
-        z = self.base.sample(key, (self.size, *sample_shape))  # (M, *sample, *batch)
-        return jnp.sort(jnp.moveaxis(z, 0, -1), axis=-1)
-
-    def log_prob(self, value):
-        each = self.base.log_prob(jnp.moveaxis(jnp.asarray(value), -1, 0))
-        return jnp.sum(each, axis=0) + jax.scipy.special.gammaln(self.size + 1.0)
-
-
-class OrderedNormal(OrderedIID):
-    """The order statistics of M independent N(loc, scale^2) draws (``OrderedIID`` of a
-    normal): density M! prod_j N(x_j; loc, scale) on x_1 < ... < x_M. The prior of regime
-    means that fixes the labels (regime 0 has the smallest mean)."""
-
-    def __init__(self, loc, scale, size: int, *, validate_args=None):
-        super().__init__(dist.Normal(loc, scale), size, validate_args=validate_args)
-
-    @property
-    def loc(self):
-        return self.base.loc
-
-    @property
-    def scale(self):
-        return self.base.scale
-
-
 def default_priors(spec: SwitchingSpec, free=None) -> dict:
     """Weakly informative priors on the free parameters of ``spec``, in constrained form
     (NumPyro distributions keyed by parameter name), scaled by the spec's start values (the
@@ -892,18 +1148,25 @@ def default_priors(spec: SwitchingSpec, free=None) -> dict:
       column c): a one-standard-deviation move of a covariate moves a logit by about 2.5 a
       priori, and the constant's coefficients centre on the persistent start (stay 0.9);
     - regime means / intercepts: ``OrderedNormal`` around their mean start, scale
-      2 sqrt(v0) + their spread (v0 the start variance), which fixes the labels;
-    - "variances": InverseGamma(3, 2 v0) (prior mean v0); noise scales of a state-space spec:
-      InverseGamma(3, 2) (prior mean 1), iid over the modes, or their ``OrderedIID`` (the
-      iid law restricted to increasing values) for the scale that labels exchangeable modes
-      (``regime_ordering(spec, free)``; ``free`` defaults to ``spec.free``);
-    - "ar_coefficients": N(0, 0.5^2); regression "coefficients": N(start, (10 (|start| + 1))^2);
+      2 sqrt(v0) + their spread (v0 the start variance), which fixes the labels; an MS-VAR's
+      (M, o) intercepts: that law on the first series' column (``OrderedFirstColumn``) and
+      N(start, (2 sqrt(v0_i))^2) on series i's;
+    - "variances": InverseGamma(3, 2 v0) (prior mean v0), or, when they label the regimes
+      (trend "n"), ``OrderedIID`` of InverseGamma(3, 2 mean(v0)); "covariances" of an MS-VAR:
+      InverseWishart(o + 3, 2 S0) per regime (prior mean S0, the start); noise scales of a
+      state-space spec: InverseGamma(3, 2) (prior mean 1), iid over the modes, or their
+      ``OrderedIID`` (the iid law restricted to increasing values) for the scale that labels
+      exchangeable modes (``regime_ordering(spec, free)``; ``free`` defaults to ``spec.free``);
+    - "ar_coefficients" (and "common_ar_coefficients") of MS-AR and MS-VAR: N(0, 0.5^2);
+      regression "coefficients" (and "common_coefficients"): N(start, (10 (|start| + 1))^2);
+      coefficients that label the regimes (trend "n"): that law's ``OrderedIID`` on the
+      first column (centred on the column's mean start), ``OrderedFirstColumn``;
     - other real fields (biases, offsets): N(start, (10 (|start| + 1))^2).
     """
     m = spec.structure.num_regimes
     ordered = regime_ordering(spec, free).parameter
     out = {}
-    variance = float(np.mean(spec.theta.get("variances", 1.0)))
+    variance = _start_variance(spec)
     for name, value in spec.theta.items():
         value = np.asarray(value, dtype=float)
         support = spec.support[name]
@@ -918,13 +1181,20 @@ def default_priors(spec: SwitchingSpec, free=None) -> dict:
         elif support is constraints.ordered_vector:
             scale = 2.0 * np.sqrt(variance) + float(np.ptp(value))
             out[name] = OrderedNormal(float(np.mean(value)), scale, value.shape[-1])
+        elif support is ordered_first_column:
+            out[name] = _ordered_first_column_prior(spec, name, value)
+        elif name == "variances" and support is constraints.positive_ordered_vector:
+            out[name] = OrderedIID(dist.InverseGamma(3.0, 2.0 * float(np.mean(value))), m)
         elif name == "variances":
             out[name] = dist.InverseGamma(3.0, 2.0 * jnp.asarray(value)).to_event(value.ndim)
+        elif name == "covariances":
+            law = InverseWishart(value.shape[-1] + 3.0, 2.0 * jnp.asarray(value))
+            out[name] = law.to_event(value.ndim - 2) if value.ndim > 2 else law
         elif name in _LABEL_SCALES and name == ordered:
             out[name] = OrderedIID(dist.InverseGamma(3.0, 2.0), m)
         elif name in _LABEL_SCALES:
             out[name] = dist.InverseGamma(3.0 * jnp.ones(value.shape), 2.0).to_event(1)
-        elif name == "ar_coefficients":
+        elif name in ("ar_coefficients", "common_ar_coefficients"):
             out[name] = dist.Normal(jnp.zeros(value.shape), 0.5).to_event(value.ndim)
         elif support is constraints.real:
             loc = jnp.asarray(value)
@@ -932,19 +1202,50 @@ def default_priors(spec: SwitchingSpec, free=None) -> dict:
     return out
 
 
+def _start_variance(spec: SwitchingSpec) -> float:
+    """The mean start variance v0 of an econometric spec (of the first series for MS-VAR)."""
+    if "covariances" in spec.theta:
+        return float(np.mean(np.asarray(spec.theta["covariances"])[..., 0, 0]))
+    return float(np.mean(spec.theta.get("variances", 1.0)))
+
+
+def _ordered_first_column_prior(spec: SwitchingSpec, name: str, value: np.ndarray):
+    """``OrderedFirstColumn`` for an (M, k) parameter that labels the regimes by its first
+    column: the MS-VAR intercepts (``OrderedNormal`` on the first series, N(start, (2 sd_i)^2)
+    on series i), or switching coefficients of a model without intercept (the ordered law of
+    their own prior on the first column, that prior on the others)."""
+    m = value.shape[0]
+    rest_loc = jnp.asarray(value[:, 1:])
+    if name == "intercepts":  # MS-VAR
+        covs = np.asarray(spec.theta["covariances"]).reshape(-1, value.shape[1], value.shape[1])
+        sd = np.sqrt(np.mean(np.diagonal(covs, axis1=-2, axis2=-1), axis=0))
+        first = OrderedNormal(float(np.mean(value[:, 0])), 2.0 * sd[0] + np.ptp(value[:, 0]), m)
+        rest_scale = jnp.broadcast_to(2.0 * sd[1:], rest_loc.shape)
+    elif name == "ar_coefficients":
+        first = OrderedNormal(0.0, 0.5, m)
+        rest_loc, rest_scale = jnp.zeros(rest_loc.shape), jnp.full(rest_loc.shape, 0.5)
+    else:
+        loc = float(np.mean(value[:, 0]))
+        first = OrderedNormal(loc, 10.0 * (abs(loc) + 1.0), m)
+        rest_scale = 10.0 * (jnp.abs(rest_loc) + 1.0)
+    rest = None if value.shape[1] == 1 else dist.Normal(rest_loc, rest_scale).to_event(2)
+    return OrderedFirstColumn(first, rest)
+
+
 __all__ = [
     "KINDS",
     "STATE_SPACE_FREE",
-    "OrderedIID",
-    "OrderedNormal",
+    "TRENDS",
     "RegimeOrdering",
     "SwitchingSpec",
     "SwitchingStructure",
     "build_params",
+    "coefficient_matrix",
     "default_priors",
     "ergodic_probabilities",
     "markov_switching_ar",
     "markov_switching_regression",
+    "markov_switching_var",
     "regime_of_mode",
     "regime_ordering",
     "regime_probabilities",

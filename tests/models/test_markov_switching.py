@@ -15,15 +15,16 @@ from statsmodels.tsa.regime_switching.markov_autoregression import MarkovAutoreg
 from statsmodels_cases import RECESSIONS, RGNP
 
 from attnbayes.models.markov_switching import (
-    OrderedIID,
     default_priors,
     markov_switching_ar,
     markov_switching_regression,
+    markov_switching_var,
     regime_ordering,
     regime_transition_matrix,
     relabel_regimes,
     switching_state_space,
 )
+from attnbayes.models.regime_laws import OrderedIID
 from attnbayes.models.switching import SwitchingParams
 
 
@@ -177,3 +178,32 @@ def test_bad_exog_tvtp_is_refused_by_name():
                 make(z)
         with pytest.raises(ValueError, match="^exog_tvtp: "):
             make([["a"] * 2] * t)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: markov_switching_regression(RGNP[1:], RGNP[:-1], trend="n"),
+        lambda: markov_switching_regression(
+            RGNP[1:], RGNP[:-1], trend="n", switching_coefficients=False
+        ),
+        lambda: markov_switching_regression(
+            RGNP[2:], np.c_[RGNP[1:-1], RGNP[:-2]], switching_coefficients=[False, True]
+        ),
+        lambda: markov_switching_ar(RGNP, 2, trend="n", switching_ar=[False, True]),
+        lambda: markov_switching_var(np.c_[RGNP[1:], RGNP[:-1] ** 2], 1),
+    ],
+)
+def test_each_default_prior_lives_on_its_parameters_support_and_the_start(build):
+    """The priors NUTS samples under (``default_priors``) have the support of each parameter
+    (the ordered law where it labels the regimes) and a finite density at the start."""
+    spec = build()
+    priors = default_priors(spec)
+    assert set(priors) == set(spec.free)
+    for name, law in priors.items():
+        support = law.support
+        while isinstance(support, type(constraints.independent(constraints.real, 1))):
+            support = support.base_constraint  # the law's event axes wrap the entries'
+        assert support == spec.support[name], name
+        assert law.event_shape == np.shape(spec.theta[name]), name
+        assert np.isfinite(float(law.log_prob(jnp.asarray(spec.theta[name])))), name

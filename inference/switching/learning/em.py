@@ -54,7 +54,7 @@ from ..smoothers import (
     exact_smoother_moments_unchecked,
     kim_smoother_moments_unchecked,
 )
-from .likelihood import filter_unchecked, mode_filter
+from .likelihood import filter_unchecked, log_emissions, mode_filter
 from .parameters import constrain, num_free, register_spec, registered_spec, unconstrain
 from .results import SwitchingFitResult
 
@@ -178,12 +178,7 @@ def _negative_q_constant_state(spec, free, z, theta_fixed, stats, obs, u):
     gamma, xi = stats
     theta = constrain(spec, free, theta_fixed, z)
     p = build_params(spec.structure, theta, u)
-    mean = p.emission_biases[None, :, 0] + jnp.einsum(
-        "jk,tk->tj", p.emission_input_weights[:, 0], u
-    )
-    var = p.emission_covs[None, :, 0, 0]
-    logpdf = -0.5 * ((obs - mean) ** 2 / var + jnp.log(2 * jnp.pi * var))
-    logpdf = jnp.where(jnp.isnan(obs), 0.0, logpdf)
+    logpdf = log_emissions(p, obs, u)  # (T, modes); 0 where y_t is missing
     q = jnp.sum(gamma * logpdf)
     log_trans = log_probabilities(_pair_transitions(p.transition_matrix))
     q = q + jnp.sum(jnp.where(xi > 0, xi * log_trans, 0.0))

@@ -51,8 +51,8 @@ def _future_rows(structure, future):
     """The model's input rows over the horizon (H, ``input_width``) from ``future``: the given
     rows, or for MS-AR zeros in the lag columns (each path fills its y lags; the covariates'
     lags only enter the first regime tuple of a series) and the TVTP covariates z_{T+h}
-    last."""
-    if structure.kind != "ar":
+    last; for MS-VAR zeros in its o p lag columns, then z_{T+h}."""
+    if structure.kind not in ("ar", "var"):
         return future
     pad = jnp.zeros((future.shape[0], structure.input_width - future.shape[1]), future.dtype)
     return jnp.concatenate([pad, future], axis=1)
@@ -75,9 +75,12 @@ def _forecast_paths(spec_key, likelihood, horizon, num_draws, key, theta, obs, u
     else:
         res = filter_unchecked(params, obs, u, likelihood)
         last_probs, means, covs = res.mode_probs[-1], res.means[-1], res.covs[-1]
-    order = structure.order if structure.kind == "ar" else 0
-    # the last p values of the series (most recent first): y_T, then u_T's first p - 1 lags
-    history = jnp.concatenate([obs[-1, :1], u[-1, : max(order - 1, 0)]])[:order]
+    # the lag columns the paths fill: p for MS-AR, o p for MS-VAR (y_{t-1}, ..., y_{t-p}, each
+    # o wide), none otherwise; the last p values of the series (most recent first): y_T, then
+    # u_T's first (p - 1) o lag columns
+    o = obs.shape[1]
+    order = structure.order * o if structure.kind in ("ar", "var") else 0
+    history = jnp.concatenate([obs[-1], u[-1, : max(order - o, 0)]])[:order]
 
     chol_q, chol_r, chol_p = (
         psd_factor(params.dynamics_covs),
@@ -102,7 +105,7 @@ def _forecast_paths(spec_key, likelihood, horizon, num_draws, key, theta, obs, u
             x = x + chol_q[s] @ jax.random.normal(k_x, x.shape, obs.dtype)
             eps = jax.random.normal(k_y, (obs.shape[1],), obs.dtype)
             y = params.emission_matrices[s] @ x + emi[s] + chol_r[s] @ eps
-            lags = jnp.concatenate([y[:1], lags[:-1]])[:order] if order else lags
+            lags = jnp.concatenate([y, lags[: order - o]]) if order else lags
             return (s, x, lags), y
 
         keys = jax.random.split(key_steps, horizon)
@@ -137,7 +140,8 @@ def forecast_switching(
     runs the model forward: s_{t+1} ~ Pi[s_t], x_{t+1} = F x_t + b + B u_{t+1} + noise,
     y_{t+1} = H x_{t+1} + d + D u_{t+1} + noise. For MS-AR the inputs are the lags, taken from
     the series and then from the path itself (so the intervals carry the regime and the
-    autoregressive uncertainty); other models with inputs need ``future_inputs`` (H, k).
+    autoregressive uncertainty), and for MS-VAR the o p lags of the vector series likewise;
+    other models with inputs need ``future_inputs`` (H, k).
     The regime probabilities are exact: the filtered ones times Pi^h. (statsmodels has no
     out-of-sample forecast for its Markov-switching models.)
 
@@ -145,8 +149,8 @@ def forecast_switching(
     s_{T+h} from P_{T+h} = ``tvtp_transition_matrices``(gamma, z_{T+h}) on the future
     covariates, and the regime probabilities are the filtered ones times
     P_{T+1} ... P_{T+h}; the future covariates are future inputs: a regression's
-    ``future_inputs`` rows are [x_{T+h}, z_{T+h}] (the spec's input columns), an MS-AR's the
-    covariates z_{T+h} alone (H, k_tvtp) (the lags come from the paths).
+    ``future_inputs`` rows are [x_{T+h}, z_{T+h}] (the spec's input columns), an MS-AR's or an
+    MS-VAR's the covariates z_{T+h} alone (H, k_tvtp) (the lags come from the paths).
 
     Args:
         key: a ``jax.random`` key.
@@ -201,15 +205,17 @@ def _check_future_inputs(spec: SwitchingSpec, future_inputs, horizon: int, dtype
     for MS-AR with TVTP, nothing otherwise (zeros (H, 0) or (H, p) returned); a ``ValueError``
     naming ``future_inputs`` for a wrong shape, a NaN or an inf."""
     structure = spec.structure
-    if structure.kind == "ar":
+    if structure.kind in ("ar", "var"):
         k, what = (
             structure.num_tvtp,
             "the TVTP covariates z_{T+1..T+H} (the lags come from the paths)",
         )
         if k == 0:
             if future_inputs is not None:
-                raise ValueError("future_inputs: an MS-AR model's inputs are its own lags")
-            return np.zeros((horizon, structure.order), dtype)
+                raise ValueError(
+                    f"future_inputs: an MS-{structure.kind.upper()} model's inputs are its own lags"
+                )
+            return np.zeros((horizon, structure.num_inputs), dtype)
     else:
         k, what = spec.inputs.shape[1], "the spec's input columns over the horizon"
         if k == 0:

@@ -13,6 +13,8 @@ per shape.
 - ``filter_unchecked``: the named filter on checked arrays; ``hamilton_filter``: Hamilton's
   filter on the modes alone; ``mode_filter``: (log p(y), filtered mode probabilities) by the
   named likelihood, Hamilton's for "exact" on a constant-state model.
+- ``log_emissions``: log N(y_t; d_j + D_j u_t, R_j) per step and mode (Hamilton's filter and
+  the EM's expected complete-data log-likelihood);
 - ``check_likelihood``: the name, refused where it does not apply.
 """
 
@@ -62,7 +64,7 @@ def filter_unchecked(params: SwitchingParams, observations, inputs, likelihood: 
     return exact_filter_unchecked(params, observations, jnp.asarray(all_histories(m, t)), inputs)
 
 
-def _log_emissions(params: SwitchingParams, observations, inputs):
+def log_emissions(params: SwitchingParams, observations, inputs):
     """e_t(j) = log N(y_t; d_j + D_j u_t, R_j) over the observed coordinates, (T, M). For a
     univariate series (o = 1, every econometric model) in closed form,
     -(log 2 pi R_j + (y_t - d_j - D_j u_t)^2 / R_j) / 2 (0 where y_t is missing): the general
@@ -129,7 +131,7 @@ def hamilton_filter(params: SwitchingParams, observations, inputs):
     Returns:
         (log p(y_{1:T}), filtered mode probabilities (T, M)).
     """
-    log_em = _log_emissions(params, observations, inputs)
+    log_em = log_emissions(params, observations, inputs)
     constant = log_probabilities(params.transition_matrix)
 
     def predict(alpha, trans):
@@ -159,7 +161,7 @@ def _tuple_hamilton_filter(structure, params, obs, u, regime_transition=None):
         regime_transition = params.transition_matrix[..., rows, cols]  # [.., i, j]
     regime_transition = jnp.asarray(regime_transition)
     per_step = regime_transition[1:] if regime_transition.ndim == 3 else None
-    log_em = _log_emissions(params, obs, u)
+    log_em = log_emissions(params, obs, u)
 
     constant = log_probabilities(regime_transition)
 
@@ -249,6 +251,7 @@ __all__ = [
     "check_likelihood",
     "filter_unchecked",
     "hamilton_filter",
+    "log_emissions",
     "mode_filter",
     "switching_log_likelihood",
     "switching_log_likelihood_unchecked",

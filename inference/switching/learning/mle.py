@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from numpyro.distributions import constraints
 
 from .... import validation
 from ....models.markov_switching import (
@@ -188,8 +189,9 @@ def _orderings(m: int) -> list:
 
 def ordering_starts(spec, free) -> list:
     """The deterministic starts of a fit: ``spec.theta``; for a Markov-switching regression
-    or MS-AR model with a free switching variance, one start per assignment of spread
-    variances to the regimes (``ORDERING_SPREAD``; every permutation for M <= 4); and, for
+    or MS-AR model with a free switching variance that does not itself label the regimes, one
+    start per assignment of spread variances to the regimes (``ORDERING_SPREAD``; every
+    permutation for M <= 4), for an MS-VAR the same with its covariances scaled; and, for
     those models with a free transition matrix, each of these again with the uniform
     transition matrix P_ij = 1/M (statsmodels' start) instead of the persistent one.
 
@@ -201,13 +203,20 @@ def ordering_starts(spec, free) -> list:
     [0.68, 0.32]]) the persistent starts all end at -746.362."""
     starts = [dict(spec.theta)]
     s = spec.structure
-    if s.kind not in ("regression", "ar") or s.num_regimes == 1:
+    if s.kind not in ("regression", "ar", "var") or s.num_regimes == 1:
         return starts
-    if s.switching_variance and "variances" in free:
+    labelled = spec.support.get("variances") is constraints.positive_ordered_vector
+    if s.kind != "var" and s.switching_variance and "variances" in free and not labelled:
         base = np.asarray(spec.theta["variances"], float)
         spread = np.exp(np.linspace(-ORDERING_SPREAD, ORDERING_SPREAD, s.num_regimes))
         for perm in _orderings(s.num_regimes):
             starts.append(dict(spec.theta) | {"variances": base * spread[perm]})
+    if s.kind == "var" and s.switching_variance and "covariances" in free:
+        base = np.asarray(spec.theta["covariances"], float)
+        spread = np.exp(np.linspace(-ORDERING_SPREAD, ORDERING_SPREAD, s.num_regimes))
+        for perm in _orderings(s.num_regimes):
+            scaled = base * spread[perm][:, None, None]
+            starts.append(dict(spec.theta) | {"covariances": scaled})
     if "transition_matrix" in free:
         m = s.num_regimes
         uniform = np.full((m, m), 1.0 / m)

@@ -27,6 +27,7 @@ from numpyro.distributions.transforms import biject_to
 
 from .... import validation
 from ....models.markov_switching import SwitchingSpec, build_params
+from ....models.regime_laws import ordered_first_column
 from ....models.switching import is_psd
 from ..kalman import check_inputs
 
@@ -65,8 +66,10 @@ def _support_problem(support, arr: np.ndarray, model: bool) -> str | None:
         # the model takes singular PSD covariances (e.g. a rank-deficient Q0); only a free one
         # must be positive definite (``check_free_values``)
         return None if is_psd(arr) else "a matrix is not symmetric positive semi-definite"
-    if model and support is constraints.ordered_vector:
+    if model and support in (constraints.ordered_vector, ordered_first_column):
         return None
+    if model and support is constraints.positive_ordered_vector:
+        support = constraints.positive  # the labelling order binds a free parameter only
     if model and support is constraints.simplex:
         rows = arr.reshape(-1, arr.shape[-1])
         inside = np.all(rows >= 0, axis=-1) & np.isclose(rows.sum(axis=-1), 1.0, atol=1e-5)
@@ -100,8 +103,13 @@ def _support_problem(support, arr: np.ndarray, model: bool) -> str | None:
             "" if arr.ndim == 0 else f"entry {[int(k) for k in np.unravel_index(i, arr.shape)]} "
         )
         return f"{entry}is {arr.reshape(-1)[i]:.6g}, not > 0"
-    if support is constraints.ordered_vector:
+    if support in (constraints.ordered_vector, constraints.positive_ordered_vector):
         return f"{arr.tolist()} is not increasing (the regimes are labelled by it)"
+    if support is ordered_first_column:
+        return (
+            f"its first column {arr[..., 0].tolist()} is not increasing (the regimes are "
+            "labelled by it)"
+        )
     return f"{arr.tolist()}"
 
 

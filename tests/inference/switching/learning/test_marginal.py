@@ -16,11 +16,11 @@ from numpyro.infer.util import initialize_model, log_density, potential_energy
 from attnbayes.inference.mcmc import run_nuts
 from attnbayes.inference.switching.learning.marginal import switching_marginal_model
 from attnbayes.models.markov_switching import (
-    OrderedNormal,
     default_priors,
     markov_switching_ar,
     switching_state_space,
 )
+from attnbayes.models.regime_laws import OrderedNormal
 from attnbayes.models.switching import SwitchingParams, simulate
 
 

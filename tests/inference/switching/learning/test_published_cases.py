@@ -5,12 +5,12 @@ excess returns and Hamilton's GNP series, with the log-likelihood at the publish
 
 Each case must reach max(llf, llf_fit) within 1e-4 nats or higher, from the default starts (the
 ordering starts and their perturbations, ``ordering_starts``), and report its distinct optima.
-Every case runs under ``-m slow``; the fast suite keeps two: the Fed funds regression with a lag
-(the benchmark's case) and the excess returns with a switching variance, whose optimum the
-persistent starts miss (-746.362 against the published -745.7977).
-
-Not expressible here (issue 37): ``TestMumpspcNoconstL1Variance`` (no intercept, statsmodels'
-``trend="n"``). ``TestFilardoPandas`` is ``TestFilardo`` with a pandas index.
+Every case runs under ``-m slow``; the fast suite keeps three: the Fed funds regression with a
+lag (the benchmark's case), the excess returns with a switching variance, whose optimum the
+persistent starts miss (-746.362 against the published -745.7977), and the mumps regression
+without intercept (statsmodels' ``trend="n"``; its regimes are labelled by the switching slope).
+``TestFilardoPandas`` is ``TestFilardo`` with a pandas index; the TVTP cases are in
+``test_tvtp.py``.
 """
 
 import functools
@@ -18,13 +18,14 @@ import functools
 import jax
 import numpy as np
 import pytest
-from statsmodels_cases import ARETURNS, FEDFUNDS, INFLATION, OGAP, RGNP
+from statsmodels_cases import ARETURNS, FEDFUNDS, INFLATION, OGAP, REGRESSION_CASES, RGNP
 
 from attnbayes.inference.switching.learning import fit_switching
 from attnbayes.inference.switching.learning.mle import _objective_batch, bucket_length
 from attnbayes.models.markov_switching import markov_switching_ar, markov_switching_regression
 
 EXOG3 = np.c_[FEDFUNDS[3:-1], OGAP[4:], INFLATION[4:]]
+MUMPSPC = np.asarray(REGRESSION_CASES.mumpspc)
 
 
 def _regression(endog, exog=None, **kw):
@@ -69,6 +70,11 @@ CASES = {
         -745.7977,
         -745.7977,
     ),
+    "TestMumpspcNoconstL1Variance": (
+        _regression(MUMPSPC[1:], MUMPSPC[:-1], trend="n", switching_variance=True),
+        131.7225,
+        131.7225,
+    ),
     "TestHamiltonAR2Short": (
         lambda: markov_switching_ar(RGNP[-10:], 2),
         -10.14066,
@@ -78,7 +84,7 @@ CASES = {
     "TestHamiltonAR2Switch": (_ar(2, switching_ar=True), -179.32354, -179.38684),
     "TestHamiltonAR1Switch": (_ar(1, switching_ar=True), -186.7575, -186.7575),
 }
-FAST = ("TestFedFundsConstL1", "TestAreturnsConstL1Variance")
+FAST = ("TestFedFundsConstL1", "TestAreturnsConstL1Variance", "TestMumpspcNoconstL1Variance")
 
 
 @functools.cache
@@ -136,3 +142,19 @@ def test_a_series_one_step_longer_reuses_the_compiled_program():
         )
         fit_switching(jax.random.key(0), markov)
     assert _objective_batch._cache_size() == size + 1
+
+
+def test_the_model_without_intercept_reaches_statas_estimates_with_regimes_labelled_by_slope():
+    """statsmodels' ``TestMumpspcNoconstL1Variance`` (Stata's ``mswitch ar``-free regression of
+    mumps cases on their lag, no constant, switching variance): the default fit's estimates are
+    Stata's to its printed digits (statsmodels checks them to 1e-4), with regime 0 the regime of
+    the lower slope, as the labelling convention says and Stata's output has it."""
+    fit = _default_fit("TestMumpspcNoconstL1Variance")
+    true = REGRESSION_CASES.TestMumpspcNoconstL1Variance
+    true.setup_class()
+    p00, p10, b0, b1, s0, s1 = true.true["params"]
+    theta = fit.theta
+    assert theta["transition_matrix"][:, 0] == pytest.approx([p00, p10], abs=1e-4)
+    assert theta["coefficients"][:, 0] == pytest.approx([b0, b1], abs=1e-4)
+    assert theta["variances"] == pytest.approx([s0, s1], abs=1e-4)
+    assert "intercepts" not in theta

@@ -1,0 +1,179 @@
+"""statsmodels' options beyond its published cases: no intercept (``trend="n"``) and regressors or
+AR lags of which only some switch (``switching_exog`` / ``switching_ar`` lists), against
+statsmodels' ``MarkovRegression`` and ``MarkovAutoregression``: the same log-likelihood at
+statsmodels' fitted parameters (relabelled by the suite's convention) and a default fit that
+reaches statsmodels' optimum or higher. (The published no-intercept case,
+``TestMumpspcNoconstL1Variance``, is in ``test_published_cases.py``.)"""
+
+import re
+
+import jax
+import numpy as np
+import pytest
+from statsmodels.tsa.regime_switching.markov_autoregression import MarkovAutoregression
+from statsmodels.tsa.regime_switching.markov_regression import MarkovRegression
+from statsmodels_cases import FEDFUNDS, INFLATION, OGAP, RGNP
+
+from attnbayes.inference.switching.learning import fit_switching, switching_log_likelihood
+from attnbayes.models.markov_switching import (
+    markov_switching_ar,
+    markov_switching_regression,
+    regime_ordering,
+)
+
+EXOG = np.c_[OGAP[4:], INFLATION[4:]]
+
+
+def _theta_from_statsmodels(spec, result):
+    """The spec's theta at statsmodels' fitted parameters, its regimes relabelled by the
+    suite's convention (``regime_ordering``: the labelling parameter increasing)."""
+    value = dict(zip(result.model.param_names, result.params, strict=True))
+    m = spec.structure.num_regimes
+    p = np.zeros((m, m))
+    for i in range(m):
+        p[i, : m - 1] = [value[f"p[{i}->{j}]"] for j in range(m - 1)]
+    p[:, -1] = 1.0 - p[:, :-1].sum(axis=1)
+    label = regime_ordering(spec).parameter
+    first = spec.names[label][0].rsplit("[", 1)[0]
+    order = np.argsort([value[f"{first}[{j}]"] for j in range(m)])
+
+    def entry(name):
+        match = re.fullmatch(r"(.*)\[(\d+)\]", name)
+        if match is None:  # a common parameter: statsmodels names it by the last regime
+            return value.get(name, value.get(f"{name}[{m - 1}]"))
+        return value[f"{match[1]}[{order[int(match[2])]}]"]
+
+    theta = {"transition_matrix": p[order][:, order]}
+    for name, labels in spec.names.items():
+        if name != "transition_matrix":
+            shape = np.shape(spec.theta[name])
+            theta[name] = np.array([entry(n) for n in labels]).reshape(shape)
+    return theta
+
+
+CASES = {
+    # name: (our spec, statsmodels' model)
+    "regression, one of two regressors switching": (
+        lambda: markov_switching_regression(
+            FEDFUNDS[4:], EXOG, switching_coefficients=[True, False], switching_variance=False
+        ),
+        lambda: MarkovRegression(FEDFUNDS[4:], 2, exog=EXOG, switching_exog=[True, False]),
+    ),
+    "regression without intercept, the second regressor switching": (
+        lambda: markov_switching_regression(
+            FEDFUNDS[4:],
+            np.c_[FEDFUNDS[3:-1], OGAP[4:]],
+            trend="n",
+            switching_coefficients=[False, True],
+            switching_variance=True,
+        ),
+        lambda: MarkovRegression(
+            FEDFUNDS[4:],
+            2,
+            trend="n",
+            exog=np.c_[FEDFUNDS[3:-1], OGAP[4:]],
+            switching_exog=[False, True],
+            switching_variance=True,
+        ),
+    ),
+    "MS-AR(1) without mean, switching AR": (
+        lambda: markov_switching_ar(RGNP, 1, trend="n", switching_ar=True),
+        lambda: MarkovAutoregression(RGNP, 2, 1, trend="n", switching_ar=True),
+    ),
+    "MS-AR(2), the first lag switching": (
+        lambda: markov_switching_ar(RGNP, 2, switching_ar=[True, False]),
+        lambda: MarkovAutoregression(RGNP, 2, 2, switching_ar=[True, False]),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_likelihood_is_statsmodels_at_its_fitted_parameters(name):
+    make_spec, make_model = CASES[name]
+    spec = make_spec()
+    result = make_model().fit(disp=False)
+    theta = _theta_from_statsmodels(spec, result)
+    ours = float(switching_log_likelihood(spec, theta, likelihood="exact"))
+    assert ours == pytest.approx(result.llf, abs=1e-7)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "regression without intercept, the second regressor switching",
+        pytest.param("regression, one of two regressors switching", marks=pytest.mark.slow),
+        pytest.param("MS-AR(1) without mean, switching AR", marks=pytest.mark.slow),
+        pytest.param("MS-AR(2), the first lag switching", marks=pytest.mark.slow),
+    ],
+)
+def test_the_default_fit_reaches_statsmodels_optimum(name):
+    make_spec, make_model = CASES[name]
+    spec = make_spec()
+    sm = make_model().fit(disp=False, search_reps=20)
+    fit = fit_switching(jax.random.key(0), spec)
+    assert fit.log_likelihood[-1] >= sm.llf - 1e-4, (fit.log_likelihood[-1], sm.llf)
+
+
+def test_the_labels_follow_the_first_switching_parameter():
+    """trend "c": the intercept; trend "n": the first switching coefficient (its start spread
+    so that it is ordered); nothing switching but the variance: the variance."""
+    x = np.c_[FEDFUNDS[3:-1], OGAP[4:]]
+    y = FEDFUNDS[4:]
+    with_const = markov_switching_regression(y, x, switching_coefficients=[False, True])
+    assert regime_ordering(with_const).parameter == "intercepts"
+    slope = markov_switching_regression(y, x, trend="n", switching_coefficients=[False, True])
+    label = regime_ordering(slope)
+    assert label.parameter == "coefficients" and "x2" in label.description
+    assert np.diff(slope.theta["coefficients"][:, 0])[0] > 0
+    assert slope.theta["common_coefficients"].shape == (1,)
+    variance = markov_switching_regression(y, x, trend="n", switching_coefficients=False)
+    assert regime_ordering(variance).parameter == "variances"
+    assert np.diff(variance.theta["variances"])[0] > 0
+    ar = markov_switching_ar(RGNP, 2, trend="n", switching_ar=[False, True])
+    assert regime_ordering(ar).parameter == "ar_coefficients"
+    assert "ar.L2" in regime_ordering(ar).description
+    assert "means" not in ar.theta and ar.theta["common_ar_coefficients"].shape == (1,)
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: markov_switching_regression(FEDFUNDS, trend="x"), "trend: expected 'c'"),
+        (lambda: markov_switching_regression(FEDFUNDS, trend="n"), "exog: required with trend"),
+        (
+            lambda: markov_switching_regression(
+                FEDFUNDS[1:], FEDFUNDS[:-1], switching_coefficients=[True, False]
+            ),
+            "switching_coefficients: expected True, False or one True/False per exog column "
+            "\\(1\\)",
+        ),
+        (
+            lambda: markov_switching_regression(
+                FEDFUNDS[1:], FEDFUNDS[:-1], switching_coefficients=["yes"]
+            ),
+            "switching_coefficients",
+        ),
+        (
+            lambda: markov_switching_regression(
+                FEDFUNDS[1:],
+                FEDFUNDS[:-1],
+                trend="n",
+                switching_coefficients=False,
+                switching_variance=False,
+            ),
+            "trend: with trend='n' and neither",
+        ),
+        (
+            lambda: markov_switching_ar(RGNP, 2, switching_ar=[True]),
+            "switching_ar: expected True, False or one True/False per lag \\(2\\)",
+        ),
+        (
+            lambda: markov_switching_ar(RGNP, 1, trend="n", switching_ar=False),
+            "trend: with trend='n' and neither",
+        ),
+        (lambda: markov_switching_ar(RGNP, 1, switching_variance="no"), "switching_variance"),
+    ],
+)
+def test_bad_options_name_the_argument(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
