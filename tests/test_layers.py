@@ -78,6 +78,7 @@ VIOLATIONS = [
     ("inference/deconvolution/estep.py", "from . import gibbs", "The deconvolution rooms"),
     ("inference/deconvolution/learned/unrolled.py", "from . import training", "The learned rooms"),
     ("inference/kernel_regression/kernels.py", "from . import estimator", "The kernel-regression"),
+    ("models/markov_switching/structure.py", "from . import labels", "The Markov-switching rooms"),
     ("inference/attention/simplex.py", "from . import scores", "The attention rooms"),
     ("app/user_data.py", "from . import runs", "The app's rooms"),
 ]

@@ -2,7 +2,8 @@
 (as dynamax keeps ``inference.py`` below its models' fit methods): the filter likelihood,
 maximum likelihood, EM, forecasts, model selection, the marginalised NumPyro program and the
 learning comparison. The models are ``attnbayes.models.markov_switching``'s ``SwitchingSpec``
-(Markov-switching regression, MS-AR(p), a generic ``SwitchingParams`` with free fields).
+(Markov-switching regression, MS-AR(p), MS-VAR(p), a generic ``SwitchingParams`` with free
+fields).
 
 - ``parameters``: theta's checks (``check_spec``, ``check_theta``, ``check_free``), the
   unconstrained parametrisation of the free parameters, the specs' keys for compiled kernels;
