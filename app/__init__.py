@@ -1,13 +1,15 @@
 """The application: the ``attnbayes`` command, the HTML report, user data and runs.
 
-- ``cli``: ``attnbayes report | deconvolve | filter | regress | calibrate``: configures JAX, runs
-  one command, maps failures to exit statuses;
+- ``cli``: ``attnbayes report | deconvolve | filter | regress | regimes | calibrate``:
+  configures JAX, runs one command, maps failures to exit statuses;
 - ``parser``: the command's options, defaults and help texts (free of JAX; the methods come
   from the registry ``attnbayes.inference.methods``);
 - ``deconvolve``, ``filter`` and ``filter_fit``: ``attnbayes deconvolve`` and ``attnbayes
   filter`` on a user's data (``filter --fit`` learns the parameters first);
 - ``regress``: ``attnbayes regress``: Nadaraya-Watson kernel regression of one column of a user's
   CSV on another, the bandwidth by leave-one-out CV, with a pointwise band;
+- ``regimes``: ``attnbayes regimes``: a Markov-switching regression or MS-AR model of a column
+  of a user's CSV (statsmodels' table, regime probabilities, forecasts);
 - ``calibrate``: calibration studies over a fixed prior (tables, DataTrees, the ECDF-PIT figure);
 - ``runs``: what deconvolve, filter and regress share: option checks, the output folder's name,
   its manifest and atomic publishing;

@@ -4,12 +4,16 @@
                      [--workers N]
     attnbayes deconvolve FILE.csv (--sigma S | --se COLS | --binomial HITS,TRIALS)
                          [--method attention-em|em|npmle|nuts|gibbs|...] [options]
-    attnbayes filter FILE.csv (--scenario NAME | --params FILE.json)
+    attnbayes filter FILE.csv (--scenario NAME | --params FILE.json | --template NAME)
                      [--method gpb1|gpb2|imm|rbpf|gibbs] [--fit mle|em|nuts]
                      [--inputs COLS] [options]
     attnbayes regress FILE.csv --x COL --y COL
                       [--kernel gaussian|boxcar|epanechnikov|triangular|tricube]
                       [--bandwidth H] [--grid N] [--level P] [options]
+    attnbayes regimes FILE.csv --y COLS --regimes M [--exog COLS] [--order P] [--tvtp COLS]
+                      [--trend c|n] [--common-exog COLS] [--switching-variance]
+                      [--switching-ar] [--method mle|em|nuts]
+                      [--horizon H] [options]
     attnbayes calibrate [--reading deconvolution|switching] [--method M ...] [--replicates R]
                         [options]
 
@@ -19,7 +23,9 @@ simulations (``attnbayes.app.report``); ``calibrate`` runs calibration studies o
 (``attnbayes.app.calibrate``); ``deconvolve`` and ``filter`` run one method on a user's own CSV
 (``attnbayes.app.user_data`` reads and checks it, ``attnbayes.app.deconvolve`` and
 ``attnbayes.app.filter`` run the method and write the outputs); ``regress`` runs Nadaraya-Watson
-kernel regression on two columns of a user's CSV (``attnbayes.app.regress``). Exit status 0 on
+kernel regression on two columns of a user's CSV (``attnbayes.app.regress``); ``regimes`` fits a
+Markov-switching regression, MS-AR or MS-VAR model to columns of a user's CSV
+(``attnbayes.app.regimes``; its summary goes to stderr). Exit status 0 on
 success, 2 for bad usage or bad input (reported before any JAX work), 1 when a run or writing its
 output fails, 130 on Ctrl-C and 143 on SIGTERM; in every failure one line names what went wrong
 (``--debug`` or ``ATTNBAYES_DEBUG=1`` adds the traceback) and nothing is written.
@@ -134,6 +140,35 @@ def _regress(args, progress, argv):
     )
 
 
+def _regimes(args, progress, argv):
+    from .regimes import read_regimes_data, run_regimes
+
+    data = read_regimes_data(
+        args.file, args.y, exog=args.exog, tvtp=args.tvtp, delimiter=args.delimiter
+    )
+    return run_regimes(
+        data,
+        order=args.order,
+        num_regimes=args.regimes,
+        trend=args.trend,
+        common_exog=args.common_exog,
+        switching_variance=args.switching_variance,
+        switching_ar=args.switching_ar,
+        method=args.method,
+        horizon=args.horizon,
+        num_starts=args.starts,
+        num_warmup=args.warmup,
+        num_samples=args.draws,
+        num_chains=args.chains,
+        seed=args.seed,
+        out_dir=args.out,
+        name=args.name,
+        progress=progress,
+        summary=lambda text: print(text, file=sys.stderr, flush=True),
+        argv=argv,
+    )
+
+
 def _calibrate(args, progress, argv):
     from .calibrate import run_calibration
     from .user_data import InputError
@@ -185,12 +220,16 @@ def _calibrate(args, progress, argv):
 def _filter(args, progress, argv):
     from .user_data import read_params, read_table
 
+    template = None
     if args.scenario is not None:
         from ..models.switching import check_params, get_scenario
 
         params, labels = check_params("params", get_scenario(args.scenario)), {}
         o = params.emission_matrices.shape[1]
         reason = f'the scenario "{args.scenario}" observes {o} values per step'
+    elif args.template is not None:
+        params, o = None, 1
+        reason = f'the template "{args.template}" observes one value per step'
     else:
         params, labels = read_params(args.params)
         o = params.emission_matrices.shape[1]
@@ -210,14 +249,18 @@ def _filter(args, progress, argv):
         prefix="y",
         exclude=args.inputs,
     )
-    from .filter import run_filter
+    from .filter import run_filter, template_params
 
+    if args.template is not None:
+        params, labels = template_params(args.template, table)
+        template = args.template
     return run_filter(
         table,
         params,
         method=args.method,
         scenario=args.scenario,
         params_path=args.params,
+        template=template,
         labels=labels,
         out_dir=args.out,
         name=args.name,
@@ -285,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         "deconvolve": _deconvolve,
         "filter": _filter,
         "regress": _regress,
+        "regimes": _regimes,
         "calibrate": _calibrate,
     }[args.command]
     previous = signal.getsignal(signal.SIGTERM)

@@ -9,6 +9,10 @@ observations, filtered and smoothed means, sds and mode probabilities), ``metric
 ``params.json`` (the parameters used, in the format ``--params`` reads), ``index.html``,
 ``run.json`` and for a sampler ``posterior.nc`` and ``diagnostics.csv``. Publishing is
 ``attnbayes.app.runs``'s.
+
+The model comes from a built-in scenario, a JSON file, or a named univariate template
+(``template_params``: a switching local level or local linear trend with calm and volatile
+modes, its starting values from the data), so a one-column series needs no JSON.
 """
 
 from __future__ import annotations
@@ -64,6 +68,100 @@ SCENARIO_LABELS = {
     ),
 }
 TARGET_COLORS = {"filtered": "tab:blue", "smoothed": "tab:red"}
+# the modes of a template: by increasing process noise tr Q_j (``template_mode_names``)
+TEMPLATE_MODES = ("calm", "volatile")
+TEMPLATE_STATES = {"local-level": ("level",), "local-linear-trend": ("level", "slope")}
+# a template's transition matrix: each mode stays with this probability
+TEMPLATE_STAY = 0.9
+
+
+def template_params(name: str, table: Table, num_modes: int = 2):
+    """A named univariate model (``FILTER_TEMPLATES``) with starting values from the data:
+    (``SwitchingParams``, {"state_names", "mode_names"}).
+
+    With s2 the variance of the first differences of the observed values (the variance of
+    the values when the differences do not vary), v the larger of s2 and the variance of the
+    values, y_1 the first observed value and g the mean first difference:
+
+    - "local-level": x_t = x_{t-1} + w_t, w_t ~ N(0, q_j); y_t = x_t + v_t, v_t ~ N(0, r_j)
+      (the local level model, Durbin and Koopman 2012, ch. 2, with switching noise):
+      q = s2 / 20 (calm) and s2 (volatile: the level jumps), r = s2 / 4 in both (for a local
+      level var(y_t - y_{t-1}) = q + 2 r), x_1 ~ N(y_1, v);
+    - "local-linear-trend": the state (level, slope), level_t = level_{t-1} + slope_{t-1} +
+      w1_t, slope_t = slope_{t-1} + w2_t, y_t = level_t + v_t: Q = diag(s2 / 20, s2 / 400)
+      (calm) and diag(s2, s2 / 20) (volatile), r = s2 / 4, x_1 ~ N((y_1, g),
+      diag(v, s2)).
+
+    The modes stay with probability ``TEMPLATE_STAY`` and start equally likely; with
+    ``num_modes`` = 1 the model is the calm mode alone (a Kalman filter's model), with more
+    than 2 the process noise grows geometrically from calm to volatile. Raises
+    ``InputError`` naming the file when the series has fewer than 3 observed values or is
+    constant."""
+    from ..models.switching import SwitchingParams
+
+    if name not in TEMPLATE_STATES:
+        raise InputError(f"--template: unknown {name!r}; choose from {list(TEMPLATE_STATES)}")
+    y = np.asarray(table.values, np.float64)[:, 0]
+    observed = y[~np.isnan(y)]
+    if observed.size < 3:
+        raise InputError(
+            f"{table.path}: {observed.size} observed value(s); the template {name!r} needs at "
+            "least 3 to take its starting values from the data"
+        )
+    diffs = np.diff(y)
+    diffs = diffs[~np.isnan(diffs)]
+    s2 = float(np.var(diffs)) if diffs.size > 1 else 0.0
+    v = float(np.var(observed))
+    if not s2 > 0:
+        s2 = v
+    if not s2 > 0:
+        raise InputError(
+            f'{table.path}: column "{table.columns[0]}" is constant ({observed[0]:g} at every '
+            f"observed step): the template {name!r} has no noise scale to start from"
+        )
+    v = max(v, s2)
+    m = int(num_modes)
+    growth = np.geomspace(1.0, 20.0, m) if m > 1 else np.ones(1)  # calm ... volatile
+    if name == "local-level":
+        f, h = np.eye(1), np.ones((1, 1))
+        q = np.stack([np.diag([s2 / 20 * g]) for g in growth])
+        m0, p0 = np.array([observed[0]]), np.diag([v])
+    else:
+        f, h = np.array([[1.0, 1.0], [0.0, 1.0]]), np.array([[1.0, 0.0]])
+        q = np.stack([np.diag([s2 / 20 * g, s2 / 400 * g]) for g in growth])
+        slope = float(np.mean(diffs)) if diffs.size else 0.0
+        m0, p0 = np.array([observed[0], slope]), np.diag([v, s2])
+    d = f.shape[0]
+    if m == 1:
+        trans = np.ones((1, 1))
+    else:
+        trans = np.full((m, m), (1 - TEMPLATE_STAY) / (m - 1))
+        np.fill_diagonal(trans, TEMPLATE_STAY)
+    params = SwitchingParams(
+        initial_probs=np.full(m, 1.0 / m),
+        transition_matrix=trans,
+        initial_means=np.tile(m0, (m, 1)),
+        initial_covs=np.tile(p0, (m, 1, 1)),
+        dynamics_matrices=np.tile(f, (m, 1, 1)),
+        dynamics_biases=np.zeros((m, d)),
+        dynamics_covs=q,
+        emission_matrices=np.tile(h, (m, 1, 1)),
+        emission_covs=np.full((m, 1, 1), s2 / 4),
+    )
+    modes = TEMPLATE_MODES if m == 2 else tuple(f"mode{j}" for j in range(m))
+    return params, {"state_names": TEMPLATE_STATES[name], "mode_names": modes}
+
+
+def template_mode_names(params) -> tuple[str, ...]:
+    """The two modes of a template named by their process noise: "calm" the smaller tr Q_j
+    (ties: the smaller tr R_j), "volatile" the other; a fit may reverse the start's order."""
+    q = np.trace(np.asarray(params.dynamics_covs), axis1=-2, axis2=-1)
+    r = np.trace(np.asarray(params.emission_covs), axis1=-2, axis2=-1)
+    order = np.lexsort((r, q))
+    names = [""] * len(order)
+    for rank, mode in enumerate(order):
+        names[mode] = TEMPLATE_MODES[rank]
+    return tuple(names)
 
 
 def scenario_labels(name: str | None, num_states: int, num_modes: int, labels=None):
@@ -348,6 +446,7 @@ def run_filter(
     method: str = FILTER_DEFAULT,
     scenario: str | None = None,
     params_path: str | None = None,
+    template: str | None = None,
     labels: dict | None = None,
     out_dir="reports",
     name: str | None = None,
@@ -371,8 +470,10 @@ def run_filter(
         method: a method the registry offers to ``filter`` (by name or alias): a filter,
             "gpb1", "gpb2", "imm", "rbpf" (each then Kim's smoother over its per-mode filtered
             Gaussians), or a sampler of the smoothing posterior, "gibbs".
-        scenario, params_path: where ``params`` came from (recorded; the scenario also names
-            the states and modes); labels: optional {"state_names", "mode_names"}.
+        scenario, params_path, template: where ``params`` came from (recorded; the scenario
+            also names the states and modes; a template's two modes are named calm and
+            volatile by their process noise, after --fit too, ``template_mode_names``);
+            labels: optional {"state_names", "mode_names"}.
         out_dir, name: the output folder OUT/NAME; NAME defaults to ``<stem>-filter-<method>``.
         seed: seed of the ``jax.random`` key (rbpf, gibbs, --fit).
         num_particles: particles of a particle filter (default the registry's: rbpf 1000).
@@ -454,6 +555,7 @@ def run_filter(
         "method": method,
         "scenario": scenario,
         "params_file": params_path,
+        "template": template,
         "state_names": list(state_names),
         "mode_names": list(mode_names),
         "input_columns": None if inputs is None else list(inputs.columns),
@@ -467,6 +569,15 @@ def run_filter(
                 fit_key, spec, free, fit, likelihood, num_starts, fit_sizes, say
             )
             params = check_params("params", params)
+            if template is not None and m == 2 and template_mode_names(params) != mode_names:
+                mode_names = template_mode_names(params)
+                reversed_ = (
+                    "the fit reversed the modes' process noise: mode 0 is now the "
+                    f"{mode_names[0]} one; the mode names follow the fit"
+                )
+                say(f"warning: {reversed_}")
+                fit_settings["fit_warnings"] = [*fit_settings["fit_warnings"], reversed_]
+                fit_settings["mode_names"] = list(mode_names)
             metrics += fit_metrics
             files |= fit_files
             settings |= fit_settings | {"seed": seed}
@@ -520,6 +631,8 @@ def run_filter(
     missing = int(np.isnan(obs).all(axis=1).sum())
     partly = int(np.isnan(obs).any(axis=1).sum()) - missing
     source = f"scenario {scenario}" if scenario else f"parameters from {params_path}"
+    if template is not None:
+        source = f"template {template} (starting values from the data)"
     if fit is not None:
         source = f"learned by --fit {fit} from the start {source}"
     summary_rows = {
@@ -600,6 +713,9 @@ coordinates they measure directly.</p>
 __all__ = [
     "SCENARIO_LABELS",
     "TARGET_COLORS",
+    "TEMPLATE_MODES",
+    "TEMPLATE_STATES",
+    "TEMPLATE_STAY",
     "check_filter",
     "figure_modes",
     "figure_states",
@@ -607,4 +723,6 @@ __all__ = [
     "filter_output_columns",
     "run_filter",
     "scenario_labels",
+    "template_mode_names",
+    "template_params",
 ]

@@ -140,10 +140,13 @@ def check_fit(params, observations, inputs, fit, free, num_starts, sizes) -> tup
     return spec, free
 
 
-def _nuts_fit(key, spec, free, likelihood, sizes):
-    """NUTS over the free parameters (under ``default_priors(spec, free)``, whose ordered law
-    labels exchangeable modes): (theta at the posterior mean, the DataTree, per-parameter
-    summaries {column: {name: array}}, metrics)."""
+def nuts_fit(key, spec, free, likelihood, sizes, init_values=None):
+    """NUTS over the free parameters of any ``SwitchingSpec`` (under ``default_priors(spec,
+    free)``, whose ordered law labels the regimes): (theta at the posterior mean, per-parameter
+    summaries {column: {name: array}} with sd, q5, q95, r_hat, ess_bulk, metrics, the
+    DataTree). ``init_values`` ({name: value} of the free parameters) starts every chain there
+    (NumPyro's default: uniform in (-2, 2) on the unconstrained scale). Used by ``filter --fit
+    nuts`` and ``attnbayes regimes --method nuts``."""
     from ..inference.mcmc import run_nuts
     from ..inference.switching import switching_marginal_model
 
@@ -153,6 +156,7 @@ def _nuts_fit(key, spec, free, likelihood, sizes):
         (spec.observations,),
         {"spec": spec, "likelihood": likelihood, "inputs": spec.inputs, "free": free},
         posterior_predictive=False,
+        init_values=init_values,
         **sizes,
     )
     return (*_nuts_summary(tree, spec, free), tree)
@@ -192,9 +196,16 @@ def _nuts_summary(tree, spec, free):
     return theta, columns, metrics
 
 
-def _nuts_warnings(table: pd.DataFrame, num_chains: int) -> list[str]:
-    """A warning naming the parameters whose R-hat exceeds ``RHAT_OK`` or whose bulk ESS is
-    below ``ESS_PER_CHAIN_OK`` per chain (NaN counts as bad), or none."""
+def nuts_warnings(
+    table: pd.DataFrame,
+    num_chains: int,
+    *,
+    option: str = "--fit nuts",
+    use: str = "the posterior mean used by the filter",
+) -> list[str]:
+    """A warning naming the parameters (``table``'s rows: parameter, r_hat, ess_bulk) whose
+    R-hat exceeds ``RHAT_OK`` or whose bulk ESS is below ``ESS_PER_CHAIN_OK`` per chain (NaN
+    counts as bad), or none; ``option`` names the run, ``use`` what rests on the draws."""
     floor = ESS_PER_CHAIN_OK * num_chains
     bad = table[~((table["r_hat"] <= RHAT_OK) & (table["ess_bulk"] >= floor))]
     if bad.empty:
@@ -204,9 +215,9 @@ def _nuts_warnings(table: pd.DataFrame, num_chains: int) -> list[str]:
         for row in bad.itertuples()
     )
     return [
-        f"--fit nuts did not converge: R-hat above {RHAT_OK} or bulk ESS below {floor} "
-        f"({ESS_PER_CHAIN_OK} per chain) on {named}; the posterior mean used by the filter "
-        "is not reliable: run more draws (--draws, --warmup) or chains (--chains)"
+        f"{option} did not converge: R-hat above {RHAT_OK} or bulk ESS below {floor} "
+        f"({ESS_PER_CHAIN_OK} per chain) on {named}; {use} is not reliable: run more draws "
+        "(--draws, --warmup) or chains (--chains)"
     ]
 
 
@@ -296,14 +307,14 @@ def run_fit(key, spec, free, fit, likelihood, num_starts, sizes, say):
     started = time.perf_counter()
     files, settings = {}, {"fit": fit, "fit_likelihood": likelihood, "free": list(free)}
     if fit == "nuts":
-        theta, columns, metrics, tree = _nuts_fit(key, spec, free, likelihood, sizes)
+        theta, columns, metrics, tree = nuts_fit(key, spec, free, likelihood, sizes)
         check_finite_output(
             "the posterior mean of the parameters",
             np.concatenate([np.ravel(theta[f]) for f in free]),
             axis_name="parameter",
         )
         table = _fit_table(spec, free, theta, columns)
-        warnings = _nuts_warnings(table, sizes["num_chains"])
+        warnings = nuts_warnings(table, sizes["num_chains"])
         files["fit_posterior.nc"] = datatree_writer(tree)
         settings |= {f"fit_{k}": v for k, v in sizes.items()}
     else:
@@ -345,4 +356,12 @@ def run_fit(key, spec, free, fit, likelihood, num_starts, sizes, say):
     return params, table, metrics, files, settings
 
 
-__all__ = ["ESS_PER_CHAIN_OK", "FIT_ITERATIONS", "check_fit", "fit_section", "run_fit"]
+__all__ = [
+    "ESS_PER_CHAIN_OK",
+    "FIT_ITERATIONS",
+    "check_fit",
+    "fit_section",
+    "nuts_fit",
+    "nuts_warnings",
+    "run_fit",
+]

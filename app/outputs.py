@@ -1,7 +1,7 @@
 """Output folders of the ``attnbayes`` commands: one guard, a write probe, atomic publishing.
 
-Every command (``report``, ``deconvolve``, ``filter``, ``calibrate``, ``regress``) writes OUT/NAME/
-the same way:
+Every command (``report``, ``deconvolve``, ``filter``, ``calibrate``, ``regress``, ``regimes``)
+writes OUT/NAME/ the same way:
 
 1. Before any computation, ``prepare_target(out_dir, name)``
 
@@ -77,6 +77,7 @@ def is_ours(folder: Path) -> bool:
             "filter",
             "calibrate",
             "regress",
+            "regimes",
         )
     # a report written before reports carried run.json
     page, results = folder / "index.html", folder / "results.csv"

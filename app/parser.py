@@ -9,7 +9,7 @@ defaults that only the command has (``DECONVOLVE_DEFAULT``, ``FIT_METHODS``, ``R
 two equal). Nothing here imports JAX, so ``attnbayes --help`` and a refused command line are
 fast.
 
-Over 800 lines because it is five commands' options and help texts, most of it prose a user
+Over 1000 lines because it is six commands' options and help texts, most of it prose a user
 reads in ``--help``; splitting it per command would scatter the shared texts (input format,
 output folder, exit statuses) that every command prints the same.
 """
@@ -39,11 +39,17 @@ DECONVOLVE_DEFAULT = "em"
 FILTER_DEFAULT = "imm"
 # deconvolve: K of the samplers' finite mixture
 DEFAULT_NUM_ATOMS = 5
+# filter --template: the named univariate models (``attnbayes.app.filter.template_params``)
+FILTER_TEMPLATES = ("local-level", "local-linear-trend")
 # filter --fit: the methods, the optimiser starts of mle (fit_switching's default) and the
 # sampler sizes of nuts over the parameters
 FIT_METHODS = ("mle", "em", "nuts")
 DEFAULT_STARTS = 8
 FIT_NUTS_SIZES = {"num_warmup": 500, "num_samples": 500, "num_chains": 2}
+# regimes: the default --method and the central levels of the forecast intervals
+REGIMES_METHOD = "mle"
+REGIMES_TRENDS = ("c", "n")
+REGIMES_LEVELS = (0.5, 0.9)
 # calibrate: the samplers' sizes unless --warmup, --draws, --chains say otherwise
 CALIBRATE_SIZES = {"num_warmup": 300, "num_samples": 300, "num_chains": 2}
 SIZES = ("num_warmup", "num_samples", "num_chains")
@@ -129,7 +135,8 @@ DECONVOLVE_INPUT = INPUT_FORMAT.format(
 )
 FILTER_INPUT = INPUT_FORMAT.format(
     rows="One row per time step t = 1..T, one column per observed coordinate: exactly o\n"
-    "  columns (2 for the maneuvering-target scenarios; choose them with --columns).",
+    "  columns (2 for the maneuvering-target scenarios, 1 for the templates; choose them\n"
+    "  with --columns).",
     names="y (one column) or y1..yo",
     missing="An empty cell, NA or NaN is missing: a row with every cell missing is a\n"
     "  step with no observation (predict only); a partly missing row updates on its\n"
@@ -255,7 +262,7 @@ FILTER_EPILOG = f"""model (M modes, state x_t in R^d, observation y_t in R^o, t 
   with inputs u_t (--inputs; none by default); the parameters known (--params or
   --scenario) or learned from the data first (--fit).
 
-learning the parameters (--fit), started from --params or --scenario:
+learning the parameters (--fit), started from --params, --scenario or --template:
   mle    maximum likelihood: L-BFGS from --starts starts (the given parameters and
          random perturbations, --seed), standard errors from the Hessian
   em     EM: Kim's smoother for the E-step, the expected complete-data log-likelihood
@@ -276,6 +283,18 @@ scenarios (--scenario):
   maneuvering-target       state [px, vx, py, vy], o = 2 observed positions (px, py);
                            modes constant-velocity and coordinated-turn (3 deg/step)
   maneuvering-target-cwna  the same with full-rank (continuous) process noise
+
+templates (--template; one observed column, two modes calm and volatile, starting
+values from the data: s2 the variance of the first differences, v the larger of s2 and
+the variance of the values):
+  local-level              x_t = x_(t-1) + N(0, q_j), y_t = x_t + N(0, r_j): q = s2/20
+                           (calm) and s2 (volatile), r = s2/4, x_1 ~ N(first y, v)
+  local-linear-trend       state [level, slope]: level_t = level_(t-1) + slope_(t-1) +
+                           noise, slope_t = slope_(t-1) + noise, y_t = level_t + N(0, r):
+                           Q = diag(s2/20, s2/400) (calm) and diag(s2, s2/20) (volatile)
+  The modes stay with probability 0.9. With --fit the modes are named by their fitted
+  process noise (calm the smaller); e.g. --fit mle learns the transition matrix and the
+  noise scales (--free for more).
 
 {PARAMS_HELP}
 
@@ -306,7 +325,8 @@ output files in OUT/NAME:
 
 examples:
   attnbayes filter track.csv --scenario maneuvering-target --method imm
-  attnbayes filter track.csv --scenario maneuvering-target-cwna --fit mle"""
+  attnbayes filter track.csv --scenario maneuvering-target-cwna --fit mle
+  attnbayes filter nile.csv --columns volume --template local-level --fit mle"""
 
 
 REGRESS_INPUT = INPUT_FORMAT.format(
@@ -366,6 +386,71 @@ output files in OUT/NAME (P the level in percent, e.g. 90):
 examples:
   attnbayes regress engel.csv --x income --y foodexp
   attnbayes regress engel.csv --x income --y foodexp --kernel epanechnikov --bandwidth 150"""
+
+
+REGIMES_INPUT = INPUT_FORMAT.format(
+    rows="One row per time step: --y names the column of the series, --exog and --tvtp\n"
+    "  the columns of regressors and TVTP covariates (header names or 1-based numbers);\n"
+    "  the other columns are not read.",
+    names="column1..columnp",
+    missing="The series is the rows from the first to the last value of y: rows before\n"
+    "  are left out (said in the output), a missing y between them is refused, and so\n"
+    "  is a missing --exog or --tvtp cell in them. The rows after the last y (y empty)\n"
+    "  hold the regressors and covariates of a forecast (--horizon H: the first H).",
+)
+
+REGIMES_EPILOG = f"""models (s_t a Markov chain on M regimes, P[i, j] = P(s_t = j | s_(t-1) = i)):
+  regression (no --order):  y_t = mu_(s_t) + x_t' beta_(s_t) + e_t,  e_t ~ N(0, sigma2),
+                            x_t the --exog columns (statsmodels' MarkovRegression)
+  MS-AR(P) (--order P):     y_t - mu_(s_t) = sum_k phi_k (y_(t-k) - mu_(s_(t-k))) + e_t
+                            (Hamilton 1989; statsmodels' MarkovAutoregression)
+  MS-VAR(P) (--y A,B,...    y_t = nu_(s_t) + sum_l A_(l, s_t) y_(t-l) + e_t,
+   --order P):              e_t ~ N(0, Sigma) (Krolzig 1997; in no other Python library)
+  sigma2 (Sigma) switches with --switching-variance, phi (A_l) with --switching-ar, beta
+  unless --common-exog names its column; --trend n drops mu. --tvtp COLS:
+  P_t[i, j] = softmax_j(z_t' gamma_ij), gamma_(i, M-1) = 0, z_t = (1, the columns).
+  The regimes are labelled by increasing intercept / mean (MS-VAR: of the first series;
+  --trend n: by the first switching coefficient, else the variance), regime 0 the lowest.
+
+methods (--method):
+  mle    maximum likelihood: L-BFGS from several starts (--starts, --seed), standard
+         errors from the Hessian; the distinct local optima found are listed
+  em     EM (Hamilton's smoothed probabilities in the E-step); no standard errors
+  nuts   NUTS over the parameters, the regimes integrated out by Hamilton's filter;
+         the posterior mean is the estimate, with R-hat and ESS checks (--draws,
+         --warmup, --chains); an MS-VAR's chains start at the mle
+  A fit that did not converge, estimates on the boundary of the parameter space (no
+  standard error), or R-hat > 1.01 are said on the terminal and in the page.
+
+{REGIMES_INPUT}
+
+output files in OUT/NAME:
+  parameters.csv   one row per parameter (statsmodels' names: const[j], sigma2[j],
+                   p[i->j], ar.Lk, the regressors by column): estimate, stderr, z,
+                   p_value, lower_95, upper_95, on_boundary, note (why a stderr is
+                   blank); nuts: estimate (posterior mean), sd, q5, q95, r_hat, ess_bulk
+  durations.csv    regime, expected_duration 1 / (1 - p_jj) (TVTP: its sample average)
+  metrics.csv      metric, value: log-likelihood, AIC, BIC, HQIC, observations, free
+                   parameters, converged, on_boundary (nuts: the log-likelihood at the
+                   posterior mean, R-hat, ESS, divergences), wall time
+  local_optima.csv (mle, em) log_likelihood, starts, converged per distinct optimum
+  regimes.csv      t, line, y, smoothed_prob_regime<j> (P(s_t = j | y_1:T))
+  regimes.png      the series over its smoothed regime probabilities
+  forecast.csv     (--horizon) h, mean, lower_50, upper_50, lower_90, upper_90,
+                   prob_regime<j>
+  fit_posterior.nc (nuts) the draws of the parameters as an ArviZ DataTree
+  index.html       self-contained report of all of it
+  run.json         input file and its SHA-256, settings, warnings, versions, wall time
+
+{OUTPUT_FOLDER.format(cmd="regimes", what="method")}
+
+{EXIT_STATUSES}
+
+examples:
+  attnbayes regimes fedfunds.csv --y fedfunds --regimes 2
+  attnbayes regimes rgnp.csv --y rgnp --order 4 --regimes 2 --horizon 8
+  attnbayes regimes ogap.csv --y inf --exog ogap --regimes 2 --switching-variance
+  attnbayes regimes macro.csv --y growth,inflation --order 1 --regimes 2"""
 
 
 def _wrap(text: str) -> str:
@@ -453,7 +538,7 @@ def _pair(text: str) -> list[str]:
 
 
 def _add_data_options(sub: argparse.ArgumentParser, command: str, what: str = "method") -> None:
-    if command != "regress":  # regress chooses its columns with --x and --y
+    if command not in ("regress", "regimes"):  # they choose their columns with --x, --y, ...
         sub.add_argument(
             "--columns",
             type=_columns,
@@ -506,6 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_deconvolve(sub)
     _add_filter(sub)
     _add_regress(sub)
+    _add_regimes(sub)
     _add_calibrate(sub)
     return parser
 
@@ -672,6 +758,13 @@ def _add_filter(sub) -> None:
         metavar="FILE.json",
         help="the model's parameters as JSON (format below)",
     )
+    model.add_argument(
+        "--template",
+        choices=FILTER_TEMPLATES,
+        metavar="NAME",
+        help="a named model of one column, its starting values from the data (templates "
+        "below): no JSON needed",
+    )
     filt.add_argument(
         "--method",
         choices=registry.command_choices("filter", "switching"),
@@ -700,7 +793,7 @@ def _add_filter(sub) -> None:
     filt.add_argument(
         "--fit",
         choices=FIT_METHODS,
-        help="learn the parameters first, starting from --params or --scenario (below)",
+        help="learn the parameters first, starting from --params, --scenario or --template (below)",
     )
     filt.add_argument(
         "--free",
@@ -785,6 +878,127 @@ def _add_regress(sub) -> None:
         help=f"the pointwise band's level, in (0, 1) [{REGRESS_LEVEL}]",
     )
     _add_data_options(reg, "regress", "kernel")
+    _add_debug(reg)
+
+
+def _add_regimes(sub) -> None:
+    reg = sub.add_parser(
+        "regimes",
+        help="fit a Markov-switching regression, MS-AR or MS-VAR model to columns of your CSV",
+        description=_wrap(
+            "Read a series y (and regressors or TVTP covariates) from a CSV, fit a "
+            "Markov-switching regression (without --order), Hamilton's MS-AR(p) (--order P) or, "
+            "for several --y columns, an MS-VAR(p), with M regimes, by maximum likelihood, EM "
+            "or NUTS, and write the table statsmodels users expect (estimates, standard "
+            "errors, z, p-values, expected durations, log-likelihood, AIC, BIC, the local "
+            "optima found), the smoothed regime probabilities (CSV and PNG), forecasts "
+            "(--horizon) and an HTML report to "
+            "OUT/NAME; a summary is printed on stderr."
+        ),
+        epilog=REGIMES_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    reg.add_argument("file", metavar="FILE.csv", help="the data (format below)")
+    reg.add_argument(
+        "--y",
+        required=True,
+        type=_columns,
+        metavar="COLS",
+        help="the column of the series y: a header name or a 1-based number; several "
+        "comma-separated columns with --order: an MS-VAR (required)",
+    )
+    reg.add_argument(
+        "--exog",
+        type=_columns,
+        metavar="COLS",
+        help="comma-separated columns of regressors x_t, whose coefficients switch unless "
+        "--common-exog names them (no constant: the intercept is the model's; not with --order)",
+    )
+    reg.add_argument(
+        "--common-exog",
+        type=_columns,
+        metavar="COLS",
+        help="--exog columns whose coefficients are the same in every regime (statsmodels' "
+        "switching_exog=False for them)",
+    )
+    reg.add_argument(
+        "--trend",
+        choices=REGIMES_TRENDS,
+        default="c",
+        help="c: a switching intercept (regression) or mean (MS-AR); n: none (statsmodels' "
+        "trend='n'; the regimes are then labelled by the first switching coefficient, else "
+        "the variance) [c]",
+    )
+    reg.add_argument(
+        "--order",
+        type=_count(1),
+        metavar="P",
+        help="fit Hamilton's MS-AR(P) (switching mean) instead of a regression; with several "
+        "--y columns the MS-VAR(P)",
+    )
+    reg.add_argument(
+        "--regimes",
+        required=True,
+        type=_count(1),
+        metavar="M",
+        help="the number of regimes, >= 1 (1: the model without switching) (required)",
+    )
+    reg.add_argument(
+        "--tvtp",
+        type=_columns,
+        metavar="COLS",
+        help="comma-separated columns of covariates z_t of time-varying transition "
+        "probabilities (a constant is added)",
+    )
+    reg.add_argument(
+        "--switching-variance",
+        action="store_true",
+        help="the noise variance (MS-VAR: covariance matrix) differs by regime [one]",
+    )
+    reg.add_argument(
+        "--switching-ar",
+        action="store_true",
+        help="--order: the AR coefficients (MS-VAR: matrices) differ by regime [one set]",
+    )
+    reg.add_argument(
+        "--method",
+        choices=FIT_METHODS,
+        default=REGIMES_METHOD,
+        help=f"[{REGIMES_METHOD}]",
+    )
+    reg.add_argument(
+        "--starts",
+        type=_count(1),
+        metavar="N",
+        help="--method mle: optimiser starts [8 to 32: every start that covers the regimes' "
+        "orderings, and as many random ones]",
+    )
+    for option, key, minimum, what in (
+        ("--draws", "num_samples", 1, "draws kept per chain"),
+        ("--warmup", "num_warmup", 0, "warmup per chain"),
+        ("--chains", "num_chains", 1, "chains"),
+    ):
+        reg.add_argument(
+            option,
+            type=_count(minimum),
+            metavar="N",
+            help=f"--method nuts: {what} [{FIT_NUTS_SIZES[key]}]",
+        )
+    reg.add_argument(
+        "--horizon",
+        type=_count(1),
+        metavar="H",
+        help="forecast y_(T+1..T+H) with 50%% and 90%% intervals (with --exog or --tvtp: "
+        "their values in the H rows after the last y)",
+    )
+    reg.add_argument(
+        "--seed",
+        type=_seed,
+        default=0,
+        metavar="N",
+        help="random seed (the starts of mle, nuts, the forecast's paths) [0]",
+    )
+    _add_data_options(reg, "regimes")
     _add_debug(reg)
 
 
@@ -903,9 +1117,13 @@ __all__ = [
     "EXIT_STATUSES",
     "FILTER_DEFAULT",
     "FILTER_SAMPLERS",
+    "FILTER_TEMPLATES",
     "FIT_METHODS",
     "FIT_NUTS_SIZES",
     "PARTICLE_METHODS",
+    "REGIMES_LEVELS",
+    "REGIMES_METHOD",
+    "REGIMES_TRENDS",
     "REGRESS_BLOCK",
     "REGRESS_CV_GRID",
     "REGRESS_DENSE_ROWS",

@@ -124,7 +124,7 @@ def test_the_parser_offers_the_registry_and_the_library_names():
 HELP_WITHOUT_JAX = """
 import sys
 from attnbayes.app.cli import main
-for argv in ([], ["deconvolve"], ["filter"], ["regress"], ["calibrate"], ["report"]):
+for argv in ([], ["deconvolve"], ["filter"], ["regress"], ["regimes"], ["calibrate"], ["report"]):
     try:
         main([*argv, "--help"])
     except SystemExit as done:
@@ -257,3 +257,49 @@ def test_regress_help_lists_options_defaults_and_outputs(run_cli, monkeypatch):
     ):
         assert word in out, word
     assert "--columns" not in out
+
+
+def test_regimes_help_lists_options_defaults_and_outputs(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli(["regimes", "--help"])
+    assert code == 0
+    for word in (
+        "--y COLS",
+        "--exog COLS",
+        "--common-exog COLS",
+        "--trend {c,n}",
+        "--order P",
+        "--regimes M",
+        "--tvtp COLS",
+        "--switching-variance",
+        "--switching-ar",
+        "--method {mle,em,nuts}",
+        "[mle]",
+        "--horizon H",
+        "50% and 90% intervals",
+        "[500]",
+        "parameters.csv",
+        "durations.csv",
+        "local_optima.csv",
+        "regimes.csv",
+        "regimes.png",
+        "forecast.csv",
+        "fit_posterior.nc",
+        "MS-VAR(P)",
+        "header row is optional",
+        "<FILE stem>-regimes-<method>",
+        "2  bad usage or bad input",
+    ):
+        assert word in out, word
+    assert "--columns" not in out and "%%" not in out
+
+
+def test_filter_help_lists_the_templates(run_cli, monkeypatch):
+    from attnbayes.app.parser import FILTER_TEMPLATES
+
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli(["filter", "--help"])
+    assert code == 0
+    assert "--template NAME" in out
+    for name in FILTER_TEMPLATES:
+        assert f"  {name} " in out, name

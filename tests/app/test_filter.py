@@ -532,7 +532,7 @@ def test_filter_refuses_malformed_files(case, tmp_path, run_cli, no_jax_work):
 def test_filter_needs_exactly_one_model(track_csv, tmp_path, run_cli, no_jax_work, listing):
     path, _ = track_csv
     code, _, err = run_cli(["filter", path, "--out", tmp_path])
-    assert code == 2 and "one of the arguments --scenario --params is required" in err
+    assert code == 2 and "one of the arguments --scenario --params --template is required" in err
     code, _, err = run_cli(["filter", path, "--scenario", "nope", "--out", tmp_path])
     assert code == 2 and "invalid choice: 'nope'" in err
     argv = ["filter", path, "--scenario", "maneuvering-target", "--params", "p.json"]
