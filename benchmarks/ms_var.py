@@ -101,7 +101,8 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start (seconds)")
     header = (
         f"{'case':9} {'T':>4} {'k':>3} {'1st fit':>8} {'warm':>7} {'EM warm (llf - MLE)':>19} "
-        f"{'sm fit':>7} {'1st/sm':>7} {'warm/sm':>8} {'llf sm':>12} {'llf ours':>12} optima (starts)"
+        f"{'sm fit':>7} {'1st/sm':>7} {'warm/sm':>8} {'llf sm':>12} {'llf ours':>12} "
+        "optima (starts)"
     )
     print(header)
     for name in args.cases:
