@@ -103,7 +103,9 @@ Public API (``__all__``), one line each:
   regime tuples (s_t, ..., s_{t-p}).
 - ``regime_of_mode``, ``regime_probabilities``: a filter's modes to the regimes.
 - ``regime_ordering``, ``RegimeOrdering``: the parameter that labels the regimes, stated.
-- ``relabel_regimes``: exchangeable modes of a state-space spec relabelled.
+- ``relabel_regimes``: theta with its regimes relabelled (an exact symmetry).
+- ``labelling_order``, ``unlabelled``: the permutation into the suite's labelling; the spec
+  whose labelling parameter is unordered (what the fits optimise over).
 - ``default_priors``: weakly informative priors that keep the labels (NUTS).
 - ``KINDS``, ``TRENDS``: the model kinds and trends; ``STATE_SPACE_FREE``: a state-space
   spec's default free set.
@@ -116,7 +118,14 @@ from .constructors import (
     markov_switching_var,
     switching_state_space,
 )
-from .labels import RegimeOrdering, default_priors, regime_ordering, relabel_regimes
+from .labels import (
+    RegimeOrdering,
+    default_priors,
+    labelling_order,
+    regime_ordering,
+    relabel_regimes,
+    unlabelled,
+)
 from .structure import (
     KINDS,
     TRENDS,
@@ -145,6 +154,7 @@ __all__ = [
     "coefficient_matrix",
     "default_priors",
     "ergodic_probabilities",
+    "labelling_order",
     "markov_switching_ar",
     "markov_switching_regression",
     "markov_switching_var",
@@ -158,4 +168,5 @@ __all__ = [
     "tuple_initial_probs",
     "tuple_transition_matrix",
     "tvtp_transition_matrices",
+    "unlabelled",
 ]

@@ -138,28 +138,86 @@ def regime_ordering(spec: SwitchingSpec, free=None) -> RegimeOrdering:
     )
 
 
+def _per_regime_names(spec: SwitchingSpec) -> set:
+    """The parameters of an econometric spec with one entry (or row) per regime."""
+    kind = spec.structure.kind
+    out = set()
+    for name, value in spec.theta.items():
+        ndim = np.ndim(value)
+        if name in ("intercepts", "means") or (name, ndim) in (
+            ("coefficients", 2),
+            ("variances", 1),
+            ("covariances", 3),
+            ("ar_coefficients", 3 if kind == "var" else 2),
+        ):
+            out.add(name)
+    return out
+
+
 def relabel_regimes(spec: SwitchingSpec, theta: dict, order) -> dict:
-    """theta with the modes of a state-space spec relabelled: new mode k is old mode
-    ``order[k]`` in every per-mode field (leading axis M), and the transition matrix's rows
-    and columns both permuted, P'[k, l] = P[order[k], order[l]]. An exact symmetry of the
-    likelihood when the modes are exchangeable (``regime_ordering``). Pure NumPy."""
-    if spec.structure.kind != "state_space":
-        raise ValueError(
-            f"spec: relabels the modes of a state-space spec, got {spec.structure.kind!r}"
-        )
+    """theta with the regimes (modes) relabelled: new regime k is old regime ``order[k]``, an
+    exact symmetry of the likelihood (the regimes are exchangeable up to their labels).
+
+    Every per-regime parameter (leading axis M: a state-space spec's fields; an econometric
+    spec's intercepts, means, switching coefficients, variances, covariances) is permuted, and
+    the transition matrix's rows and columns both, P'[k, l] = P[order[k], order[l]]. TVTP
+    logits keep the last regime as the reference: with G the (M, M, k) logits padded with
+    G[:, M-1] = 0, gamma'[k, l] = G[order[k], order[l]] - G[order[k], order[M-1]]. Common
+    parameters are unchanged. Pure NumPy (theta's values, not their standard errors)."""
+    m = spec.structure.num_regimes
     order = np.asarray(order)
-    if sorted(order.tolist()) != list(range(spec.structure.num_regimes)):
-        raise ValueError(
-            f"order: expected a permutation of 0..{spec.structure.num_regimes - 1}, got {order}"
-        )
+    if sorted(order.tolist()) != list(range(m)):
+        raise ValueError(f"order: expected a permutation of 0..{m - 1}, got {order}")
+    per_regime = set(theta) if spec.structure.kind == "state_space" else _per_regime_names(spec)
     out = {}
     for name, value in theta.items():
         value = np.asarray(value)
         if name == "transition_matrix":
             out[name] = value[order][:, order]
-        else:
+        elif name == "transition_coefficients":
+            full = np.concatenate([value, np.zeros((m, 1, value.shape[-1]))], axis=1)
+            full = full[order][:, order]
+            out[name] = full[:, :-1] - full[:, -1:]
+        elif name in per_regime:
             out[name] = value[order]
+        else:
+            out[name] = value
     return out
+
+
+def labelling_order(spec: SwitchingSpec, theta: dict, free=None) -> np.ndarray:
+    """The permutation that puts theta in the suite's labelling (``regime_ordering``): the
+    regimes sorted by increasing labelling parameter (its first column for an (M, k) one);
+    the identity when nothing labels them. ``relabel_regimes(spec, theta, order)`` applies
+    it."""
+    name = regime_ordering(spec, free).parameter
+    m = spec.structure.num_regimes
+    if name is None:
+        return np.arange(m)
+    value = np.asarray(theta[name], dtype=float)
+    key = value[:, 0] if value.ndim == 2 else value
+    if key.ndim != 1 or key.shape[0] != m:  # e.g. a state-space scale
+        key = key.reshape(m, -1)[:, 0]
+    return np.argsort(key, kind="stable")
+
+
+def unlabelled(spec: SwitchingSpec) -> SwitchingSpec:
+    """The spec with its labelling parameter's support relaxed to the unordered one (the
+    reals, or positive variances): the likelihood is the same function, and a fit over it
+    cannot stop on the labelling boundary (two regimes' intercepts merged) that the ordered
+    coordinates put between the basins of the two labellings; it is relabelled afterwards
+    (``labelling_order``). Unchanged for a state-space spec."""
+    if spec.structure.kind == "state_space":
+        return spec
+
+    def relaxed(support):
+        if support is constraints.ordered_vector or support is ordered_first_column:
+            return constraints.real
+        if support is constraints.positive_ordered_vector:
+            return constraints.positive
+        return support
+
+    return spec._replace(support={n: relaxed(c) for n, c in spec.support.items()})
 
 
 # ----------------------------------------------------------------------------- priors
@@ -262,4 +320,11 @@ def _ordered_first_column_prior(spec: SwitchingSpec, name: str, value: np.ndarra
     return OrderedFirstColumn(first, rest)
 
 
-__all__ = ["RegimeOrdering", "default_priors", "regime_ordering", "relabel_regimes"]
+__all__ = [
+    "RegimeOrdering",
+    "default_priors",
+    "labelling_order",
+    "regime_ordering",
+    "relabel_regimes",
+    "unlabelled",
+]

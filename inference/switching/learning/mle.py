@@ -27,9 +27,11 @@ from numpyro.distributions import constraints
 from .... import validation
 from ....models.markov_switching import (
     build_params,
+    labelling_order,
     regime_ordering,
     relabel_regimes,
     switching_state_space,
+    unlabelled,
 )
 from ....models.switching import SwitchingParams
 from ...optimize import hessian_from_batched_gradient, minimize_lbfgs_batch, refine_newton
@@ -375,6 +377,12 @@ def fit_switching(
     max_iterations = validation.check_positive_int("max_iterations", max_iterations)
     start_scale = validation.check_positive_scalar("start_scale", start_scale)
     tolerance = validation.check_positive_scalar("tolerance", tolerance)
+    # the fits run over the regimes unlabelled (the labelling parameter's support unordered)
+    # and label the optimum afterwards: an ordered coordinate would put a boundary (two
+    # regimes' intercepts merged) between the basins of the two labellings, where a start in
+    # the other labelling's basin stops
+    labels = spec
+    spec = unlabelled(spec)
     if method == "em":
         check_em_free(spec, free)
         result = fit_em_unchecked(
@@ -388,7 +396,12 @@ def fit_switching(
             likelihood=likelihood,
         )
         optima = local_optima(result.log_likelihood[-1:], [result.converged])
-        return _relabel(spec, free, result._replace(local_optima=optima))
+        result = result._replace(local_optima=optima)
+        order = labelling_order(labels, result.theta, free)
+        if not np.array_equal(order, np.arange(order.size)):
+            theta = relabel_regimes(labels, result.theta, order)
+            result = result._replace(theta=theta, params=built_params(spec.structure, theta, u))
+        return _relabel(labels, free, result)
     dtype = obs.dtype
     theta0 = {n: jnp.asarray(v, dtype) for n, v in spec.theta.items()}
     fixed = {n: v for n, v in theta0.items() if n not in free}
@@ -420,6 +433,14 @@ def fit_switching(
     best = int(np.argmax(np.where(np.isfinite(values), values, -np.inf)))
     flat_best = ends[best]
     theta, jac = _estimate(spec_key, free, jnp.asarray(flat_best, dtype), like, fixed)
+    order = labelling_order(labels, {n: np.asarray(v) for n, v in theta.items()}, free)
+    if not np.array_equal(order, np.arange(order.size)):  # the same optimum, labelled
+        relabelled = relabel_regimes(labels, {n: np.asarray(v) for n, v in theta.items()}, order)
+        flat_best = flatten(
+            unconstrained(spec_key, free, {n: np.asarray(relabelled[n], dtype) for n in free})
+        )
+        grads[best] = objective(np.broadcast_to(flat_best, z0.shape))[1][0]
+        theta, jac = _estimate(spec_key, free, jnp.asarray(flat_best, dtype), like, fixed)
     theta, jac = {n: np.asarray(v) for n, v in theta.items()}, np.asarray(jac, dtype=float)
     hess = -num_obs * hessian_from_batched_gradient(objective, flat_best, num_starts)
     stderr, on_boundary, edge = _standard_errors(spec, free, hess, jac, theta, num_obs)
@@ -450,7 +471,7 @@ def fit_switching(
         seconds=time.perf_counter() - began,
         local_optima=local_optima(values, converged),
     )
-    return _relabel(spec, free, result)
+    return _relabel(labels, free, result)
 
 
 def default_num_starts(spec, free) -> int:

@@ -16,9 +16,13 @@ from statsmodels_cases import FEDFUNDS, INFLATION, OGAP, RGNP
 
 from attnbayes.inference.switching.learning import fit_switching, switching_log_likelihood
 from attnbayes.models.markov_switching import (
+    labelling_order,
     markov_switching_ar,
     markov_switching_regression,
+    markov_switching_var,
     regime_ordering,
+    relabel_regimes,
+    unlabelled,
 )
 
 EXOG = np.c_[OGAP[4:], INFLATION[4:]]
@@ -177,3 +181,41 @@ def test_the_labels_follow_the_first_switching_parameter():
 def test_bad_options_name_the_argument(build, match):
     with pytest.raises(ValueError, match=match):
         build()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: markov_switching_regression(
+            FEDFUNDS[4:], EXOG, switching_coefficients=[True, False], exog_tvtp=EXOG[:, :1]
+        ),
+        lambda: markov_switching_ar(
+            RGNP, 2, trend="n", switching_ar=[False, True], switching_variance=True
+        ),
+        lambda: markov_switching_ar(RGNP, 1, exog_tvtp=np.c_[np.ones(RGNP.size), RGNP]),
+        lambda: markov_switching_var(
+            np.c_[FEDFUNDS[4:], INFLATION[4:]], 1, exog_tvtp=np.c_[np.ones(FEDFUNDS.size - 4)]
+        ),
+    ],
+)
+def test_relabelling_the_regimes_leaves_the_likelihood_unchanged(build):
+    """``relabel_regimes`` is an exact symmetry (per-regime parameters, P's rows and columns,
+    TVTP logits re-expressed against the last regime); the fits optimise over the unordered
+    spec (``unlabelled``) and ``labelling_order`` puts the optimum back in the convention."""
+    spec = build()
+    rng = np.random.default_rng(0)
+    theta = {n: np.asarray(v, float) for n, v in spec.theta.items()}
+    if "transition_coefficients" in theta:
+        theta["transition_coefficients"] = rng.normal(size=theta["transition_coefficients"].shape)
+    else:
+        theta["transition_matrix"] = np.array([[0.8, 0.2], [0.35, 0.65]])
+    swapped = relabel_regimes(spec, theta, [1, 0])
+    free = unlabelled(spec)
+    ll = float(switching_log_likelihood(spec, theta, likelihood="exact"))
+    assert float(switching_log_likelihood(free, swapped, likelihood="exact")) == pytest.approx(
+        ll, abs=1e-9
+    )
+    np.testing.assert_array_equal(labelling_order(spec, swapped), [1, 0])
+    back = relabel_regimes(spec, swapped, labelling_order(spec, swapped))
+    for name in theta:
+        np.testing.assert_allclose(back[name], theta[name], atol=1e-12, err_msg=name)

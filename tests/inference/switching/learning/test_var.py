@@ -119,15 +119,34 @@ def test_time_varying_transitions_are_those_of_every_history_enumerated():
     )
 
 
+def _statsmodels_params(theta):
+    """statsmodels' parameter vector of ``MarkovRegression(y[1:], 2, exog=y[:-1],
+    switching_variance=True)`` from an MS-VAR(1) theta of one series."""
+    p = theta["transition_matrix"]
+    return np.r_[
+        p[0, 0],
+        p[1, 0],
+        theta["intercepts"][:, 0],
+        theta["ar_coefficients"][:, 0, 0],
+        theta["covariances"][:, 0, 0],
+    ]
+
+
 def test_one_series_is_statsmodels_markov_regression_on_its_lag():
     """For o = 1 the MS-VAR(1) is ``MarkovRegression(y[1:], exog=y[:-1],
-    switching_variance=True)``: the same log-likelihood at statsmodels' fitted parameters, and
-    the default fit reaches statsmodels' optimum or higher on the Fed funds rate."""
+    switching_variance=True)``: the same log-likelihood at statsmodels' fitted parameters
+    (relabelled by increasing intercept). On the Fed funds rate the default fit goes higher
+    than statsmodels' default fit (which stops at -277.10; its random searches end anywhere
+    from -258.3 to a variance collapsing to 0, by NumPy's global seed): statsmodels'
+    log-likelihood at our estimate is ours, and statsmodels' optimiser started there gains
+    nothing (a maximum in its own, unordered, parametrisation). The optimum's
+    volatile regime has the lower intercept: a fit over ordered intercepts would stop where
+    the two intercepts merge (-226.416), the labelling boundary between the basins."""
     y = FEDFUNDS
     spec = markov_switching_var(y[:, None], 1)
-    res = MarkovRegression(y[1:], 2, exog=y[:-1], switching_variance=True).fit(disp=False)
-    names = res.model.param_names
-    value = dict(zip(names, res.params, strict=True))
+    model = MarkovRegression(y[1:], 2, exog=y[:-1], switching_variance=True)
+    res = model.fit(disp=False)
+    value = dict(zip(model.param_names, res.params, strict=True))
     order = np.argsort([value["const[0]"], value["const[1]"]])
     p = np.array([[value["p[0->0]"], 0.0], [value["p[1->0]"], 0.0]])
     p[:, 1] = 1.0 - p[:, 0]
@@ -141,7 +160,15 @@ def test_one_series_is_statsmodels_markov_regression_on_its_lag():
         res.llf, abs=1e-8
     )
     fit = fit_switching(jax.random.key(0), spec)
-    assert fit.log_likelihood[-1] >= res.llf - 1e-4
+    best = fit.log_likelihood[-1]
+    assert best >= res.llf + 50.0, (best, res.llf)
+    ours = _statsmodels_params(fit.theta)
+    assert model.loglike(ours) == pytest.approx(best, abs=1e-8)
+    again = model.fit(start_params=ours, disp=False, maxiter=500)
+    assert again.llf <= best + 1e-6
+    assert fit.converged and not fit.on_boundary["intercepts"].any()
+    assert fit.theta["intercepts"][0, 0] < fit.theta["intercepts"][1, 0]
+    assert fit.theta["covariances"][0, 0, 0] > fit.theta["covariances"][1, 0, 0]
 
 
 @functools.cache
@@ -235,8 +262,8 @@ def test_nuts_from_the_maximum_likelihood_estimate_agrees_with_it():
         (spec.observations,),
         {"spec": spec, "likelihood": "exact", "inputs": spec.inputs},
         init_values=fit.theta,
-        num_warmup=500,
-        num_samples=500,
+        num_warmup=1000,
+        num_samples=1000,
     )
     rhat = azs.rhat(tree["posterior"].to_dataset())
     assert all(float(rhat[v].max()) < 1.01 for v in rhat.data_vars), rhat
