@@ -270,6 +270,15 @@ class LbfgsBatchResult(NamedTuple):
     trace: np.ndarray
 
 
+def _row_norms(x: np.ndarray) -> np.ndarray:
+    """The Euclidean norm of each row, scaled by its largest entry so that no square
+    overflows (a gradient of 1e160 has norm 1e160, not inf)."""
+    top = np.max(np.abs(x), axis=1)
+    safe = np.where(top > 0, top, 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # rows with NaN or inf
+        return top * np.sqrt(np.sum((x / safe[:, None]) ** 2, axis=1))
+
+
 def minimize_lbfgs_batch(
     value_and_grad: Callable,
     x0,
@@ -326,56 +335,59 @@ def minimize_lbfgs_batch(
     while not stop.all() and calls < 30 * max_iterations + 1:
         trial = np.where(stop[:, None], x, x + step[:, None] * d)
         values, grads = value_and_grad(trial)
-        if calls == 0:  # the objective's precision sets the round-off allowances
-            eps = np.finfo(np.result_type(np.asarray(values).dtype, np.float32)).eps
-        fv = np.asarray(values, dtype=float)
-        gv = np.asarray(grads, dtype=float)
-        calls += 1
-        finite = np.isfinite(fv) & np.all(np.isfinite(gv), axis=1)
-        noise = 4.0 * eps * np.abs(f)
-        with np.errstate(invalid="ignore"):
+        # a start running off (gradients of 1e200) overflows a product here: its row turns
+        # inf or NaN, which the finite checks and comparisons below already refuse
+        with np.errstate(over="ignore", invalid="ignore"):
+            if calls == 0:  # the objective's precision sets the round-off allowances
+                eps = np.finfo(np.result_type(np.asarray(values).dtype, np.float32)).eps
+            fv = np.asarray(values, dtype=float)
+            gv = np.asarray(grads, dtype=float)
+            calls += 1
+            finite = np.isfinite(fv) & np.all(np.isfinite(gv), axis=1)
+            noise = 4.0 * eps * np.abs(f)
             armijo = fv <= f + _ARMIJO * step * np.sum(g * d, axis=1) + noise
-        accept = ~stop & (first | (finite & armijo))
-        s, yv = trial - x, gv - g
-        sy = np.sum(s * yv, axis=1)
-        store = (
-            accept & ~first & (sy > 1e-10 * np.linalg.norm(s, axis=1) * np.linalg.norm(yv, axis=1))
-        )
-        s_mem[store] = np.concatenate([s_mem[store, 1:], s[store, None]], axis=1)
-        y_mem[store] = np.concatenate([y_mem[store, 1:], yv[store, None]], axis=1)
-        valid[store] = np.concatenate(
-            [valid[store, 1:], np.ones((int(store.sum()), 1), bool)], axis=1
-        )
-        direction = _two_loop_numpy(gv, s_mem, y_mem, valid)
-        steepest = -gv / np.maximum(1.0, np.linalg.norm(gv, axis=1))[:, None]
-        bad = ~np.any(valid, axis=1) | ~(np.sum(direction * gv, axis=1) < 0)
-        direction = np.where(bad[:, None], steepest, direction)
-        iteration = iteration + (accept & ~first)
-        converged = np.max(np.abs(gv), axis=1) < tolerance
-        rows = np.flatnonzero(accept)
-        trace[rows, iteration[rows]] = fv[rows]
-        stalled = np.zeros(b, bool)
-        if stall is not None:
-            back = iteration - stall
-            rows = np.flatnonzero(accept & (back >= 0))
-            before = trace[rows, back[rows]]
-            stalled[rows] = before - fv[rows] <= 16.0 * eps * np.abs(fv[rows])
-            gain = -0.5 * np.sum(gv * direction, axis=1)
-            # only the quasi-Newton model predicts a gain (not the steepest-descent fallback)
-            settled |= stalled & ~bad & (gain <= 16.0 * eps * np.abs(fv))
-        x = np.where(accept[:, None], trial, x)
-        f = np.where(accept, fv, f)
-        g = np.where(accept[:, None], gv, g)
-        d = np.where(accept[:, None], direction, d)
-        halve = ~stop & ~accept
-        stop = (
-            stop
-            | (accept & ((finite & converged) | (iteration >= max_iterations) | (first & ~finite)))
-            | stalled
-            | (halve & (0.5 * step < _MIN_STEP))
-        )
-        step = np.where(accept, 1.0, np.where(halve, 0.5 * step, step))
-        first = first & ~accept
+            accept = ~stop & (first | (finite & armijo))
+            s, yv = trial - x, gv - g
+            sy = np.sum(s * yv, axis=1)
+            store = accept & ~first & (sy > 1e-10 * _row_norms(s) * _row_norms(yv))
+            s_mem[store] = np.concatenate([s_mem[store, 1:], s[store, None]], axis=1)
+            y_mem[store] = np.concatenate([y_mem[store, 1:], yv[store, None]], axis=1)
+            valid[store] = np.concatenate(
+                [valid[store, 1:], np.ones((int(store.sum()), 1), bool)], axis=1
+            )
+            direction = _two_loop_numpy(gv, s_mem, y_mem, valid)
+            steepest = -gv / np.maximum(1.0, _row_norms(gv))[:, None]
+            bad = ~np.any(valid, axis=1) | ~(np.sum(direction * gv, axis=1) < 0)
+            direction = np.where(bad[:, None], steepest, direction)
+            iteration = iteration + (accept & ~first)
+            converged = np.max(np.abs(gv), axis=1) < tolerance
+            rows = np.flatnonzero(accept)
+            trace[rows, iteration[rows]] = fv[rows]
+            stalled = np.zeros(b, bool)
+            if stall is not None:
+                back = iteration - stall
+                rows = np.flatnonzero(accept & (back >= 0))
+                before = trace[rows, back[rows]]
+                stalled[rows] = before - fv[rows] <= 16.0 * eps * np.abs(fv[rows])
+                gain = -0.5 * np.sum(gv * direction, axis=1)
+                # only the quasi-Newton model predicts a gain (not the steepest-descent fallback)
+                settled |= stalled & ~bad & (gain <= 16.0 * eps * np.abs(fv))
+            x = np.where(accept[:, None], trial, x)
+            f = np.where(accept, fv, f)
+            g = np.where(accept[:, None], gv, g)
+            d = np.where(accept[:, None], direction, d)
+            halve = ~stop & ~accept
+            stop = (
+                stop
+                | (
+                    accept
+                    & ((finite & converged) | (iteration >= max_iterations) | (first & ~finite))
+                )
+                | stalled
+                | (halve & (0.5 * step < _MIN_STEP))
+            )
+            step = np.where(accept, 1.0, np.where(halve, 0.5 * step, step))
+            first = first & ~accept
     return LbfgsBatchResult(
         x=x,
         value=f,

@@ -177,3 +177,24 @@ def test_newton_refinement_reaches_the_rosenbrock_minimum_in_few_steps():
     res = refine_newton(batched, np.array([-1.2, 1.0]), 8, max_iterations=30, tolerance=1e-10)
     assert res.converged and res.num_iterations <= 30
     np.testing.assert_allclose(res.x, 1.0, atol=1e-9)
+
+
+def test_a_start_running_off_to_huge_gradients_warns_nothing_and_spares_the_others():
+    """f(x) = -exp(x_1) + x_2^2 is unbounded below: a start there takes the steepest step to
+    gradients of 1e200 and beyond, whose squares overflow in float64. The batch raises no
+    NumPy warning (the row norms are scaled, ``_row_norms``), that start does not converge,
+    and the bounded start beside it (a quadratic where x_1 < 0) converges as alone."""
+    import warnings
+
+    def f(x):
+        return jnp.where(x[0] < 0.0, jnp.sum((x + 2.0) ** 2), -jnp.exp(x[0]) + x[1] ** 2)
+
+    batched = jax.jit(jax.vmap(jax.value_and_grad(f)))
+    starts = np.array([[400.0, 1.0], [-1.0, 1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = minimize_lbfgs_batch(batched, starts, max_iterations=100)
+    alone = minimize_lbfgs_batch(batched, starts[1:], max_iterations=100)
+    assert not res.converged[0] and res.converged[1]
+    np.testing.assert_allclose(res.x[1], alone.x[0], atol=1e-12)
+    np.testing.assert_allclose(res.x[1], [-2.0, -2.0], atol=1e-6)
