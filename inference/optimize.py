@@ -478,11 +478,21 @@ def refine_newton(
     values, grads = at(np.broadcast_to(x, (batch_size, n)))
     f, g = float(values[0]), grads[0]
     done = 0
-    while done < max_iterations and not np.max(np.abs(g)) < tolerance and np.isfinite(f):
+    while (
+        done < max_iterations
+        and not np.max(np.abs(g)) < tolerance
+        and np.isfinite(f)
+        and np.all(np.isfinite(g))
+    ):
         hess = hessian_from_batched_gradient(
             value_and_grad, x, batch_size, relative_step=relative_step
         )
-        lam, vec = np.linalg.eigh(hess)
+        if not np.all(np.isfinite(hess)):  # e.g. a variance collapsing to 0 on a short series
+            break
+        try:
+            lam, vec = np.linalg.eigh(hess)
+        except np.linalg.LinAlgError:  # LAPACK's iteration failed on an extreme matrix
+            break
         if not np.all(np.isfinite(lam)):
             break
         lam = np.maximum(np.abs(lam), 1e-8 * max(np.max(np.abs(lam)), 1e-300))

@@ -178,7 +178,11 @@ def boundary_mask(
       units is not mistaken for one at 0; at the boundary it vanishes like c.
 
     There the Hessian in z is singular and its inverse says nothing. An entry is on the
-    boundary when it moves with a boundary coordinate (d theta / d z nonzero at the start).
+    boundary when it moves with a boundary coordinate (d theta / d z nonzero at the start)
+    and has itself stopped moving (the norm of its row of d theta / d z below
+    ``BOUNDARY_RATIO`` times that at the start: a probability at 0 or 1, a variance at 0).
+    The other entries of a transition row with a probability at 0 are inside the support:
+    p[1->1] = 1 - p[1->0] when p[1->2] = 0, with the standard error of p[1->0].
 
     Args:
         spec, free, theta: the spec, the fitted names and the estimate (concrete).
@@ -201,8 +205,9 @@ def boundary_mask(
     with np.errstate(invalid="ignore"):
         still = ~(np.linalg.norm(at, axis=0) > BOUNDARY_RATIO * np.linalg.norm(start, axis=0))
         flat_here = ~(information > BOUNDARY_INFORMATION * max(int(num_observations), 1))
+        stopped = ~(np.linalg.norm(at, axis=1) > BOUNDARY_RATIO * np.linalg.norm(start, axis=1))
     coordinates = still & flat_here
-    entries = np.any(start[:, coordinates] != 0, axis=1)
+    entries = np.any(start[:, coordinates] != 0, axis=1) & stopped
     return coordinates, entries
 
 

@@ -219,3 +219,50 @@ def test_relabelling_the_regimes_leaves_the_likelihood_unchanged(build):
     back = relabel_regimes(spec, swapped, labelling_order(spec, swapped))
     for name in theta:
         np.testing.assert_allclose(back[name], theta[name], atol=1e-12, err_msg=name)
+
+
+def test_only_the_transition_probabilities_at_zero_are_on_the_boundary():
+    """The Nile's annual flow, three regimes of its mean: the fit puts p[1->2] and p[2->1] at
+    0 (the boundary of the simplex). Only those two entries are flagged and lose their
+    standard error; the rest of each row is inside the support, e.g. p[1->1] = 1 - p[1->0]
+    with the standard error of p[1->0] (the model with the boundary entry fixed at 0)."""
+    import statsmodels.api as sm
+
+    nile = sm.datasets.nile.load_pandas().data["volume"].to_numpy(float)
+    spec = markov_switching_regression(nile, num_regimes=3, switching_variance=False)
+    fit = fit_switching(jax.random.key(0), spec)
+    p, se = fit.theta["transition_matrix"], fit.stderr["transition_matrix"]
+    edge = fit.on_boundary["transition_matrix"]
+    assert edge.sum() == 2 and edge[1, 2] and edge[2, 1], edge
+    assert p[1, 2] < 1e-8 and p[2, 1] < 1e-8
+    assert np.all(np.isnan(se[edge])) and np.all(np.isfinite(se[~edge]))
+    assert se[1, 1] == pytest.approx(se[1, 0], rel=1e-6)
+    assert se[2, 2] == pytest.approx(se[2, 0], rel=1e-6)
+
+
+def test_three_regimes_reach_the_optimum_the_em_warmed_start_finds():
+    """US GDP growth (statsmodels' macrodata), three regimes with switching variances: the
+    ordering starts and their perturbations all stop at -228.301 or lower; L-BFGS from
+    ``EM_WARMUP`` EM iterations (the default for M >= 3) reaches -228.090, where statsmodels'
+    optimiser started gains nothing."""
+    import statsmodels.api as sm
+
+    from attnbayes.inference.switching.learning.mle import EM_WARMUP, default_em_warmup
+
+    data = sm.datasets.macrodata.load_pandas().data
+    growth = 100 * np.diff(np.log(data["realgdp"].to_numpy()))
+    spec = markov_switching_regression(growth, num_regimes=3, switching_variance=True)
+    assert default_em_warmup(spec) == EM_WARMUP
+    fit = fit_switching(jax.random.key(0), spec)
+    cold = fit_switching(jax.random.key(0), spec, em_warmup=0)
+    assert fit.log_likelihood[-1] == pytest.approx(-228.0901171, abs=1e-6)
+    assert cold.log_likelihood[-1] < fit.log_likelihood[-1] - 0.2
+    model = MarkovRegression(growth, 3, switching_variance=True)
+    theta = fit.theta
+    params = np.r_[
+        theta["transition_matrix"][:, :2].T.ravel(), theta["intercepts"], theta["variances"]
+    ]
+    assert model.loglike(params) == pytest.approx(fit.log_likelihood[-1], abs=1e-8)
+    assert model.fit(start_params=params, disp=False).llf <= fit.log_likelihood[-1] + 1e-6
+    with pytest.raises(ValueError, match="em_warmup: must be >= 0"):
+        fit_switching(jax.random.key(0), spec, em_warmup=-1)
