@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import multigammaln
 from numpyro.distributions import constraints
@@ -163,12 +164,20 @@ class OrderedFirstColumn(dist.Distribution):
             raise ValueError(f"first: expected a law of an ordered vector, got {first!r}")
         m = first.event_shape[0]
         if rest is not None and (
-            not isinstance(rest, dist.Distribution) or rest.event_shape[:1] != (m,)
+            not isinstance(rest, dist.Distribution)
+            or len(rest.event_shape) != 2
+            or rest.event_shape[0] != m
+            or rest.batch_shape != first.batch_shape
         ):
-            raise ValueError(f"rest: expected a law with event shape ({m}, k - 1), got {rest!r}")
+            raise ValueError(
+                f"rest: expected a law with event shape ({m}, k - 1) and the batch shape of "
+                f"first, {first.batch_shape}, got {rest!r}"
+            )
         self.first, self.rest = first, rest
         k = 1 if rest is None else 1 + rest.event_shape[1]
-        super().__init__(batch_shape=(), event_shape=(m, k), validate_args=validate_args)
+        super().__init__(
+            batch_shape=first.batch_shape, event_shape=(m, k), validate_args=validate_args
+        )
 
     def sample(self, key, sample_shape=()):
         key_first, key_rest = jax.random.split(key)
@@ -201,6 +210,9 @@ class InverseWishart(dist.Distribution):
         self.scale = jnp.asarray(scale)
         if self.scale.ndim < 2 or self.scale.shape[-1] != self.scale.shape[-2]:
             raise ValueError(f"scale: expected (..., d, d) matrices, got {self.scale.shape}")
+        d = self.scale.shape[-1]
+        if not validation.is_traced(df) and not np.all(np.asarray(df, dtype=float) > d - 1):
+            raise ValueError(f"df: expected > d - 1 = {d - 1} (a proper law), got {df!r}")
         self.df = jnp.asarray(df, self.scale.dtype)
         batch = jnp.broadcast_shapes(jnp.shape(self.df), self.scale.shape[:-2])
         super().__init__(
@@ -209,8 +221,12 @@ class InverseWishart(dist.Distribution):
 
     def sample(self, key, sample_shape=()):
         precision = dist.Wishart(
-            self.df, scale_matrix=jnp.linalg.inv(self.scale), validate_args=False
-        ).sample(key, sample_shape + self.batch_shape)
+            jnp.broadcast_to(self.df, self.batch_shape),
+            scale_matrix=jnp.broadcast_to(
+                jnp.linalg.inv(self.scale), self.batch_shape + self.event_shape
+            ),
+            validate_args=False,
+        ).sample(key, sample_shape)  # (*sample, *batch, d, d)
         return jnp.linalg.inv(precision)
 
     def log_prob(self, value):

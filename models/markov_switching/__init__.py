@@ -104,6 +104,8 @@ Public API (``__all__``), one line each:
 - ``regime_of_mode``, ``regime_probabilities``: a filter's modes to the regimes.
 - ``regime_ordering``, ``RegimeOrdering``: the parameter that labels the regimes, stated.
 - ``relabel_regimes``: theta with its regimes relabelled (an exact symmetry).
+- ``per_regime_names``: an econometric spec's parameters with one entry per regime;
+  ``fixed_parameters_alike``: whether relabelling leaves its fixed parameters as they are.
 - ``labelling_order``, ``unlabelled``: the permutation into the suite's labelling; the spec
   whose labelling parameter is unordered (what the fits optimise over).
 - ``default_priors``: weakly informative priors that keep the labels (NUTS).
@@ -121,7 +123,9 @@ from .constructors import (
 from .labels import (
     RegimeOrdering,
     default_priors,
+    fixed_parameters_alike,
     labelling_order,
+    per_regime_names,
     regime_ordering,
     relabel_regimes,
     unlabelled,
@@ -154,10 +158,12 @@ __all__ = [
     "coefficient_matrix",
     "default_priors",
     "ergodic_probabilities",
+    "fixed_parameters_alike",
     "labelling_order",
     "markov_switching_ar",
     "markov_switching_regression",
     "markov_switching_var",
+    "per_regime_names",
     "regime_of_mode",
     "regime_ordering",
     "regime_probabilities",

@@ -436,7 +436,7 @@ def markov_switching_var(
     residual scale, the OLS residual covariance, persistent regimes.
 
     Args:
-        endog: (T, o) the series (one column per variable), T > p + 2.
+        endog: (T, o) the series (one column per variable), T >= (o + 1)(p + 1).
         order: p >= 1.
         num_regimes: M >= 1 (1: the VAR(p), the baseline).
         switching_ar: the autoregressive matrices differ by regime.
@@ -451,7 +451,7 @@ def markov_switching_var(
     y = validation.as_float_array("endog", endog)
     if y.ndim == 1:
         y = y[:, None]
-    if y.ndim != 2:
+    if y.ndim != 2 or y.shape[1] == 0:
         raise ValueError(f"endog: expected a (T, o) array, one column per series, got {y.shape}")
     validation.check_finite("endog", y)
     p = validation.check_positive_int("order", order)
@@ -459,9 +459,11 @@ def markov_switching_var(
     switching_ar = _check_flag("switching_ar", switching_ar)
     switching_covariance = _check_flag("switching_covariance", switching_covariance)
     t, o = y.shape
-    if t <= o * p + 2:
+    if t - p - (1 + o * p) < o:  # the OLS start's residual covariance needs o degrees of freedom
         raise ValueError(
-            f"endog: a VAR({p}) of {o} series needs more than {o * p + 2} rows, got {t}"
+            f"endog: a VAR({p}) of {o} series needs at least {(o + 1) * (p + 1)} rows (p to "
+            f"condition on, 1 + o p coefficients and o residual degrees of freedom per "
+            f"equation), got {t}"
         )
     z = None if exog_tvtp is None else _check_exog_tvtp(exog_tvtp, t)
     if z is not None:
@@ -473,7 +475,8 @@ def markov_switching_var(
     resid = obs - design @ coef
     cov = resid.T @ resid / max(t - p - design.shape[1], 1)
     cov = 0.5 * (cov + cov.T)
-    if np.linalg.eigvalsh(cov)[0] <= 0:
+    eig = np.linalg.eigvalsh(cov)
+    if eig[0] <= 1e-10 * max(eig[-1], 1e-300):
         raise ValueError(
             "endog: the series are collinear (the VAR's residual covariance is singular)"
         )

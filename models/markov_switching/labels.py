@@ -60,6 +60,23 @@ def _symmetric_under_relabelling(spec: SwitchingSpec, free) -> bool:
     return True
 
 
+def fixed_parameters_alike(spec: SwitchingSpec, free) -> bool:
+    """Whether relabelling the regimes of an econometric spec leaves its fixed parameters as
+    they are: every fixed per-regime parameter the same in every regime, a fixed transition
+    matrix with one stay and one switch probability, fixed TVTP logits all 0."""
+    for name in per_regime_names(spec):
+        value = np.asarray(spec.theta[name])
+        if name not in free and value.size and not np.all(value == value[:1]):
+            return False
+    if "transition_matrix" in spec.theta and "transition_matrix" not in free:
+        p = np.asarray(spec.theta["transition_matrix"])
+        off = p[~np.eye(p.shape[0], dtype=bool)]
+        if np.ptp(np.diagonal(p)) > 0 or (off.size and np.ptp(off) > 0):
+            return False
+    coefficients = spec.theta.get("transition_coefficients")
+    return coefficients is None or "transition_coefficients" in free or not np.any(coefficients)
+
+
 # the supports of the parameter that labels the regimes of an econometric spec
 _LABEL_SUPPORTS = (
     constraints.ordered_vector,
@@ -89,7 +106,9 @@ def regime_ordering(spec: SwitchingSpec, free=None) -> RegimeOrdering:
       (the support of "intercepts" / "means" is ``ordered_vector``; for MS-VAR the intercept
       of the first series, ``ordered_first_column``); without one (trend "n") by the first
       switching coefficient (``ordered_first_column``), else by the variance
-      (``positive_ordered_vector``); fixed ones out of order label the regimes as given;
+      (``positive_ordered_vector``); fixed ones out of order label the regimes as given, and
+      so do fixed per-regime parameters that differ between regimes (then relabelling would
+      change the model: nothing is reordered);
     - a state-space model (``switching_state_space``) whose fixed parameters differ between
       modes: by those parameters (the modes are not exchangeable, nothing is reordered);
     - a state-space model whose fixed parameters are the same in every mode: the modes are
@@ -110,7 +129,17 @@ def regime_ordering(spec: SwitchingSpec, free=None) -> RegimeOrdering:
     if m == 1:
         return RegimeOrdering(None, "one regime: there are no labels to identify.")
     if kind in ("regression", "ar", "var"):
-        name = next(n for n, c in spec.support.items() if c in _LABEL_SUPPORTS)
+        name = next((n for n, c in spec.support.items() if c in _LABEL_SUPPORTS), None)
+        if name is None:
+            return RegimeOrdering(
+                None, "no parameter labels the regimes (an unlabelled spec, a fit's working form)."
+            )
+        if not fixed_parameters_alike(spec, free):
+            return RegimeOrdering(
+                None,
+                "the regimes are labelled by their fixed parameters, as given (they differ "
+                "between regimes: nothing is reordered).",
+            )
         what = _label_description(spec, name)
         value = np.asarray(spec.theta[name], dtype=float)
         value = value[:, 0] if value.ndim == 2 else value
@@ -138,8 +167,9 @@ def regime_ordering(spec: SwitchingSpec, free=None) -> RegimeOrdering:
     )
 
 
-def _per_regime_names(spec: SwitchingSpec) -> set:
-    """The parameters of an econometric spec with one entry (or row) per regime."""
+def per_regime_names(spec: SwitchingSpec) -> set:
+    """The parameters of an econometric spec with one entry (or row) per regime: intercepts,
+    means, switching coefficients, variances and covariances (not the transition's)."""
     kind = spec.structure.kind
     out = set()
     for name, value in spec.theta.items():
@@ -168,7 +198,7 @@ def relabel_regimes(spec: SwitchingSpec, theta: dict, order) -> dict:
     order = np.asarray(order)
     if sorted(order.tolist()) != list(range(m)):
         raise ValueError(f"order: expected a permutation of 0..{m - 1}, got {order}")
-    per_regime = set(theta) if spec.structure.kind == "state_space" else _per_regime_names(spec)
+    per_regime = set(theta) if spec.structure.kind == "state_space" else per_regime_names(spec)
     out = {}
     for name, value in theta.items():
         value = np.asarray(value)
@@ -323,7 +353,9 @@ def _ordered_first_column_prior(spec: SwitchingSpec, name: str, value: np.ndarra
 __all__ = [
     "RegimeOrdering",
     "default_priors",
+    "fixed_parameters_alike",
     "labelling_order",
+    "per_regime_names",
     "regime_ordering",
     "relabel_regimes",
     "unlabelled",

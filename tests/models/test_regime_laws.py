@@ -30,12 +30,21 @@ def test_the_inverse_wishart_density_is_scipys():
     np.testing.assert_allclose(np.asarray(law.mean), scale / 2.0, rtol=1e-12)
 
 
-def test_inverse_wishart_draws_have_its_mean():
+def test_inverse_wishart_draws_have_its_mean_with_and_without_a_batch():
+    """One law, and a batch of two (one per regime, as ``default_priors`` builds them): draws
+    of shape (*sample, *batch, d, d) whose mean is Psi / (nu - d - 1) in each batch entry."""
     scale = np.array([[1.0, 0.4], [0.4, 2.0]])
     draws = np.asarray(InverseWishart(8.0, scale).sample(jax.random.key(0), (20000,)))
     assert draws.shape == (20000, 2, 2)
     se = draws.std(axis=0) / np.sqrt(draws.shape[0])
     assert np.all(np.abs(draws.mean(axis=0) - scale / 5.0) < 4 * se)
+    batch = np.stack([scale, 3.0 * scale])
+    law = InverseWishart(8.0, batch)
+    assert law.batch_shape == (2,) and law.sample(jax.random.key(1)).shape == (2, 2, 2)
+    draws = np.asarray(law.sample(jax.random.key(2), (20000,)))
+    assert draws.shape == (20000, 2, 2, 2)
+    se = draws.std(axis=0) / np.sqrt(draws.shape[0])
+    assert np.all(np.abs(draws.mean(axis=0) - batch / 5.0) < 4 * se)
 
 
 def test_the_ordered_first_column_bijection_round_trips_and_its_jacobian_is_autodiffs():
@@ -74,6 +83,13 @@ def test_the_ordered_first_column_law_is_its_parts_and_draws_inside_its_support(
             lambda: OrderedFirstColumn(OrderedNormal(0.0, 1.0, 3), dist.Normal(0.0, 1.0)),
             "rest: expected",
         ),
+        (
+            lambda: OrderedFirstColumn(
+                OrderedNormal(0.0, 1.0, 3), dist.Normal(jnp.zeros(3), 1.0).to_event(1)
+            ),
+            "rest: expected a law with event shape \\(3, k - 1\\)",
+        ),
+        (lambda: InverseWishart(1.0, np.eye(3)), "df: expected > d - 1 = 2"),
     ],
 )
 def test_bad_laws_name_the_argument(build, match):

@@ -27,7 +27,9 @@ from numpyro.distributions import constraints
 from .... import validation
 from ....models.markov_switching import (
     build_params,
+    fixed_parameters_alike,
     labelling_order,
+    per_regime_names,
     regime_ordering,
     relabel_regimes,
     switching_state_space,
@@ -196,8 +198,10 @@ def ordering_starts(spec, free) -> list:
     """The deterministic starts of a fit: ``spec.theta``; for a Markov-switching regression
     or MS-AR model with a free switching variance that does not itself label the regimes, one
     start per assignment of spread variances to the regimes (``ORDERING_SPREAD``; every
-    permutation for M <= 4), for an MS-VAR the same with its covariances scaled; and, for
-    those models with a free transition matrix, each of these again with the uniform
+    permutation for M <= 4), for an MS-VAR the same with its covariances scaled; when fixed
+    per-regime parameters differ between regimes (``fixed_parameters_alike``), one start per
+    pairing of the free per-regime parameters with them; and, for those models with a free
+    transition matrix, each of these again with the uniform
     transition matrix P_ij = 1/M (statsmodels' start) instead of the persistent one.
 
     Why: the regimes are labelled by increasing intercept / mean (``regime_ordering``), but
@@ -222,6 +226,12 @@ def ordering_starts(spec, free) -> list:
         for perm in _orderings(s.num_regimes):
             scaled = base * spread[perm][:, None, None]
             starts.append(dict(spec.theta) | {"covariances": scaled})
+    moving = [n for n in per_regime_names(spec) if n in free]
+    if moving and not fixed_parameters_alike(spec, free):
+        # fixed per-regime parameters tell the regimes apart: each pairing of the free ones
+        # with them is another basin (e.g. which fixed variance goes with the high intercept)
+        for perm in _orderings(s.num_regimes)[1:]:
+            starts.append(dict(spec.theta) | {n: np.asarray(spec.theta[n])[perm] for n in moving})
     if "transition_matrix" in free:
         m = s.num_regimes
         uniform = np.full((m, m), 1.0 / m)
@@ -374,7 +384,7 @@ def fit_switching(
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
     free = check_free(spec, free)
-    check_free_values(spec, free)
+    check_free_values(unlabelled(spec), free)  # any labelling starts a fit
     obs, u = check_data(spec, observations, inputs)
     if not validation.is_traced(obs):
         observed = int(np.sum(np.any(~np.isnan(np.asarray(obs)), axis=-1)))

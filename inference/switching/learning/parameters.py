@@ -60,16 +60,19 @@ def _support_problem(support, arr: np.ndarray, model: bool) -> str | None:
     """What puts a concrete ``arr`` outside ``support``, in the user's terms (None: inside).
 
     ``model``: the rules of a valid model rather than of a fit's support (``check_spec``):
-    probability rows summing to 1 to ``check_params``'s tolerance (1e-5), and no order of the
-    regime means (the labelling convention binds a free parameter only)."""
+    probability rows summing to 1 to ``check_params``'s tolerance (1e-5). The order of the
+    parameter that labels the regimes (``ordered_vector``, ``ordered_first_column``,
+    ``positive_ordered_vector``) never binds here: any labelling is the same model (the fits
+    optimise over unlabelled regimes and label their optimum; NUTS samples under the ordered
+    prior), so a theta in another labelling is evaluated, forecast and smoothed as given."""
     if support is constraints.positive_definite:
         # the model takes singular PSD covariances (e.g. a rank-deficient Q0); only a free one
         # must be positive definite (``check_free_values``)
         return None if is_psd(arr) else "a matrix is not symmetric positive semi-definite"
-    if model and support in (constraints.ordered_vector, ordered_first_column):
-        return None
-    if model and support is constraints.positive_ordered_vector:
-        support = constraints.positive  # the labelling order binds a free parameter only
+    if support is constraints.ordered_vector or support is ordered_first_column:
+        return None  # the labelling order is a convention of the fits, not of the model
+    if support is constraints.positive_ordered_vector:
+        support = constraints.positive
     if model and support is constraints.simplex:
         rows = arr.reshape(-1, arr.shape[-1])
         inside = np.all(rows >= 0, axis=-1) & np.isclose(rows.sum(axis=-1), 1.0, atol=1e-5)
@@ -81,8 +84,6 @@ def _support_problem(support, arr: np.ndarray, model: bool) -> str | None:
         rows = arr.reshape(-1, arr.shape[-1])
         inside = np.all(rows >= 0, axis=-1) & (np.abs(rows.sum(axis=-1) - 1.0) < 1e-6)
         inside = inside.reshape(arr.shape[:-1])
-    elif support is constraints.ordered_vector:
-        inside = np.all(np.diff(arr, axis=-1) > 0, axis=-1)
     else:
         # eagerly, also while a caller traces the other fields (under jit an operation on a
         # constant would otherwise be staged out and its truth value unknown)
@@ -103,13 +104,6 @@ def _support_problem(support, arr: np.ndarray, model: bool) -> str | None:
             "" if arr.ndim == 0 else f"entry {[int(k) for k in np.unravel_index(i, arr.shape)]} "
         )
         return f"{entry}is {arr.reshape(-1)[i]:.6g}, not > 0"
-    if support in (constraints.ordered_vector, constraints.positive_ordered_vector):
-        return f"{arr.tolist()} is not increasing (the regimes are labelled by it)"
-    if support is ordered_first_column:
-        return (
-            f"its first column {arr[..., 0].tolist()} is not increasing (the regimes are "
-            "labelled by it)"
-        )
     return f"{arr.tolist()}"
 
 
@@ -234,7 +228,8 @@ def check_free(spec: SwitchingSpec, free) -> tuple:
 def check_free_values(spec: SwitchingSpec, free: tuple) -> None:
     """Each free parameter's start value must map to finite unconstrained coordinates (the
     interior of its support): a singular covariance has no Cholesky factor, a zero variance
-    no logarithm, unordered regime means no ordered coordinates. (A zero transition
+    no logarithm. (Unordered regime means start a fit: it optimises over unlabelled regimes,
+    ``unlabelled``, so pass that spec here; a zero transition
     probability passes: the stick-breaking inverse clips it.)"""
     z = unconstrained(register_spec(spec), free, {n: np.asarray(spec.theta[n]) for n in free})
     for name in free:
@@ -257,7 +252,7 @@ def check_free_values(spec: SwitchingSpec, free: tuple) -> None:
             )
         raise ValueError(
             f"free: {name!r} starts outside or on the boundary of its support "
-            f"{spec.support[name]} (e.g. a zero variance, or unordered regime means), where "
+            f"{spec.support[name]} (e.g. a zero variance), where "
             "its unconstrained coordinates are not finite; keep it fixed or start it inside"
         )
 

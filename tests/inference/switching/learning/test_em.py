@@ -595,10 +595,6 @@ def test_bad_input_to_state_space_em(one_mode_data, sensor_series):
             inputs=u1,
             free=["dynamics_matrices", "dynamics_biases", "dynamics_cov_scale"],
         )
-    ar = markov_switching_ar(np.sin(np.arange(60.0)), 1)
-    unordered = ar._replace(theta=ar.theta | {"means": np.array([1.0, 0.5])})
-    with pytest.raises(ValueError, match=r"^free: 'means' starts outside or on the boundary"):
-        fit_switching(jax.random.key(0), unordered, method="em")
     with pytest.raises(ValueError, match="^observations: T = 200 steps with M = 2"):
         exact_smoother_moments(truth, y)
     with pytest.raises(ValueError, match="^filtered: expected a FilterResult"):

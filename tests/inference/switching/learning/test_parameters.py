@@ -65,12 +65,14 @@ def test_a_switching_variance_names_its_entry():
 
 
 def test_a_valid_model_passes_by_the_rules_of_the_model():
-    """Unordered regime means are a valid model (the order labels free means only), and
-    probability rows pass to ``check_params``' tolerance (1e-5), as ``--params`` reads them."""
+    """Unordered regime means are a valid model and a valid theta (the order is the fits'
+    labelling convention, not a property of the model: any labelling is evaluated as given),
+    and probability rows pass to ``check_params``' tolerance (1e-5), as ``--params`` reads
+    them."""
     spec = markov_switching_ar(SERIES, 1)
     unordered = spec._replace(theta=spec.theta | {"means": np.array([1.0, 0.5])})
     assert check_spec("init", unordered) is unordered
-    with pytest.raises(ValueError, match=r"^theta\['means'\]: .* is not increasing"):
-        check_theta("theta", unordered, unordered.theta)
+    checked = check_theta("theta", unordered, unordered.theta)
+    np.testing.assert_array_equal(checked["means"], [1.0, 0.5])
     rounded = np.array([[0.33333, 0.66666], [0.5, 0.5]])  # sums to 0.99999
     check_spec("init", spec._replace(theta=spec.theta | {"transition_matrix": rounded}))

@@ -223,12 +223,41 @@ def test_the_forecast_is_the_closed_form_one_step_mixture():
     assert np.all(fc.lower[-1] < fc.mean) and np.all(fc.mean < fc.upper[-1])
 
 
+def test_a_var2_forecast_is_the_closed_form_two_step_mixture():
+    """MS-VAR(2) of two series at fixed parameters: the lag bookkeeping of the paths (y_T
+    then y_{T-1}, each o wide, and the first step's draw entering the second step's first
+    lag) against the closed forms
+    E[y_{T+1}] = sum_i a_i (nu_i + A1_i y_T + A2_i y_{T-1}) and
+    E[y_{T+2}] = sum_ij a_i P_ij (nu_j + A1_j E[y_{T+1} | s_{T+1} = i] + A2_j y_T),
+    a the regime probabilities at T + 1 (filtered times P). Within 4 Monte Carlo standard
+    errors; applying A2 to y_T at the first step, or A1 to y_{T-1}, moves the means by many."""
+    y = _simulate(TRUTH, 120, seed=4)
+    spec = markov_switching_var(y, 2)
+    a2 = np.array([[[0.1, 0.0], [0.05, -0.1]], [[-0.2, 0.1], [0.0, 0.15]]])
+    theta = dict(TRUTH)
+    theta["ar_coefficients"] = np.concatenate([TRUTH["ar_coefficients"], a2], axis=2)
+    fc = forecast_switching(jax.random.key(7), spec, theta, 2, num_draws=40000)
+    p = theta["transition_matrix"]
+    ahead = smoothed_regime_probabilities(spec, theta, likelihood="exact")[-1] @ p
+    y_t, y_prev = spec.observations[-1], spec.observations[-2]
+    a1s, a2s = theta["ar_coefficients"][:, :, :2], theta["ar_coefficients"][:, :, 2:]
+    first = theta["intercepts"] + a1s @ y_t + a2s @ y_prev  # (M, o): E[y_{T+1} | s_{T+1} = i]
+    second = np.einsum("i,ij,jo->o", ahead, p, theta["intercepts"] + a2s @ y_t) + np.einsum(
+        "i,ij,jok,ik->o", ahead, p, a1s, first
+    )
+    se = fc.draws.std(axis=0) / np.sqrt(fc.draws.shape[0])
+    assert np.all(np.abs(fc.mean[0] - ahead @ first) < 4 * se[0]), (fc.mean[0], ahead @ first)
+    assert np.all(np.abs(fc.mean[1] - second) < 4 * se[1]), (fc.mean[1], second)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
         ({"endog": np.zeros((10, 2, 2))}, "endog: expected a \\(T, o\\) array"),
         ({"endog": np.r_[np.ones((5, 2)), [[np.nan, 1.0]], np.ones((4, 2))]}, "endog"),
-        ({"endog": np.random.default_rng(0).normal(size=(5, 2)), "order": 2}, "needs more"),
+        ({"endog": np.random.default_rng(0).normal(size=(8, 2)), "order": 2}, "at least 9 rows"),
+        ({"endog": np.random.default_rng(0).normal(size=(5, 2))}, "at least 6 rows"),
+        ({"endog": np.zeros((10, 0))}, "endog: expected a \\(T, o\\) array"),
         ({"order": 0}, "order"),
         ({"num_regimes": 0}, "num_regimes"),
         ({"switching_ar": "yes"}, "switching_ar: expected True or False"),
