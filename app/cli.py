@@ -11,7 +11,7 @@
                       [--kernel gaussian|boxcar|epanechnikov|triangular|tricube]
                       [--bandwidth H] [--grid N] [--level P] [options]
     attnbayes regimes FILE.csv --y COLS --regimes M [--exog COLS] [--order P] [--tvtp COLS]
-                      [--trend c|n] [--common-exog COLS] [--switching-variance]
+                      [--time COL] [--trend c|n] [--common-exog COLS] [--switching-variance]
                       [--switching-ar] [--method mle|em|nuts]
                       [--horizon H] [options]
     attnbayes calibrate [--reading deconvolution|switching] [--method M ...] [--replicates R]
@@ -144,7 +144,12 @@ def _regimes(args, progress, argv):
     from .regimes import read_regimes_data, run_regimes
 
     data = read_regimes_data(
-        args.file, args.y, exog=args.exog, tvtp=args.tvtp, delimiter=args.delimiter
+        args.file,
+        args.y,
+        exog=args.exog,
+        tvtp=args.tvtp,
+        time=args.time,
+        delimiter=args.delimiter,
     )
     return run_regimes(
         data,

@@ -643,7 +643,7 @@ def run_filter(
         "observation columns": ", ".join(table.columns),
         "input columns": "none" if inputs is None else ", ".join(inputs.columns),
         "model": source,
-        "modes M": m,
+        "modes M": f"{m}: " + ", ".join(f"mode {j} = {name}" for j, name in enumerate(mode_names)),
         "state dimension d": d,
         "method": method,
     }

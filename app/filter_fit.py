@@ -71,13 +71,20 @@ def fit_section(fit, fit_table, settings) -> str:
         for w in settings.get("fit_warnings", [])
     )
     labels = html.escape(settings.get("fit_regime_labels", ""))
+    names = settings.get("mode_names")
+    modes = ""
+    if names:
+        named = ", ".join(f"mode {j} = {name}" for j, name in enumerate(names))
+        modes = html.escape(
+            f" The index j in the names (p[i->j], dynamics_cov_scale[j], ...) is the mode: {named}."
+        )
     return f"""
 <h2>Learned parameters</h2>
 <p class="note">{html.escape(_FIT_TEXT[fit])}, on the {html.escape(settings["fit_likelihood"])}
 filter's log-likelihood; learned: {html.escape(", ".join(settings["free"]))}; the others stay
 at the start. The noise covariances are Q_j = c_j Q0_j and R_j = r_j R0_j with the scales c_j
 (dynamics_cov_scale) and r_j (emission_cov_scale) learned, Q0 and R0 the start. Regime labels:
-{labels} Columns: start, estimate, {spread}.{blank} These parameters are in
+{labels}{modes} Columns: start, estimate, {spread}.{blank} These parameters are in
 <code>params.json</code> (loadable by --params) and the table in <code>fit.csv</code>.</p>{warnings}
 {table_html(fit_table.set_index("parameter"))}"""
 

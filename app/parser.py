@@ -403,7 +403,9 @@ REGIMES_EPILOG = f"""models (s_t a Markov chain on M regimes, P[i, j] = P(s_t = 
   regression (no --order):  y_t = mu_(s_t) + x_t' beta_(s_t) + e_t,  e_t ~ N(0, sigma2),
                             x_t the --exog columns (statsmodels' MarkovRegression)
   MS-AR(P) (--order P):     y_t - mu_(s_t) = sum_k phi_k (y_(t-k) - mu_(s_(t-k))) + e_t
-                            (Hamilton 1989; statsmodels' MarkovAutoregression)
+                            (Hamilton 1989; statsmodels' MarkovAutoregression, but with
+                            --switching-variance and P >= 2 sigma2 follows s_t here and
+                            s_(t-P+1) there: the two fits differ)
   MS-VAR(P) (--y A,B,...    y_t = nu_(s_t) + sum_l A_(l, s_t) y_(t-l) + e_t,
    --order P):              e_t ~ N(0, Sigma) (Krolzig 1997; in no other Python library)
   sigma2 (Sigma) switches with --switching-variance, phi (A_l) with --switching-ar, beta
@@ -420,13 +422,19 @@ methods (--method):
          the posterior mean is the estimate, with R-hat and ESS checks (--draws,
          --warmup, --chains); an MS-VAR's chains start at the mle
   A fit that did not converge, estimates on the boundary of the parameter space (no
-  standard error), or R-hat > 1.01 are said on the terminal and in the page.
+  standard error), R-hat > 1.01, another local optimum within 2 log-likelihood units
+  of the best, or regimes whose labelling parameter differs by less than 2 standard
+  errors are said on the terminal and in the page.
 
 {REGIMES_INPUT}
 
 output files in OUT/NAME:
   parameters.csv   one row per parameter (statsmodels' names: const[j], sigma2[j],
-                   p[i->j], ar.Lk, the regressors by column): estimate, stderr, z,
+                   p[i->j] (also p[i->M-1], which statsmodels leaves out), ar.Lk, the
+                   regressors by column; TVTP: p[i->j].const, p[i->j].COL, statsmodels'
+                   .tvtp0, .tvtp1; MS-VAR: const.A[j], A.Lk.B[j] the coefficient of
+                   B_(t-k) in the equation of A, sigma[A,B][j] both off-diagonal entries
+                   of Sigma): estimate, stderr, z,
                    p_value, lower_95, upper_95, on_boundary, note (why a stderr is
                    blank); nuts: estimate (posterior mean), sd, q5, q95, r_hat, ess_bulk
   durations.csv    regime, expected_duration 1 / (1 - p_jj) (TVTP: its sample average)
@@ -434,10 +442,13 @@ output files in OUT/NAME:
                    parameters, converged, on_boundary (nuts: the log-likelihood at the
                    posterior mean, R-hat, ESS, divergences), wall time
   local_optima.csv (mle, em) log_likelihood, starts, converged per distinct optimum
-  regimes.csv      t, line, y, smoothed_prob_regime<j> (P(s_t = j | y_1:T))
-  regimes.png      the series over its smoothed regime probabilities
-  forecast.csv     (--horizon) h, mean, lower_50, upper_50, lower_90, upper_90,
-                   prob_regime<j>
+  regimes.csv      t, line, time (--time), y, smoothed_prob_regime<j>
+                   (P(s_t = j | y_1:T))
+  regimes.png      the series over its smoothed regime probabilities, the regimes
+                   named by their labelling parameter (x-axis: --time, else rows)
+  forecast.csv     (--horizon) h, line, time (--time; LAST+h without a row), mean
+                   (of 4000 simulated paths), mean_mc_se (its Monte Carlo standard
+                   error), lower_50, upper_50, lower_90, upper_90, prob_regime<j>
   fit_posterior.nc (nuts) the draws of the parameters as an ArviZ DataTree
   index.html       self-contained report of all of it
   run.json         input file and its SHA-256, settings, warnings, versions, wall time
@@ -571,9 +582,20 @@ def _add_debug(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, 'attnbayes: error: ...' naming the
+    option (argparse prints the usage and the subcommand's name first), exit status 2;
+    --help is argparse's."""
+
+    def error(self, message: str):
+        self.exit(2, f"attnbayes: error: {' '.join(message.split())}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``attnbayes report | deconvolve | filter | regress | calibrate``."""
-    parser = argparse.ArgumentParser(
+    """The parser of ``attnbayes report | deconvolve | filter | regress | regimes |
+    calibrate``; its errors are one line (``attnbayes: error: argument --X: ...``), exit
+    status 2."""
+    parser = _OneLineParser(
         prog="attnbayes",
         description=_wrap(
             "Attention as statistical inference: run EM/attention and full-posterior MCMC "
@@ -949,6 +971,13 @@ def _add_regimes(sub) -> None:
         metavar="COLS",
         help="comma-separated columns of covariates z_t of time-varying transition "
         "probabilities (a constant is added)",
+    )
+    reg.add_argument(
+        "--time",
+        metavar="COL",
+        help="the column of the rows' times (numbers, ISO 8601 dates or YYYYQn quarters, "
+        "increasing strictly; or distinct labels): the x-axis of regimes.png and a column of "
+        "regimes.csv and forecast.csv (never guessed; without it the rows are numbered)",
     )
     reg.add_argument(
         "--switching-variance",

@@ -39,14 +39,24 @@ a standard error is blank; NUTS: posterior mean, sd, quantiles, R-hat, ESS), ``d
 probabilities P(s_t = j | y_{1:T}) per row), ``regimes.png`` (the series, the forecast, the
 probabilities), ``metrics.csv`` (log-likelihood, AIC, BIC, HQIC, observations, parameters,
 convergence, on the boundary), ``local_optima.csv`` (mle, em), ``forecast.csv`` (``--horizon
-H``: ``forecast_switching``, means, 50% and 90% intervals and regime probabilities; NUTS: at the
-posterior mean), ``fit_posterior.nc`` (nuts), ``index.html`` and ``run.json``. A summary like
-statsmodels' ``summary()`` goes to the terminal.
+H``: ``forecast_switching``, means over its simulated paths with their Monte Carlo standard
+errors, 50% and 90% intervals and regime probabilities; NUTS: at the posterior mean),
+``fit_posterior.nc`` (nuts), ``index.html`` and ``run.json``. A summary like statsmodels'
+``summary()`` goes to the terminal. ``--time COL`` (never guessed) labels the rows: the x-axis
+of regimes.png and a column of regimes.csv and forecast.csv (``TimeAxis``, ``read_time``).
+
+What a reader must know is said on the terminal, in the page and in run.json: the model with
+s_t on exactly what switches (``model_equation``, ``switching_parameters``), each regime by
+its labelling parameter (``regime_names``), a fit that did not converge or sits on a boundary,
+another local optimum within ``OPTIMA_NATS`` of the best (``optima_warnings``), labels resting
+on a parameter that differs by less than ``LABEL_SEPARATION`` standard errors
+(``label_warnings``), and where statsmodels fits another model (``statsmodels_differs``).
 
 The rows: those from the first to the last value of ``--y`` are the series (rows before it
 are left out, and said so); every value of y, ``--exog`` and ``--tvtp`` in them must be a
-number. The rows after the last y carry the future regressors and TVTP covariates a forecast
-needs (``--horizon H`` with --exog or --tvtp uses the first H of them, which must be complete).
+number. The rows after the last y carry the future regressors, TVTP covariates and times a
+forecast needs (``--horizon H`` with --exog or --tvtp uses the first H of them, which must be
+complete); those it does not read are said.
 
 Bad input is refused (``InputError``, exit status 2) before any JAX work, naming the file,
 line and column or the option (``read_regimes_data``, ``check_regimes``).
@@ -65,6 +75,7 @@ from typing import NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from ..validation import max_scaled_spread
 from .filter_fit import FIT_ITERATIONS, nuts_fit, nuts_warnings
@@ -85,7 +96,7 @@ from .runs import (
     publish_run,
     sizes_from_options,
 )
-from .user_data import InputError, Table, read_table
+from .user_data import InputError, Table, read_table, read_text_column
 
 # the z of the 95% interval beside a standard error
 Z_95 = 1.959963984540054
@@ -102,6 +113,24 @@ _METHOD_TEXT = {
 }
 
 
+class TimeAxis(NamedTuple):
+    """The ``--time`` column on the series' rows (``read_regimes_data``).
+
+    Attributes:
+        name: the column's name in the file.
+        kind: "number" (strictly increasing numbers, e.g. years), "date" (strictly increasing
+            ISO 8601 dates, YYYY-MM-DD or YYYY-MM, or quarters YYYYQn) or "label" (distinct
+            text, kept as written).
+        values: (T,) the times of the series' rows: floats ("number") or the cells as written.
+        future: (F,) the times of the leading rows after the last y that have one.
+    """
+
+    name: str
+    kind: str
+    values: tuple
+    future: tuple
+
+
 class RegimesData(NamedTuple):
     """The columns of ``attnbayes regimes``, cut to the series' rows.
 
@@ -113,6 +142,9 @@ class RegimesData(NamedTuple):
             (their count F is that of the leading complete rows), or None.
         future_lines: (F,) their lines in the file.
         skipped: the lines before the first y (left out).
+        time: the ``--time`` column (``TimeAxis``), or None (the rows are numbered).
+        trailing: the lines after the last y (future regressors, covariates or times, or
+            nothing the run reads).
     """
 
     y: Table
@@ -122,20 +154,27 @@ class RegimesData(NamedTuple):
     future_tvtp: np.ndarray | None
     future_lines: np.ndarray
     skipped: tuple[int, ...]
+    time: TimeAxis | None = None
+    trailing: tuple[int, ...] = ()
 
 
 def _rows(table: Table, keep: slice) -> Table:
     return table._replace(values=table.values[keep], lines=table.lines[keep])
 
 
-def read_regimes_data(path, y, exog=None, tvtp=None, *, delimiter: str = ",") -> RegimesData:
-    """Read --y (one column, or several for an MS-VAR), --exog and --tvtp (header names or
-    1-based numbers) from one CSV (``read_table``'s format and messages, naming the option).
+def read_regimes_data(
+    path, y, exog=None, tvtp=None, *, time=None, delimiter: str = ","
+) -> RegimesData:
+    """Read --y (one column, or several for an MS-VAR), --exog, --tvtp and --time (header
+    names or 1-based numbers) from one CSV (``read_table``'s format and messages, naming the
+    option).
 
     The series is the rows from the first to the last row with every --y value (the rows
-    before it are left out and listed in ``skipped``). Refused (``InputError``): a missing or
-    unknown column, a cell that is not a number, a column named twice or as both y and a
-    covariate, no row with every y, a missing y or --exog / --tvtp cell inside the series."""
+    before it are left out and listed in ``skipped``, those after it in ``trailing``).
+    Refused (``InputError``): a missing or unknown column, a cell that is not a number, a
+    column named twice or as both y and a covariate or time, no row with every y, a missing
+    y or --exog / --tvtp / --time cell inside the series, a --time column that does not
+    increase strictly (numbers, dates) or repeats a label (``read_time``)."""
     ys = read_table(
         path,
         delimiter=delimiter,
@@ -199,6 +238,9 @@ def read_regimes_data(path, y, exog=None, tvtp=None, *, delimiter: str = ",") ->
         ready &= ~np.isnan(table.values[after]).any(axis=1)
     count = int(np.argmin(ready)) if not ready.all() else ready.size
     future = {option: table.values[after][:count] for option, table in others.items()}
+    axis = None
+    if time is not None:
+        axis = read_time(path, time, ys, list(others.items()), first, last, delimiter=delimiter)
     return RegimesData(
         y=_rows(ys, keep),
         exog=series.get("--exog"),
@@ -207,7 +249,81 @@ def read_regimes_data(path, y, exog=None, tvtp=None, *, delimiter: str = ",") ->
         future_tvtp=future.get("--tvtp"),
         future_lines=ys.lines[after][:count],
         skipped=tuple(int(v) for v in ys.lines[:first]),
+        time=axis,
+        trailing=tuple(int(v) for v in ys.lines[after]),
     )
+
+
+# quarters as statsmodels' macrodata and FRED write them: 1959Q1
+_QUARTER = re.compile(r"\d{4}[Qq][1-4]")
+
+
+def _time_keys(cells) -> tuple[str, list]:
+    """(kind, sortable keys) of time cells: numbers, ISO 8601 dates or quarters, else labels
+    (the cells themselves)."""
+    try:
+        keys = [float(c) for c in cells]
+        if all(math.isfinite(v) for v in keys):
+            return "number", keys
+    except ValueError:
+        pass
+    if all(_QUARTER.fullmatch(c) for c in cells):
+        return "date", [int(c[:4]) * 4 + int(c[-1]) for c in cells]
+    try:
+        return "date", list(pd.to_datetime(list(cells), format="ISO8601"))
+    except (ValueError, TypeError, OverflowError):
+        return "label", list(cells)
+
+
+def read_time(path, column, ys: Table, others, first: int, last: int, *, delimiter=","):
+    """The --time column (``TimeAxis``; ``others`` the (option, ``Table``) pairs of --exog and
+    --tvtp) on the series' rows first..last of ``ys`` and the
+    leading rows after them that have a time (never guessed: only the column named). Refused
+    (``InputError``, naming the line and column): the column is --y, --exog or --tvtp, a
+    missing time inside the series, times (numbers or dates) that do not increase strictly
+    down the rows, a label that repeats."""
+    col = read_text_column(path, column, delimiter=delimiter, option="--time")
+    for option, table in (("--y", ys), *others):
+        if col.position in table.positions:
+            raise InputError(
+                f"{col.path}: --time: column {col.label} is also {option}; the --time column "
+                "must be another column of the file"
+            )
+    cells = col.cells[first : last + 1]
+    lines = col.lines[first : last + 1]
+    if "" in cells:
+        i = cells.index("")
+        raise InputError(
+            f"{col.path} line {int(lines[i])}, column {col.label}: missing value; every --time "
+            f"cell in the rows of --y (lines {int(lines[0])}-{int(lines[-1])}) needs a time"
+        )
+    after = col.cells[last + 1 :]
+    count = after.index("") if "" in after else len(after)
+    cells = cells + after[:count]
+    lines = np.concatenate([lines, col.lines[last + 1 : last + 1 + count]])
+    kind, keys = _time_keys(cells)
+    where = f"{col.path} line {{}}, column {col.label}: --time: "
+    if kind == "label":
+        seen = {}
+        for i, cell in enumerate(cells):
+            if cell in seen:
+                raise InputError(
+                    where.format(int(lines[i]))
+                    + f"{cell!r} repeats line {seen[cell]}: the labels of a --time column must "
+                    "be distinct (numbers and ISO 8601 dates must increase)"
+                )
+            seen[cell] = int(lines[i])
+    else:
+        for i in range(1, len(cells)):
+            if not keys[i] > keys[i - 1]:
+                raise InputError(
+                    where.format(int(lines[i]))
+                    + f"{cells[i]!r} does not come after {cells[i - 1]!r} (line "
+                    f"{int(lines[i - 1])}): the times must increase strictly down the rows"
+                )
+    values = tuple(keys) if kind == "number" else tuple(cells)
+    t = last + 1 - first
+    return TimeAxis(col.name, kind, values[:t], values[t:])
 
 
 def _check_columns(table: Table, option: str, constant: bool = True) -> None:
@@ -445,13 +561,13 @@ def check_regimes(
     k = _free_scalars(spec)
     rows = spec.observations.shape[0]
     if rows <= k:
-        used = "" if order is None else f" (the first {order} are conditioned on)"
+        used = "" if order is None else f" ({conditioned_text(order, o)})"
         raise InputError(
             f"{y.path}: too few rows: {rows} observation(s){used} for {k} free parameters "
             f"({model_name(order, m, o)}); give more rows or a smaller model"
         )
     future = _future_inputs(data, spec, horizon, order)
-    check_columns_unique(regimes_columns(y.columns, m))
+    check_columns_unique(regimes_columns(y.columns, m, data.time is not None))
     return spec, future
 
 
@@ -481,9 +597,19 @@ def _future_inputs(data: RegimesData, spec, horizon, order):
     return np.column_stack(parts)
 
 
-def regimes_columns(y_names, num_regimes: int) -> list[str]:
-    """The columns of regimes.csv."""
-    return ["t", "line", *y_names, *(f"smoothed_prob_regime{j}" for j in range(num_regimes))]
+def regimes_columns(y_names, num_regimes: int, time: bool = False) -> list[str]:
+    """The columns of regimes.csv (``time``: with the --time column's values)."""
+    head = ["t", "line", *(["time"] if time else [])]
+    return [*head, *y_names, *(f"smoothed_prob_regime{j}" for j in range(num_regimes))]
+
+
+def conditioned_text(order: int, num_series: int = 1) -> str:
+    """'the first value is conditioned on', 'the first 4 values are conditioned on' (rows for
+    an MS-VAR)."""
+    what = "value" if num_series == 1 else "row"
+    if order == 1:
+        return f"the first {what} is conditioned on"
+    return f"the first {order} {what}s are conditioned on"
 
 
 def column_names(text: str, spec, exog_names=(), y_names=()) -> str:
@@ -636,11 +762,310 @@ def fit_warnings(result) -> list[str]:
     return out
 
 
-def figure_regimes(data: RegimesData, order, probs, forecast=None) -> bytes:
+# a runner-up optimum this close to the best (in log-likelihood units, nats) is said (B4)
+OPTIMA_NATS = 2.0
+# the labelling parameter's neighbouring regimes closer than this many standard errors of
+# their difference are said (the labels rest on a parameter that barely differs)
+LABEL_SEPARATION = 2.0
+
+_REGIME = re.compile(r"(.*?)\[(\d+)\]")
+_TRANSITION = ("transition_matrix", "transition_coefficients")
+# an MS-VAR's parameters by their matrices (the entries' names are in parameters.csv)
+_VAR_NAMES = {"intercepts": "const", "ar_coefficients": "A", "covariances": "Sigma"}
+
+
+def switching_parameters(spec, labels: dict) -> tuple[list[str], list[str]]:
+    """(the parameters that differ by regime, those that do not), by statsmodels' names
+    without the regime index (const, the regressors' columns, ar.Lk, sigma2; an MS-VAR's
+    const, A and Sigma), from the spec's flags as ``parameter_labels`` names them."""
+    switching, common = [], []
+    many = spec.structure.num_regimes > 1
+    for name in spec.free:
+        if name in _TRANSITION:
+            continue
+        for label in labels[name]:
+            match = _REGIME.fullmatch(label)
+            base = match[1] if match else label
+            if spec.structure.kind == "var":
+                base = _VAR_NAMES.get(name, base)
+            where = switching if match and many else common
+            if base not in where:
+                where.append(base)
+    return switching, common
+
+
+def _sub(text: str, regime: bool, index: str = "") -> str:
+    """``text`` with the subscript index (and s_t when it switches) in HTML."""
+    parts = [p for p in (index, "s<sub>t</sub>" if regime else "") if p]
+    return f"{text}<sub>{','.join(parts)}</sub>" if parts else text
+
+
+def model_equation(spec, y_names=()) -> str:
+    """The model in HTML, from the spec's flags: what carries s_t is what switches."""
+    st = spec.structure
+    many = st.num_regimes > 1
+    variance = many and st.switching_variance
+    noise = f"e<sub>t</sub> ~ N(0, {_sub('&sigma;<sup>2</sup>', variance)})"
+    mask = st.coefficient_mask if st.num_inputs else ()
+    every, none = all(mask), not any(mask)
+    if st.kind == "var":
+        noise = f"e<sub>t</sub> ~ N(0, {_sub('&Sigma;', variance)})"
+        a = _sub("A", many and every, "l")
+        return (
+            f"y<sub>t</sub> = {_sub('&nu;', many)} + &sum;<sub>l=1..p</sub> {a} "
+            f"y<sub>t&minus;l</sub> + e<sub>t</sub>, {noise} (Krolzig 1997, p = {st.order}; "
+            f"y<sub>t</sub> = ({html.escape(', '.join(y_names))}))"
+        )
+    if st.kind == "regression":
+        terms = [_sub("&mu;", many)] if st.trend == "c" else []
+        if mask:
+            beta = "x<sub>t</sub>' " + _sub("&beta;", many and not none)
+            if many and not (every or none):
+                beta = (
+                    f"x<sup>(s)</sup><sub>t</sub>' {_sub('&beta;', True)} + "
+                    "x<sup>(c)</sup><sub>t</sub>' &beta;"
+                )
+            terms.append(beta)
+        return f"y<sub>t</sub> = {' + '.join(terms)} + e<sub>t</sub>, {noise}"
+    phi = _sub("&phi;", many and every, "k")
+    if many and not (every or none):
+        lags = ", ".join(str(k + 1) for k, flag in enumerate(mask) if flag)
+        phi = f"{_sub('&phi;', True, 'k')} (k = {lags}; &phi;<sub>k</sub> for the others)"
+    if st.trend == "n":
+        return (
+            f"y<sub>t</sub> = &sum;<sub>k=1..p</sub> {phi} y<sub>t&minus;k</sub> + e<sub>t</sub>, "
+            f"{noise} (p = {st.order})"
+        )
+    mean_lag = "&mu;<sub>s<sub>t&minus;k</sub></sub>" if many else "&mu;"
+    return (
+        f"y<sub>t</sub> &minus; {_sub('&mu;', many)} = &sum;<sub>k=1..p</sub> {phi} "
+        f"(y<sub>t&minus;k</sub> &minus; {mean_lag}) + e<sub>t</sub>, {noise} (Hamilton 1989, "
+        f"p = {st.order})"
+    )
+
+
+def statsmodels_differs(spec) -> str | None:
+    """Where the model is not statsmodels' ``MarkovAutoregression`` of the same options: a
+    switching variance with p >= 2 (``attnbayes.models.markov_switching``), else None."""
+    st = spec.structure
+    if st.kind == "ar" and st.order >= 2 and st.switching_variance and st.num_regimes > 1:
+        return (
+            f"statsmodels' MarkovAutoregression fits another model with these options: with "
+            f"order {st.order} >= 2 it lets a switching variance follow s_(t-{st.order - 1}) "
+            "(it broadcasts sigma2 over the regime tuple) where here sigma2 follows s_t, so its "
+            "log-likelihood and estimates differ (they agree for order 1 or one variance)"
+        )
+    return None
+
+
+def _per_regime(labels: dict, name: str, m: int) -> list[str]:
+    """The label of the first entry of ``name`` in each regime (regime j's row)."""
+    stride = len(labels[name]) // m
+    return [labels[name][j * stride] for j in range(m)]
+
+
+def regime_names(spec, labels: dict, theta: dict) -> list[str]:
+    """'regime j (NAME VALUE)' for each regime, NAME the labelling parameter
+    (``regime_ordering``) at the estimate, e.g. 'regime 0 (const 850.6)'."""
+    from ..models.markov_switching import regime_ordering
+
+    m = spec.structure.num_regimes
+    name = regime_ordering(spec).parameter
+    if m == 1 or name is None:
+        return [f"regime {j}" for j in range(m)]
+    values = np.asarray(theta[name], float).reshape(m, -1)[:, 0]
+    bases = [_REGIME.fullmatch(label)[1] for label in _per_regime(labels, name, m)]
+    return [f"regime {j} ({bases[j]} {values[j]:.4g})" for j in range(m)]
+
+
+def _spread(table: pd.DataFrame) -> pd.Series:
+    """The standard error (mle) or posterior sd (nuts) of each parameter, by name."""
+    column = "stderr" if "stderr" in table else "sd"
+    return table.set_index("parameter")[column].astype(float)
+
+
+def label_warnings(spec, labels: dict, table: pd.DataFrame) -> list[str]:
+    """A warning when the labelling parameter (``regime_ordering``) of two neighbouring
+    regimes differs by less than ``LABEL_SEPARATION`` standard errors of the difference
+    (sqrt(se_i^2 + se_j^2), their covariance ignored), naming the parameter the two regimes
+    differ in most (by the same measure)."""
+    from ..models.markov_switching import regime_ordering
+
+    m = spec.structure.num_regimes
+    name = regime_ordering(spec).parameter
+    if m == 1 or name is None:
+        return []
+    estimate = table.set_index("parameter")["estimate"].astype(float)
+    spread = _spread(table)
+    first = _per_regime(labels, name, m)
+    out = []
+    for j in range(m - 1):
+        a, b = first[j], first[j + 1]
+        scale = math.hypot(spread[a], spread[b])
+        gap = estimate[b] - estimate[a]
+        if not (math.isfinite(scale) and gap < LABEL_SEPARATION * scale):
+            continue
+        base = _REGIME.fullmatch(a)[1]
+        text = (
+            f"the regime labels rest on {base}, which barely differs between regimes {j} and "
+            f"{j + 1}: {estimate[a]:.4g} and {estimate[b]:.4g}, {gap:.3g} apart, within "
+            f"{LABEL_SEPARATION:g} standard errors of the difference ({scale:.3g}; the two "
+            "estimates' covariance ignored)"
+        )
+        best, most = 0.0, None
+        for other in estimate.index:
+            match = _REGIME.fullmatch(other)
+            if not match or match[2] != str(j) or other in first or other.startswith("p["):
+                continue
+            twin = f"{match[1]}[{j + 1}]"
+            if twin not in estimate.index:
+                continue
+            size = math.hypot(spread[other], spread[twin])
+            z = abs(estimate[twin] - estimate[other]) / size if size > 0 else math.nan
+            if math.isfinite(z) and z > best:
+                best, most = z, (match[1], estimate[other], estimate[twin])
+        if most is not None and best > LABEL_SEPARATION:
+            text += (
+                f"; they differ more in {most[0]} ({most[1]:.4g} and {most[2]:.4g}, "
+                f"{best:.3g} standard errors apart)"
+            )
+        out.append(text + f": read regime {j} as 'lower {base}' with caution")
+    return out
+
+
+def optima_warnings(result, spec, labels: dict) -> list[str]:
+    """A warning when another local optimum of a multi-start fit lies within
+    ``OPTIMA_NATS`` log-likelihood units of the best: its log-likelihood and starts, and, when
+    the fit keeps each optimum's estimate (``LocalOptima.thetas``), the labelled parameters
+    that differ most from the best's (in standard errors of the best, else relatively)."""
+    optima = result.local_optima
+    if optima is None or len(optima.log_likelihoods) < 2:
+        return []
+    values = np.asarray(optima.log_likelihoods, float)
+    near = [i for i in range(1, values.size) if values[0] - values[i] <= OPTIMA_NATS]
+    if not near:
+        return []
+    total = int(np.sum(optima.num_starts))
+    others = "; ".join(
+        f"{values[i]:.4f} ({int(optima.num_starts[i])} of {total} starts, "
+        f"{values[0] - values[i]:.4f} lower)"
+        for i in near
+    )
+    text = (
+        f"{len(near)} other local optim{'um lies' if len(near) == 1 else 'a lie'} within "
+        f"{OPTIMA_NATS:g} log-likelihood units of the best ({values[0]:.4f}, "
+        f"{int(optima.num_starts[0])} of {total} starts): {others}"
+    )
+    thetas = getattr(optima, "thetas", None)
+    if thetas is not None and len(thetas) > near[0]:
+        runner = thetas[near[0]]
+        rows = []
+        for name in spec.free:
+            ours = np.ravel(np.asarray(result.theta[name], float))
+            theirs = np.ravel(np.asarray(runner[name], float))
+            se = np.ravel(np.asarray(result.stderr[name], float))
+            for i, label in enumerate(labels[name]):
+                gap = abs(theirs[i] - ours[i])
+                if math.isfinite(se[i]) and se[i] > 0:
+                    size, unit = gap / se[i], "standard errors"
+                else:
+                    size, unit = gap / max(abs(ours[i]), abs(theirs[i]), 1e-300), "relative"
+                rows.append((size, unit, label, ours[i], theirs[i]))
+        rows.sort(key=lambda r: -r[0])
+        named = ", ".join(
+            f"{label} ({ours:.4g} against {theirs:.4g}"
+            + (f", {size:.3g} standard errors)" if unit == "standard errors" else ")")
+            for size, unit, label, ours, theirs in rows[:3]
+        )
+        text += f"; the first differs most in {named}"
+    return [
+        text + ": the data barely prefer the estimate reported over a different one; compare "
+        "them (local_optima.csv) before reading much into either"
+    ]
+
+
+def parameter_note(spec) -> str:
+    """What the parameter names of parameters.csv mean, for the model of ``spec`` (plain
+    text)."""
+    st = spec.structure
+    m = st.num_regimes
+    parts = []
+    if st.kind == "var":
+        parts.append(
+            "const.A[j]: the intercept nu of series A in regime j; A.Lk.B[j]: the coefficient "
+            "of B_(t-k) in the equation of A (row A of A_k); sigma[A,B][j]: the noise "
+            "covariance Sigma_AB, both off-diagonal entries listed (sigma[A,B] = sigma[B,A]); "
+            "statsmodels has no MS-VAR: the names follow its VAR's (L1.B in equation A)"
+        )
+    else:
+        parts.append(
+            "statsmodels' names: const[j] the intercept (MS-AR: the mean) of regime j, sigma2 "
+            "the noise variance (sigma2[j] when it switches), ar.Lk the AR coefficients, the "
+            "regressors by their columns ([j] when they switch)"
+        )
+    if st.num_tvtp:
+        parts.append(
+            "p[i->j].const and p[i->j].COL: gamma_ij, the weights of the constant and of "
+            "column COL in P_t[i, j] = softmax_j(z_t' gamma_ij) (statsmodels: p[i->j].tvtp0, "
+            f"p[i->j].tvtp1, ...); gamma_(i,{m - 1}) = 0, the reference, is not listed"
+        )
+    elif m > 1:
+        listed = "p[i->0]" if m == 2 else f"p[i->0] to p[i->{m - 2}]"
+        parts.append(
+            f"p[i->j] = P(s_t = j | s_(t-1) = i); statsmodels lists only {listed}: "
+            f"p[i->{m - 1}] = 1 - the others of row i, listed here too"
+        )
+    return "; ".join(parts) + "."
+
+
+# metrics shown as True / False and as whole numbers in the page
+_BOOLEAN_METRICS = ("converged", "on_boundary")
+_COUNT_METRICS = ("num_observations", "num_parameters", "iterations", "divergences")
+
+
+def metrics_display(frame: pd.DataFrame) -> pd.DataFrame:
+    """metrics.csv for the page: full precision (``repr``), booleans as True / False, counts
+    as integers."""
+    values = []
+    for metric, value in zip(frame["metric"], frame["value"], strict=True):
+        value = float(value)
+        if metric in _BOOLEAN_METRICS:
+            values.append(str(bool(value)))
+        elif metric in _COUNT_METRICS and value.is_integer():
+            values.append(str(int(value)))
+        else:
+            values.append(repr(value))
+    return pd.DataFrame({"value": values}, index=pd.Index(frame["metric"], name="metric"))
+
+
+def time_labels(data: RegimesData, horizon: int = 0) -> list[str]:
+    """The time of each row of the series and of the H steps ahead, as text: the --time
+    column's (numbers as %.15g), the steps ahead with no time in the file as 'T+h' (the last
+    time + h steps); without --time the row numbers 1..T, T+1..T+H."""
+    t = data.y.values.shape[0]
+    axis = data.time
+    if axis is None:
+        return [str(i) for i in range(1, t + horizon + 1)]
+
+    def text(v):
+        return f"{v:.15g}" if axis.kind == "number" else str(v)
+
+    known = [text(v) for v in (*axis.values, *axis.future[:horizon])]
+    last = text(axis.values[-1])
+    return known + [f"{last}+{h}" for h in range(len(known) - t + 1, horizon + 1)]
+
+
+def figure_regimes(
+    data: RegimesData, order, probs, forecast=None, names: list[str] | None = None
+) -> bytes:
     """The series (with the forecast's mean and intervals) over the smoothed regime
-    probabilities P(s_t = j | y_{1:T})."""
+    probabilities P(s_t = j | y_{1:T}) (and the forecast ones, dotted), one step per row on
+    the x-axis, labelled by the --time column when there is one; ``names`` label the
+    regimes in the legend (``regime_names``)."""
     y = data.y.values
     t = np.arange(1, y.shape[0] + 1)
+    horizon = 0 if forecast is None else forecast.mean.shape[0]
+    names = names or [f"regime {j}" for j in range(probs.shape[1])]
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(10, 5.6), sharex=True, layout="constrained", height_ratios=(3, 2)
     )
@@ -650,7 +1075,7 @@ def figure_regimes(data: RegimesData, order, probs, forecast=None) -> bytes:
         top.plot(t, y[:, c], color=color, lw=1.1, label=name)
         if forecast is None:
             continue
-        h = t[-1] + np.arange(1, forecast.mean.shape[0] + 1)
+        h = t[-1] + np.arange(1, horizon + 1)
         fill = "tab:blue" if y.shape[1] == 1 else color
         for k, level in enumerate(forecast.levels):
             top.fill_between(
@@ -668,23 +1093,40 @@ def figure_regimes(data: RegimesData, order, probs, forecast=None) -> bytes:
             "--",
             color=fill,
             lw=1.4,
-            label="forecast mean" if c == 0 else None,
+            label=f"forecast mean ({forecast.draws.shape[0]} paths)" if c == 0 else None,
         )
     top.set_ylabel(data.y.columns[0] if y.shape[1] == 1 else "y")
     top.legend(fontsize=8, loc="best")
     skip = order or 0
     for j in range(probs.shape[1]):
-        bottom.plot(
-            t[skip:], probs[:, j], color=colors[j % len(colors)], lw=1.2, label=f"regime {j}"
-        )
+        bottom.plot(t[skip:], probs[:, j], color=colors[j % len(colors)], lw=1.2, label=names[j])
     if forecast is not None:
-        h = t[-1] + np.arange(1, forecast.mean.shape[0] + 1)
+        h = t[-1] + np.arange(1, horizon + 1)
         for j in range(probs.shape[1]):
-            bottom.plot(h, forecast.regime_probs[:, j], ":", color=colors[j % len(colors)], lw=1.2)
+            bottom.plot(
+                h,
+                forecast.regime_probs[:, j],
+                ":",
+                color=colors[j % len(colors)],
+                lw=1.2,
+                label="forecast P(s_T+h = j | y_1:T) (dotted)" if j == 0 else None,
+            )
     bottom.set_ylim(-0.02, 1.02)
-    bottom.set_xlabel("t (row of the series)")
-    bottom.set_ylabel("P(s_t = j | y_1:T)")
-    bottom.legend(fontsize=8, ncol=min(probs.shape[1], 4), loc="best")
+    if data.time is None:
+        bottom.set_xlabel("t (row of the series)")
+    else:
+        labels = time_labels(data, horizon)
+
+        def tick(value, _):
+            i = round(value)
+            return labels[i - 1] if abs(value - i) < 1e-9 and 1 <= i <= len(labels) else ""
+
+        bottom.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
+        bottom.xaxis.set_major_formatter(FuncFormatter(tick))
+        bottom.set_xlabel(f"{data.time.name} (one step per row)")
+    title = "smoothed P(s_t = j | y_1:T)"
+    bottom.set_ylabel(title if forecast is None else f"{title};\nforecast: dotted")
+    bottom.legend(fontsize=8, ncol=min(probs.shape[1] + (forecast is not None), 4), loc="best")
     return png_bytes(fig)
 
 
@@ -903,7 +1345,7 @@ def run_regimes(
                 axis_name="parameter",
             )
             table = point_table(spec, labels, result)
-            warnings = fit_warnings(result)
+            warnings = fit_warnings(result) + optima_warnings(result, spec, labels)
             criteria = information_criteria(result)
             log_lik = float(result.log_likelihood[-1])
             num_obs = result.num_observations
@@ -936,6 +1378,7 @@ def run_regimes(
                 ("free parameters", str(result.num_parameters)),
                 ("converged", "yes" if result.converged else "NO"),
             ]
+        warnings += label_warnings(spec, labels, table)
         say("smoothed regime probabilities")
         probs = smoothed_regime_probabilities(spec, theta, likelihood="exact")
         check_finite_output("the smoothed regime probabilities", probs)
@@ -971,20 +1414,29 @@ def run_regimes(
     skip = order or 0
     full = np.full((y.values.shape[0], m), np.nan)
     full[skip:] = probs
+    t_rows = y.values.shape[0]
+    times = time_labels(data, horizon or 0)
     regimes = pd.DataFrame(
-        {"t": np.arange(1, y.values.shape[0] + 1), "line": y.lines}
+        {"t": np.arange(1, t_rows + 1), "line": y.lines}
+        | ({} if data.time is None else {"time": times[:t_rows]})
         | {name: y.values[:, c] for c, name in enumerate(y.columns)}
         | {f"smoothed_prob_regime{j}": full[:, j] for j in range(m)}
     )
     files["regimes.csv"] = regimes.to_csv(index=False)
     forecast_frame = None
     if forecast is not None:
+        paths = forecast.draws.shape[0]
+        mc_se = forecast.draws.std(axis=0, ddof=1) / math.sqrt(paths)
+        check_finite_output("the forecast's Monte Carlo standard errors", mc_se)
         forecast_frame = pd.DataFrame({"h": np.arange(1, horizon + 1)})
         if future is not None:
             forecast_frame["line"] = data.future_lines[:horizon]
+        if data.time is not None:
+            forecast_frame["time"] = times[t_rows:]
         for c, column in enumerate(y.columns):
             tail = "" if o == 1 else f"_{column}"
             forecast_frame[f"mean{tail}"] = forecast.mean[:, c]
+            forecast_frame[f"mean_mc_se{tail}"] = mc_se[:, c]
             for k, level in enumerate(forecast.levels):
                 p = f"{round(level * 100):d}"
                 forecast_frame[f"lower_{p}{tail}"] = forecast.lower[k, :, c]
@@ -992,13 +1444,15 @@ def run_regimes(
         for j in range(m):
             forecast_frame[f"prob_regime{j}"] = forecast.regime_probs[:, j]
         files["forecast.csv"] = forecast_frame.to_csv(index=False)
-    figure = figure_regimes(data, order, probs, forecast)
+    names = regime_names(spec, labels, theta)
+    figure = figure_regimes(data, order, probs, forecast, names)
     files["regimes.png"] = figure
 
+    observations = str(num_obs) + (f" ({conditioned_text(order, o)})" if order else "")
     info = [
         ("data", f"{y.path}, --y {','.join(y.columns)}"),
-        ("rows", f"lines {int(y.lines[0])}-{int(y.lines[-1])} ({y.values.shape[0]} rows)"),
-        ("observations", str(num_obs) + (f" (the first {order} conditioned on)" if order else "")),
+        ("rows", f"lines {int(y.lines[0])}-{int(y.lines[-1])} ({t_rows} rows)"),
+        ("observations", observations),
         (
             "method",
             method
@@ -1011,17 +1465,45 @@ def run_regimes(
         *stats,
         ("regime labels", ordering),
     ]
+    if m > 1:
+        info.append(("regimes", "; ".join(names)))
+    if data.time is not None:
+        axis = data.time
+        info.append(
+            ("time", f"column {axis.name} ({axis.kind}s), {times[0]} to {times[t_rows - 1]}")
+        )
+    unused = _unused_after(data, horizon)
+    left_out = []
     if data.skipped:
-        info.append(("rows left out", f"{len(data.skipped)} before the first y"))
+        left_out.append(f"{len(data.skipped)} before the first y ({_span(data.skipped)})")
+    if unused:
+        why = "no --horizon" if horizon is None else f"beyond what --horizon {horizon} reads"
+        left_out.append(f"{len(unused)} after the last y ({_span(unused)}; {why})")
+    if left_out:
+        info.append(("rows left out", "; ".join(left_out)))
+    switching, common = switching_parameters(spec, labels)
+    if switching:
+        info.append(("switching", ", ".join(switching)))
+    if common:
+        info.append(("not switching", ", ".join(common) + (" (one regime)" if m == 1 else "")))
     if data.exog is not None:
-        common = [c for c, f in zip(data.exog.columns, _switching(spec), strict=True) if not f]
         info.append(("regressors", ", ".join(data.exog.columns)))
-        if common:
-            info.append(("not switching", ", ".join(common)))
     if trend == "n":
         info.append(("trend", "n (no intercept)"))
     if data.tvtp is not None:
         info.append(("TVTP covariates", "const, " + ", ".join(data.tvtp.columns)))
+    differs = statsmodels_differs(spec)
+    if differs is not None:
+        info.append(("statsmodels", differs))
+    if forecast is not None:
+        info.append(
+            (
+                "forecast",
+                f"h = 1..{horizon}: the mean of {paths} simulated paths (Monte Carlo standard "
+                f"error up to {np.max(mc_se):.3g}, mean_mc_se in forecast.csv), their 50% and "
+                "90% intervals",
+            )
+        )
     text = summary_text(title, info, table, durations, optima, warnings)
     if summary is not None:
         summary(text)
@@ -1032,17 +1514,24 @@ def run_regimes(
         "common_exog": None if common_exog is None else list(common_exog),
         "trend": trend,
         "tvtp": list(tvtp_names) or None,
+        "time": None if data.time is None else data.time.name,
         "order": order,
         "regimes": m,
         "switching_variance": switching_variance,
         "switching_ar": switching_ar,
+        "switching": switching,
+        "not_switching": common,
         "method": method,
         "horizon": horizon,
         "seed": seed,
         "regime_labels": ordering,
+        "regime_names": names,
         "warnings": warnings,
         "rows_left_out": list(data.skipped),
+        "rows_after_unused": list(unused),
     }
+    if forecast is not None:
+        settings["forecast_paths"] = paths
     if method == "mle":
         settings["starts"] = int(result.start_log_likelihoods.shape[0])
     if method == "nuts":
@@ -1052,11 +1541,11 @@ def run_regimes(
     body = _page_body(
         title,
         data,
-        (order, trend),
+        spec,
         method,
         ordering,
         info,
-        (table, durations, optima, frame, forecast_frame),
+        (table, durations, optima, frame, forecast_frame, settings.get("forecast_paths")),
         warnings,
         figure,
         files,
@@ -1064,46 +1553,27 @@ def run_regimes(
     return publish_run(target, files, "regimes", y, body, settings, elapsed, say)
 
 
-def _switching(spec) -> tuple:
-    """One flag per regressor: its coefficient switches."""
-    flags = spec.structure.switching_coefficients
-    k = spec.structure.num_inputs
-    return (flags,) * k if isinstance(flags, bool) else tuple(flags)
+def _span(lines) -> str:
+    """'line 7' or 'lines 7-9' (the first and the last)."""
+    lines = [int(v) for v in lines]
+    return f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]}-{lines[-1]}"
 
 
-def _equation(order, trend: str, data: RegimesData) -> str:
-    """The model in HTML."""
-    s_t = "<sub>s<sub>t</sub></sub>"
-    if data.y.values.shape[1] > 1:
-        return (
-            f"y<sub>t</sub> = &nu;{s_t} + &sum;<sub>l=1..p</sub> A<sub>l,s<sub>t</sub></sub> "
-            f"y<sub>t&minus;l</sub> + e<sub>t</sub>, e<sub>t</sub> ~ N(0, &Sigma;{s_t}) (Krolzig "
-            f"1997, p = {order}; y<sub>t</sub> = ({html.escape(', '.join(data.y.columns))}))"
-        )
-    mean = f"&mu;{s_t}" if trend == "c" else ""
-    if order is None:
-        regressors = "" if data.exog is None else f"x<sub>t</sub>' &beta;{s_t}"
-        right = " + ".join(p for p in (mean, regressors) if p)
-        return (
-            f"y<sub>t</sub> = {right} + e<sub>t</sub>, "
-            f"e<sub>t</sub> ~ N(0, &sigma;<sup>2</sup>{s_t})"
-        )
-    if trend == "n":
-        return (
-            "y<sub>t</sub> = &sum;<sub>k=1..p</sub> &phi;<sub>k</sub> y<sub>t&minus;k</sub> + "
-            f"e<sub>t</sub> (p = {order})"
-        )
-    return (
-        f"y<sub>t</sub> &minus; {mean} = &sum;<sub>k=1..p</sub> "
-        "&phi;<sub>k</sub> (y<sub>t&minus;k</sub> &minus; &mu;<sub>s<sub>t&minus;k</sub></sub>) + "
-        f"e<sub>t</sub> (Hamilton 1989, p = {order})"
-    )
+def _unused_after(data: RegimesData, horizon) -> tuple[int, ...]:
+    """The lines after the last y that the run does not read: all without --horizon, else
+    those beyond the H rows of the future regressors, covariates or times."""
+    if not horizon:
+        return data.trailing
+    reads = data.exog is not None or data.tvtp is not None
+    used = min(horizon, len(data.future_lines)) if reads else 0
+    if data.time is not None:
+        used = max(used, min(horizon, len(data.time.future)))
+    return data.trailing[used:]
 
 
-def _page_body(title, data, model, method, ordering, info, tables, warnings, figure, files):
+def _page_body(title, data, spec, method, ordering, info, tables, warnings, figure, files):
     """The page: the model, the settings, the warnings, the tables, the figure."""
-    order, trend = model
-    table, durations, optima, metrics, forecast = tables
+    table, durations, optima, metrics, forecast, paths = tables
     y = data.y
     warning_html = "".join(f"\n<p><strong>Warning:</strong> {html.escape(w)}</p>" for w in warnings)
     blank = ""
@@ -1137,19 +1607,34 @@ regime (p_jj = 1). In <code>durations.csv</code>.</p>
 <p class="note">The distinct end points of the optimiser's starts (log-likelihoods within 1e-4
 of each other are one), best first, with how many starts ended there and how many of those
 converged. In <code>local_optima.csv</code>.</p>
-{table_html(optima, float_format="{:.6g}", index=False)}"""
+{table_html(optima, float_format="{:.10g}", index=False)}"""
     forecast_html = ""
     if forecast is not None:
         plug = " at the posterior mean (a plug-in forecast)" if method == "nuts" else ""
+        mc_se = float(np.nanmax(forecast.filter(like="mean_mc_se").to_numpy()))
+        times = ""
+        if data.time is not None:
+            times = (
+                f" Column time: the --time column ({html.escape(data.time.name)}) of the rows "
+                "after the last y; a step with no row there is written LAST+h (h steps after "
+                "the last time of the series)."
+            )
         forecast_html = f"""
 <h2>Forecast</h2>
 <p class="note">y<sub>T+h</sub> given y<sub>1:T</sub>{plug}: simulated paths from the filtered
 regime probabilities at T (forecast_switching), their mean and central 50% and 90% intervals,
-and the exact regime probabilities P(s<sub>T+h</sub> = j | y<sub>1:T</sub>). Regressors and TVTP
-covariates over the horizon are the file's rows after the last y (column line). In
-<code>forecast.csv</code>.</p>
+and the exact regime probabilities P(s<sub>T+h</sub> = j | y<sub>1:T</sub>). The mean and the
+quantiles are Monte Carlo, over {paths} paths: the standard error of the mean is in column
+mean_mc_se (at most {mc_se:.3g} here).{times} Regressors and TVTP covariates over the horizon
+are the file's rows after the last y (column line). In <code>forecast.csv</code>.</p>
 {table_html(forecast, index=False)}"""
     listing = ", ".join(f"<code>{f}</code>" for f in sorted([*files, "index.html", MANIFEST]))
+    shown = table.copy()
+    if "on_boundary" in shown:
+        shown["on_boundary"] = shown["on_boundary"].map(str)
+    regimes = dict(info).get("regimes")
+    names = f" At the estimate: {html.escape(regimes)}." if regimes else ""
+    axis = "" if data.time is None else f", labelled by {html.escape(data.time.name)}"
     columns = (
         "estimate, standard error, z, two-sided p-value, 95% interval"
         if "stderr" in table
@@ -1157,24 +1642,23 @@ covariates over the horizon are the file's rows after the last y (column line). 
     )
     return f"""
 <h1>attnbayes regimes: {html.escape(Path(y.path).name)}</h1>
-<p>{html.escape(title)}: {_equation(order, trend, data)}, s<sub>t</sub> a Markov chain with
+<p>{html.escape(title)}: {model_equation(spec, y.columns)}, s<sub>t</sub> a Markov chain with
 P[i, j] = P(s<sub>t</sub> = j | s<sub>t&minus;1</sub> = i).{tvtp} Fitted by
 {html.escape(_METHOD_TEXT[method])}.</p>
 {settings_table(dict(info))}
 {warning_html}
 <h2>Parameters</h2>
-<p class="note">statsmodels' names: const[j] the intercept or mean of regime j, sigma2 the
-noise variance, p[i-&gt;j] the transition probabilities, ar.Lk the AR coefficients, the
-regressors by their columns. Columns: {columns}.{blank} In <code>parameters.csv</code>.</p>
-{table_html(table.set_index("parameter"))}
+<p class="note">{html.escape(parameter_note(spec))} Columns: {columns}.{blank} In
+<code>parameters.csv</code>.</p>
+{table_html(shown.set_index("parameter"))}
 {durations_html}
 <h2>Fit</h2>
-{table_html(metrics.set_index("metric"))}
+{table_html(metrics_display(metrics))}
 {optima_html}
 <h2>Smoothed regime probabilities</h2>
 <p class="note">P(s<sub>t</sub> = j | y<sub>1:T</sub>) at the estimate (Kim's backward recursion
-on Hamilton's filter, exact). Regime labels: {html.escape(ordering)} In <code>regimes.csv</code> and
-<code>regimes.png</code>.</p>
+on Hamilton's filter, exact). Regime labels: {html.escape(ordering)}{names} In
+<code>regimes.csv</code> and <code>regimes.png</code> (one step per row on its x-axis{axis}).</p>
 {img_tag(figure, "series and smoothed regime probabilities")}
 {forecast_html}
 <p class="note">Files: {listing}.</p>
@@ -1182,19 +1666,33 @@ on Hamilton's filter, exact). Regime labels: {html.escape(ordering)} In <code>re
 
 
 __all__ = [
+    "LABEL_SEPARATION",
+    "OPTIMA_NATS",
     "Z_95",
     "RegimesData",
+    "TimeAxis",
     "check_regimes",
     "column_names",
+    "conditioned_text",
     "durations_table",
     "figure_regimes",
     "fit_warnings",
+    "label_warnings",
+    "metrics_display",
+    "model_equation",
     "model_name",
     "nuts_table",
+    "optima_warnings",
     "parameter_labels",
+    "parameter_note",
     "point_table",
     "read_regimes_data",
+    "read_time",
+    "regime_names",
     "regimes_columns",
     "run_regimes",
+    "statsmodels_differs",
     "summary_text",
+    "switching_parameters",
+    "time_labels",
 ]

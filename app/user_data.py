@@ -23,7 +23,8 @@ CSV tables (``read_table``):
 The noise of ``deconvolve`` may come from the same file: ``read_standard_errors`` reads the
 ``--se`` column(s) (one per row, or one per data column; every cell a number > 0) and
 ``read_counts`` the ``--binomial`` hits and trials (whole numbers, 0 <= hits <= trials,
-trials >= 1), each bad cell named like the others.
+trials >= 1), each bad cell named like the others. ``read_text_column`` reads one column as
+text (``attnbayes regimes --time``: dates or labels), with the same rows and header rule.
 
 A problem raises ``InputError`` (a ``ValueError``) whose message names the file, the line and
 the column, e.g. ``data.csv line 7, column "x2": cannot parse 'abc' as a number``; a file that
@@ -267,6 +268,11 @@ def _header_names(path: str, line: int, cells: list[str]) -> tuple[str, ...]:
     return names
 
 
+def _needed(count: int) -> str:
+    """'1 is needed', '2 are needed'."""
+    return f"{count} {'is' if count == 1 else 'are'} needed"
+
+
 def _name(names: tuple[str, ...], j: int) -> str:
     return names[j] or f"column {j + 1} (no name)"
 
@@ -341,7 +347,7 @@ def _unchosen(path, line, names, header, data, chosen, *, width, reason, option,
             )
         return InputError(
             f"{head}; that leaves {len(numeric)} column(s) of numbers{others} "
-            f"({_listing(names, numeric) or 'none'}) where {needed} are needed{reason}{anyway}"
+            f"({_listing(names, numeric) or 'none'}) where {_needed(needed)}{reason}{anyway}"
         )
     if width is None:  # deconvolve: one column, or --columns for points in R^p
         head = (
@@ -359,7 +365,7 @@ def _unchosen(path, line, names, header, data, chosen, *, width, reason, option,
             )
         return InputError("; ".join([head, *hints, tail]))
     chose = f"{excluded} left" if excluded else "the file has"
-    head = f"{where}: {chose} {len(chosen)} columns ({listing}) where {needed} are needed{reason}"
+    head = f"{where}: {chose} {len(chosen)} columns ({listing}) where {_needed(needed)}{reason}"
     tail = f"choose {needed} of them with {option}"
     if len(numeric) == needed:
         tail += f", e.g. {_option_value(names, numeric, option)}"
@@ -508,17 +514,17 @@ def read_table(
         listing = _listing(names, chosen)
         if columns is not None:
             raise InputError(
-                f"{path}: {option} chose {len(chosen)} column(s) ({listing}) where {width} "
-                f"are needed{reason}"
+                f"{path}: {option} chose {len(chosen)} column(s) ({listing}) where "
+                f"{_needed(width)}{reason}"
             )
         if exclude is not None:
             raise InputError(
-                f"{path}: {exclude_option} left {len(chosen)} column(s) ({listing}) where {width} "
-                f"are needed{reason}"
+                f"{path}: {exclude_option} left {len(chosen)} column(s) ({listing}) where "
+                f"{_needed(width)}{reason}"
             )
         raise InputError(
             f"{_where(path, first_line, str(p + 1))}: missing column: the file has {p} "
-            f"column(s) ({listing}) where {width} are needed{reason}"
+            f"column(s) ({listing}) where {_needed(width)}{reason}"
         )
     labels = [_column_label(names if header else None, j) for j in range(p)]
 
@@ -562,6 +568,61 @@ def read_table(
         header=header,
         sha256=hashlib.sha256(raw).hexdigest(),
         positions=tuple(j + 1 for j in chosen),
+    )
+
+
+class TextColumn(NamedTuple):
+    """One column of a CSV read as text (``read_text_column``).
+
+    Attributes:
+        path: the file name as given.
+        name: the column's header name (or its number, as text, without a header).
+        label: the column as the messages name it ('"date"', or its number).
+        cells: (N,) the stripped cells, one per data row ("" for a missing one).
+        lines: (N,) the line of the file each row came from (1-based).
+        position: the 1-based column of the file.
+    """
+
+    path: str
+    name: str
+    label: str
+    cells: tuple[str, ...]
+    lines: np.ndarray
+    position: int
+
+
+def read_text_column(path, column, *, delimiter: str = ",", option: str = "--time") -> TextColumn:
+    """Read one column (a header name or a 1-based number) of a CSV as text: a time column of
+    dates or labels, with ``read_table``'s rows (blank and comment lines skipped), header rule
+    and messages; a missing cell (``MISSING_TOKENS``) is ""."""
+    path = str(path)
+    text = _decode(path, _read_bytes(path))
+    rows = _rows(path, text, delimiter)
+    if not rows:
+        raise InputError(f"{path}: the file is empty (no data rows)")
+    first_line, first = rows[0]
+    header = _is_header(first)
+    if header:
+        names = _header_names(path, first_line, first)
+        data = rows[1:]
+    else:
+        names = tuple(str(j + 1) for j in range(len(first)))
+        data = rows
+    (j,) = _select(path, names, [column], option)
+    label = _column_label(names if header else None, j)
+    cells = []
+    for line, row in data:
+        if j >= len(row):
+            raise InputError(f"{_where(path, line, label)}: missing: the row has {len(row)} fields")
+        cell = row[j].strip()
+        cells.append("" if _is_missing(cell) else cell)
+    return TextColumn(
+        path=path,
+        name=names[j],
+        label=label,
+        cells=tuple(cells),
+        lines=np.asarray([line for line, _ in data], dtype=np.int64),
+        position=j + 1,
     )
 
 
@@ -791,10 +852,12 @@ __all__ = [
     "PARAMS_OPTIONAL_FIELDS",
     "InputError",
     "Table",
+    "TextColumn",
     "params_document",
     "parse_params",
     "read_counts",
     "read_params",
     "read_standard_errors",
     "read_table",
+    "read_text_column",
 ]

@@ -286,6 +286,11 @@ def test_regimes_help_lists_options_defaults_and_outputs(run_cli, monkeypatch):
         "forecast.csv",
         "fit_posterior.nc",
         "MS-VAR(P)",
+        "--time COL",
+        "mean_mc_se",
+        "s_(t-P+1) there: the two fits differ",
+        "A.Lk.B[j] the coefficient",
+        "p[i->j].const, p[i->j].COL",
         "header row is optional",
         "<FILE stem>-regimes-<method>",
         "2  bad usage or bad input",
@@ -303,3 +308,39 @@ def test_filter_help_lists_the_templates(run_cli, monkeypatch):
     assert "--template NAME" in out
     for name in FILTER_TEMPLATES:
         assert f"  {name} " in out, name
+
+
+def test_every_argparse_error_is_one_line_naming_the_option(tmp_path, run_cli, no_jax_work):
+    """argparse's refusals (a bad value, an unknown choice, a missing option, an unknown
+    command or option) print one line 'attnbayes: error: ...' naming the option, no usage,
+    exit status 2, nothing written; --help is argparse's (review N9)."""
+    path = tmp_path / "data.csv"
+    path.write_text("y\n1\n2\n")
+    out = tmp_path / "out"
+    cases = [
+        (
+            ["regimes", path, "--y", "y", "--regimes", "0"],
+            "argument --regimes: must be >= 1, got 0",
+        ),
+        (
+            ["regimes", path, "--y", "y", "--regimes", "2", "--trend", "x"],
+            "argument --trend: invalid choice: 'x' (choose from 'c', 'n')",
+        ),
+        (
+            ["filter", path, "--template", "locallevel"],
+            "argument --template: invalid choice: 'locallevel' (choose from 'local-level', "
+            "'local-linear-trend')",
+        ),
+        (["regimes", path, "--y", "y"], "the following arguments are required: --regimes"),
+        (["report", "--workers", "0"], "argument --workers: must be >= 1, got 0"),
+        (["deconvolve", path, "--sigma", "1", "--bogus"], "unrecognized arguments: --bogus"),
+        (["regime"], "argument COMMAND: invalid choice: 'regime' (choose from 'report',"),
+    ]
+    for argv, message in cases:
+        code, stdout, err = run_cli([*argv, "--out", out])
+        assert code == 2 and not stdout, argv
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"attnbayes: error: {message}"), line
+    assert not out.exists()
+    code, stdout, _ = run_cli(["regimes", "--help"])
+    assert code == 0 and stdout.startswith("usage: attnbayes regimes")

@@ -453,7 +453,7 @@ SERIES_CASES = {
         ["--inputs", "u"],
         _scalar_doc(1),
         (
-            "series.csv line 1: --inputs left 2 columns (rownames, y) where 1 are needed: ",
+            "series.csv line 1: --inputs left 2 columns (rownames, y) where 1 is needed: ",
             'params.json has o = 1 (emission_matrices is (M, o, d)); column "rownames" looks like '
             'a row index (its header is "rownames"); choose 1 of them with --columns, e.g. '
             "--columns y",

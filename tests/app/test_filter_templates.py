@@ -132,6 +132,25 @@ def test_filter_template_on_the_nile_needs_no_json(nile_csv, tmp_path, run_cli):
         "template local-level (starting values from the data)"
         in (folder / "index.html").read_text()
     )
+    # the page says which mode index is which (review N10)
+    assert "mode 0 = calm, mode 1 = volatile" in (folder / "index.html").read_text()
+
+
+def test_the_fit_section_says_which_mode_an_index_is():
+    """--fit's table names parameters by mode index (p[0->1], dynamics_cov_scale[0]): the
+    section says mode 0 is calm and mode 1 volatile (review N10)."""
+    from attnbayes.app.filter_fit import fit_section
+
+    table = pd.DataFrame(
+        {"parameter": ["dynamics_cov_scale[0]"], "initial": [1.0], "estimate": [0.2]}
+    )
+    settings = {
+        "fit_likelihood": "imm",
+        "free": ["dynamics_cov_scale"],
+        "mode_names": ["calm", "volatile"],
+    }
+    text = fit_section("mle", table, settings)
+    assert "(p[i-&gt;j], dynamics_cov_scale[j], ...) is the mode: mode 0 = calm, mode 1 = " in text
 
 
 @pytest.mark.parametrize(
@@ -139,7 +158,7 @@ def test_filter_template_on_the_nile_needs_no_json(nile_csv, tmp_path, run_cli):
     [
         (
             ["--template", "local-level"],
-            "the file has 2 columns (year, volume) where 1 are needed: the template "
+            "the file has 2 columns (year, volume) where 1 is needed: the template "
             '"local-level" observes one value per step; choose 1 of them with --columns',
         ),
         (

@@ -7,16 +7,25 @@ probabilities), its durations against 1 / (1 - p_jj) of its own table; the refus
 JAX work). The MS-AR, TVTP, MS-VAR and NUTS runs are ``slow``."""
 
 import contextlib
+import html
 import io
 import json
 import math
 import warnings
+from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from attnbayes.app.regimes import column_names, parameter_labels, summary_text
+from attnbayes.app.regimes import (
+    RegimesData,
+    column_names,
+    parameter_labels,
+    summary_text,
+)
+from attnbayes.app.user_data import Table
 from attnbayes.models.markov_switching import markov_switching_regression
 
 T = 80
@@ -54,12 +63,13 @@ def ms_csv(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fitted(ms_csv, tmp_path_factory):
-    """One run: ``regimes ms.csv --y y --exog x --regimes 2 --horizon 3`` (mle)."""
+    """One run: ``regimes ms.csv --y y --exog x --regimes 2 --horizon 3 --time date`` (mle)."""
     from attnbayes.app.cli import main
 
     path, _, _ = ms_csv
     out = tmp_path_factory.mktemp("out")
     argv = ["regimes", path, "--y", "y", "--exog", "x", "--regimes", "2", "--horizon", "3"]
+    argv += ["--time", "date"]
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         code = main([str(a) for a in [*argv, "--out", out]])
@@ -134,11 +144,13 @@ def test_regimes_probabilities_durations_and_forecast_are_statsmodels(fitted, ms
     assert list(regimes.columns) == [
         "t",
         "line",
+        "time",
         "y",
         "smoothed_prob_regime0",
         "smoothed_prob_regime1",
     ]
     assert regimes["line"].tolist() == list(range(3, T + 3))  # the first data row is left out
+    assert regimes["time"].tolist() == list(range(1, T + 1))  # --time date
     np.testing.assert_allclose(regimes["y"], y)
     probs = regimes[["smoothed_prob_regime0", "smoothed_prob_regime1"]].to_numpy()
     np.testing.assert_allclose(probs, smoothed.smoothed_marginal_probabilities, atol=1e-6)
@@ -149,6 +161,7 @@ def test_regimes_probabilities_durations_and_forecast_are_statsmodels(fitted, ms
     )
     forecast = pd.read_csv(folder / "forecast.csv")
     assert forecast["line"].tolist() == [T + 3, T + 4, T + 5]
+    assert forecast["time"].tolist() == [T + 1, T + 2, T + 3]  # the dates of those rows
     trans = np.array([[est["p[0->0]"], est["p[0->1]"]], [est["p[1->0]"], est["p[1->1]"]]])
     ahead = smoothed.filtered_marginal_probabilities[-1] @ trans
     np.testing.assert_allclose(forecast.loc[0, ["prob_regime0", "prob_regime1"]], ahead, atol=1e-8)
@@ -156,6 +169,9 @@ def test_regimes_probabilities_durations_and_forecast_are_statsmodels(fitted, ms
         np.array([est["const[0]"], est["const[1]"]]) + np.array([est["x[0]"], est["x[1]"]]) * x[T]
     )
     assert forecast.loc[0, "mean"] == pytest.approx(ahead @ means, abs=0.05)
+    # the Monte Carlo standard error of the mean (review N3) covers the exact mixture mean
+    assert 0 < forecast.loc[0, "mean_mc_se"] < 0.05
+    assert abs(forecast.loc[0, "mean"] - ahead @ means) < 4 * forecast.loc[0, "mean_mc_se"]
     assert (forecast["lower_90"] < forecast["lower_50"]).all()
     assert (forecast["lower_50"] < forecast["mean"]).all()
     assert (forecast["mean"] < forecast["upper_50"]).all()
@@ -179,10 +195,44 @@ def test_regimes_says_what_it_found_on_the_terminal_and_the_page(fitted):
         "converged                    yes",
     ):
         assert text in err, text
+    est = pd.read_csv(folder / "parameters.csv").set_index("parameter")["estimate"]
+    names = [f"regime 0 (const {est['const[0]']:.4g})", f"regime 1 (const {est['const[1]']:.4g})"]
+    # what switches (review B3), the regimes by their labelling parameter (N2), the rows
+    # after the last y that no forecast reads (N8: 4 future rows, --horizon 3 reads 3), the
+    # forecast's Monte Carlo size (N3), --time (N1)
+    for text in (
+        "switching                    const, x\n",
+        "not switching                sigma2\n",
+        f"regimes                      {names[0]}; {names[1]}\n",
+        f"rows left out                1 before the first y (line 2); 1 after the last y (line "
+        f"{T + 6}; beyond what --horizon 3 reads)",
+        "the mean of 4000 simulated paths (Monte Carlo standard error up to",
+        f"time                         column date (numbers), 1 to {T}",
+    ):
+        assert text in err, text
     page = (folder / "index.html").read_text()
-    for text in ("Smoothed regime probabilities", "Local optima", "Expected durations", "Forecast"):
+    for text in (
+        "Smoothed regime probabilities",
+        "Local optima",
+        "Expected durations",
+        "Forecast",
+        # B3: the noise variance does not switch here, the intercept and x's coefficient do
+        "y<sub>t</sub> = &mu;<sub>s<sub>t</sub></sub> + x<sub>t</sub>' &beta;<sub>s<sub>t</sub>"
+        "</sub> + e<sub>t</sub>, e<sub>t</sub> ~ N(0, &sigma;<sup>2</sup>)",
+        # N4: the Fit table at full precision, booleans as such
+        "<th>converged</th><td>True</td>",
+        "<th>on_boundary</th><td>False</td>",
+        "over 4000 paths: the standard error of the mean is in column\nmean_mc_se",
+        f"At the estimate: {names[0]}; {names[1]}.",
+        "p[i-&gt;j] = P(s_t = j | s_(t-1) = i); statsmodels lists only p[i-&gt;0]",
+    ):
         assert text in page, text
+    metrics = pd.read_csv(folder / "metrics.csv").set_index("metric")["value"]
+    assert f"<th>log_likelihood</th><td>{float(metrics['log_likelihood'])!r}</td>" in page
     manifest = json.loads((folder / "run.json").read_text())
+    assert manifest["rows_after_unused"] == [T + 6] and manifest["time"] == "date"
+    assert manifest["switching"] == ["const", "x"] and manifest["not_switching"] == ["sigma2"]
+    assert manifest["regime_names"] == names and manifest["forecast_paths"] == 4000
     assert manifest["attnbayes"] == "regimes" and manifest["rows_left_out"] == [2]
     assert manifest["warnings"] == []
     assert sorted(p.name for p in folder.iterdir()) == sorted(
@@ -312,16 +362,7 @@ def test_regimes_says_a_fit_did_not_converge_or_sits_on_a_boundary(
     from attnbayes.app.cli import main
     from attnbayes.inference.switching.learning import SwitchingFitResult, local_optima
 
-    _, _, _, folder = fitted
-    est = pd.read_csv(folder / "parameters.csv").set_index("parameter")["estimate"]
-    theta = {
-        "transition_matrix": np.array(
-            [[est["p[0->0]"], est["p[0->1]"]], [est["p[1->0]"], est["p[1->1]"]]]
-        ),
-        "intercepts": np.array([est["const[0]"], est["const[1]"]]),
-        "coefficients": np.array([[est["x[0]"]], [est["x[1]"]]]),
-        "variances": np.asarray(est["sigma2"]),
-    }
+    theta = _theta_of(fitted[3])
     stderr = {k: np.full(np.shape(v), 0.1) for k, v in theta.items()}
     edge = {k: np.zeros(np.shape(v), bool) for k, v in theta.items()}
     stderr["transition_matrix"][0, 0] = np.nan
@@ -373,6 +414,295 @@ def test_regimes_says_a_fit_did_not_converge_or_sits_on_a_boundary(
     assert metrics["converged"] == 0.0 and metrics["on_boundary"] == 1.0
     optima = pd.read_csv(run / "local_optima.csv")
     assert optima["starts"].tolist() == [1, 3, 4]
+
+
+# ----------------------------------------------------------------------------- what the page says
+
+
+def _theta_of(folder) -> dict:
+    """The estimate of the ``fitted`` run as theta."""
+    est = pd.read_csv(folder / "parameters.csv").set_index("parameter")["estimate"]
+    return {
+        "transition_matrix": np.array(
+            [[est["p[0->0]"], est["p[0->1]"]], [est["p[1->0]"], est["p[1->1]"]]]
+        ),
+        "intercepts": np.array([est["const[0]"], est["const[1]"]]),
+        "coefficients": np.array([[est["x[0]"]], [est["x[1]"]]]),
+        "variances": np.asarray(est["sigma2"]),
+    }
+
+
+class _Optima(NamedTuple):
+    """``LocalOptima`` with the estimate of each optimum (``thetas``)."""
+
+    log_likelihoods: np.ndarray
+    num_starts: np.ndarray
+    num_converged: np.ndarray
+    tolerance: float
+    thetas: tuple
+
+
+def test_near_optima_and_the_forecasts_monte_carlo_error_are_said(
+    fitted, ms_csv, tmp_path, monkeypatch
+):
+    """A fit (stubbed) whose runner-up optimum lies 0.5 nats below the best with const[1]
+    0.8 higher (8 standard errors of 0.1) is said on the terminal, in the page and in run.json,
+    naming its log-likelihood and const[1] first (review B4); the forecast's mean_mc_se is the
+    sd of the paths / sqrt(paths) (forecast_switching stubbed with known paths, N3)."""
+    import attnbayes.inference.switching
+    import attnbayes.inference.switching.learning as learning
+    from attnbayes.app.cli import main
+    from attnbayes.inference.switching.learning import SwitchingFitResult, SwitchingForecast
+
+    theta = _theta_of(fitted[3])
+    runner = {k: np.array(v, float) for k, v in theta.items()}
+    runner["intercepts"][1] += 0.8
+    runner["variances"] = runner["variances"] * 1.01
+    stderr = {k: np.full(np.shape(v), 0.1) for k, v in theta.items()}
+    optima = _Optima(
+        np.array([-76.9, -77.4, -90.0]),
+        np.array([5, 2, 1]),
+        np.array([5, 2, 1]),
+        1e-4,
+        (theta, runner, runner),
+    )
+
+    def stub(key, spec, *args, **kwargs):
+        return SwitchingFitResult(
+            params=None,
+            theta=theta,
+            log_likelihood=np.array([-90.0, -76.9]),
+            stderr=stderr,
+            on_boundary={k: np.zeros(np.shape(v), bool) for k, v in theta.items()},
+            start_log_likelihoods=np.array([-76.9] * 5 + [-77.4] * 2 + [-90.0]),
+            num_parameters=7,
+            num_observations=T,
+            converged=True,
+            method="mle",
+            likelihood="exact",
+            seconds=0.0,
+            local_optima=optima,
+        )
+
+    draws = np.random.default_rng(2).normal(size=(500, 3, 1)) * np.array([1.0, 2.0, 3.0])[:, None]
+
+    def forecast(key, spec, theta, horizon, **kwargs):
+        return SwitchingForecast(
+            mean=draws.mean(0),
+            levels=np.array([0.5, 0.9]),
+            lower=np.stack([np.quantile(draws, q, axis=0) for q in (0.25, 0.05)]),
+            upper=np.stack([np.quantile(draws, q, axis=0) for q in (0.75, 0.95)]),
+            regime_probs=np.full((horizon, 2), 0.5),
+            draws=draws,
+        )
+
+    monkeypatch.setattr(attnbayes.inference.switching, "fit_switching", stub)
+    monkeypatch.setattr(learning, "forecast_switching", forecast)
+    path, _, _ = ms_csv
+    out = tmp_path / "out"
+    argv = ["regimes", path, "--y", "y", "--exog", "x", "--regimes", "2", "--horizon", "3"]
+    stdout, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in [*argv, "--out", out]])
+    assert code == 0, err.getvalue()
+    run = out / "ms-regimes-mle"
+    said = (
+        "1 other local optimum lies within 2 log-likelihood units of the best (-76.9000, 5 of "
+        "8 starts): -77.4000 (2 of 8 starts, 0.5000 lower); the first differs most in const[1] "
+        f"({theta['intercepts'][1]:.4g} against {runner['intercepts'][1]:.4g}, 8 standard "
+        "errors), "
+    )
+    page = (run / "index.html").read_text()
+    assert said in err.getvalue() and html.escape(said) in page
+    assert any(w.startswith(said) for w in json.loads((run / "run.json").read_text())["warnings"])
+    frame = pd.read_csv(run / "forecast.csv")
+    np.testing.assert_allclose(frame["mean_mc_se"], draws[..., 0].std(0, ddof=1) / math.sqrt(500))
+    assert "over 500 paths" in page and "the mean of 500 simulated paths" in err.getvalue()
+
+
+def test_no_near_optimum_no_warning_and_without_estimates_the_likelihoods_only():
+    """``optima_warnings``: optima 2.5 nats apart are not said; 1.5 apart without the
+    optima's estimates (the library's ``LocalOptima``) name the log-likelihoods only."""
+    from attnbayes.app.regimes import optima_warnings
+    from attnbayes.inference.switching.learning import local_optima
+
+    result = SimpleNamespace(local_optima=local_optima(np.array([-10.0, -12.5, -12.5])))
+    assert optima_warnings(result, None, {}) == []
+    result = SimpleNamespace(local_optima=local_optima(np.array([-10.0, -11.5])))
+    (text,) = optima_warnings(result, None, {})
+    assert text.startswith(
+        "1 other local optimum lies within 2 log-likelihood units of the best (-10.0000, 1 of "
+        "2 starts): -11.5000 (1 of 2 starts, 1.5000 lower): the data barely prefer"
+    )
+
+
+def test_the_equation_and_the_switching_rows_follow_the_flags():
+    """The model on the page carries s_t exactly on what switches, and the rows say which
+    parameters switch (review B3): a no-intercept regression with one variance, an MS-AR(2)
+    with switching variance (and with switching AR terms), a default MS-VAR (A and Sigma
+    common), and statsmodels' different MS-AR(2) variance (N5)."""
+    from attnbayes.app.regimes import model_equation, statsmodels_differs, switching_parameters
+    from attnbayes.models.markov_switching import markov_switching_ar, markov_switching_var
+
+    y, x, z = _series()
+    s_t = "<sub>s<sub>t</sub></sub>"
+    two = np.column_stack([x[:T], z[:T]])
+    spec = markov_switching_regression(y, two, trend="n", switching_variance=False)
+    labels = parameter_labels(spec, ("x", "z"), ())
+    assert model_equation(spec) == (
+        f"y<sub>t</sub> = x<sub>t</sub>' &beta;{s_t} + e<sub>t</sub>, e<sub>t</sub> ~ "
+        "N(0, &sigma;<sup>2</sup>)"
+    )
+    assert switching_parameters(spec, labels) == (["x", "z"], ["sigma2"])
+    ar = markov_switching_ar(y, 2, switching_variance=True)
+    assert "&phi;<sub>k</sub> (y" in model_equation(ar)
+    assert f"e<sub>t</sub> ~ N(0, &sigma;<sup>2</sup>{s_t})" in model_equation(ar)
+    assert switching_parameters(ar, parameter_labels(ar, (), ())) == (
+        ["const", "sigma2"],
+        ["ar.L1", "ar.L2"],
+    )
+    assert "s_(t-1) (it broadcasts sigma2" in statsmodels_differs(ar)
+    assert statsmodels_differs(markov_switching_ar(y, 1, switching_variance=True)) is None
+    both = markov_switching_ar(y, 2, switching_ar=True)
+    assert "&phi;<sub>k,s<sub>t</sub></sub> (y" in model_equation(both)
+    pair = np.column_stack([y, x[:T]])
+    var = markov_switching_var(pair, 1, switching_ar=False, switching_covariance=False)
+    equation = model_equation(var, ("gdp", "inf"))
+    assert f"&nu;{s_t} + " in equation and "A<sub>l</sub> y" in equation
+    assert "N(0, &Sigma;)" in equation
+    assert switching_parameters(var, parameter_labels(var, (), (), ("gdp", "inf"))) == (
+        ["const"],
+        ["A", "Sigma"],
+    )
+
+
+def test_the_regimes_are_named_and_a_barely_different_label_is_said():
+    """Each regime is named by its labelling parameter at the estimate (review N2); labels
+    resting on intercepts 2.88 and 3.10 with standard errors 0.5 and 0.6 (0.22 apart, 2 x
+    0.781 allowed) are said, naming sigma2 (17.3 and 3.5, 1.5 and 0.5: 8.73 standard errors);
+    with standard errors 0.05 they are not."""
+    from attnbayes.app.regimes import label_warnings, regime_names
+
+    y, _, _ = _series()
+    spec = markov_switching_regression(y, switching_variance=True)
+    labels = parameter_labels(spec, (), ())
+    theta = dict(spec.theta) | {"intercepts": np.array([2.88, 3.1])}
+    assert regime_names(spec, labels, theta) == ["regime 0 (const 2.88)", "regime 1 (const 3.1)"]
+    table = pd.DataFrame(
+        {
+            "parameter": ["p[0->0]", "const[0]", "const[1]", "sigma2[0]", "sigma2[1]"],
+            "estimate": [0.9, 2.88, 3.1, 17.3, 3.5],
+            "stderr": [0.01, 0.5, 0.6, 1.5, 0.5],
+        }
+    )
+    (text,) = label_warnings(spec, labels, table)
+    assert text == (
+        "the regime labels rest on const, which barely differs between regimes 0 and 1: 2.88 "
+        "and 3.1, 0.22 apart, within 2 standard errors of the difference (0.781; the two "
+        "estimates' covariance ignored); they differ more in sigma2 (17.3 and 3.5, 8.73 "
+        "standard errors apart): read regime 0 as 'lower const' with caution"
+    )
+    table["stderr"] = 0.05
+    assert label_warnings(spec, labels, table) == []
+
+
+def _time_data(time):
+    """RegimesData of 5 rows of y with ``time``."""
+    values = np.array([[1.0], [3.0], [2.0], [5.0], [4.0]])
+    table = Table("d.csv", ("y",), values, np.arange(2, 7), True)
+    return RegimesData(table, None, None, None, None, np.arange(7, 9), (), time, (7, 8))
+
+
+def test_the_figure_names_the_regimes_and_labels_the_x_axis_by_time(monkeypatch):
+    """regimes.png: the legend names the regimes and the dotted forecast probabilities
+    (review N2); with --time the ticks are the times, and the steps ahead without a row in
+    the file LAST+h (N1); the y-label does not call the forecast smoothed."""
+    import attnbayes.app.regimes as regimes
+
+    figures = []
+    monkeypatch.setattr(regimes, "png_bytes", lambda fig: figures.append(fig) or b"")
+    time = regimes.TimeAxis("year", "number", (2000.0, 2001.0, 2002.0, 2003.0, 2004.0), (2005.0,))
+    forecast = SimpleNamespace(
+        mean=np.zeros((2, 1)),
+        levels=np.array([0.5]),
+        lower=-np.ones((1, 2, 1)),
+        upper=np.ones((1, 2, 1)),
+        regime_probs=np.full((2, 2), 0.5),
+        draws=np.zeros((10, 2, 1)),
+    )
+    probs = np.full((5, 2), 0.5)
+    names = ["regime 0 (const 1)", "regime 1 (const 2)"]
+    regimes.figure_regimes(_time_data(time), None, probs, forecast, names)
+    fig = figures[0]
+    bottom = fig.axes[1]
+    legend = [t.get_text() for t in bottom.get_legend().get_texts()]
+    assert legend == [*names, "forecast P(s_T+h = j | y_1:T) (dotted)"]
+    fig.canvas.draw()
+    ticks = {t.get_text() for t in bottom.get_xticklabels()} - {""}
+    assert ticks <= {"2000", "2001", "2002", "2003", "2004", "2005", "2004+2"} and len(ticks) > 3
+    assert bottom.get_xlabel() == "year (one step per row)"
+    assert "forecast: dotted" in bottom.get_ylabel()
+    assert regimes.time_labels(_time_data(time), 3)[4:] == ["2004", "2005", "2004+2", "2004+3"]
+    assert regimes.time_labels(_time_data(None), 2) == ["1", "2", "3", "4", "5", "6", "7"]
+
+
+@pytest.mark.parametrize(
+    ("cells", "kind", "values", "future"),
+    [
+        (["1871", "1872", "1873", "1874"], "number", (1871.0, 1872.0, 1873.0), (1874.0,)),
+        (
+            ["1959-03-31", "1959-06-30", "1959-09-30", ""],
+            "date",
+            ("1959-03-31", "1959-06-30", "1959-09-30"),
+            (),
+        ),
+        (
+            ["1959Q4", "1960Q1", "1960Q2", "1960Q3"],
+            "date",
+            ("1959Q4", "1960Q1", "1960Q2"),
+            ("1960Q3",),
+        ),
+        (["b", "a", "c", "d"], "label", ("b", "a", "c"), ("d",)),
+    ],
+)
+def test_read_regimes_data_reads_the_time_column(cells, kind, values, future, tmp_path):
+    """--time: numbers, ISO 8601 dates, quarters or labels, kept as written (numbers as
+    numbers); the times of the rows after the last y are the future's (review N1)."""
+    from attnbayes.app.regimes import read_regimes_data
+
+    path = tmp_path / "d.csv"
+    path.write_text("when,y\n" + "".join(f"{c},{v}\n" for c, v in zip(cells, "123 ", strict=True)))
+    data = read_regimes_data(path, ["y"], time="when")
+    assert data.time == ("when", kind, values, future) and data.trailing == (5,)
+
+
+def test_the_page_helpers_say_the_counts_and_the_names():
+    """N4: metrics at full precision, booleans True / False, counts as integers; N6: the
+    MS-VAR's and TVTP names explained; N7: 'the first value is conditioned on'."""
+    from attnbayes.app.regimes import conditioned_text, metrics_display, parameter_note
+    from attnbayes.models.markov_switching import markov_switching_var
+
+    frame = pd.DataFrame(
+        {
+            "metric": ["aic", "converged", "on_boundary", "num_parameters"],
+            "value": [1273.5851162322, 1.0, 0.0, 5.0],
+        }
+    )
+    assert metrics_display(frame)["value"].tolist() == ["1273.5851162322", "True", "False", "5"]
+    y, x, z = _series()
+    var = markov_switching_var(np.column_stack([y, x[:T]]), 1)
+    assert "A.Lk.B[j]: the coefficient of B_(t-k) in the equation of A" in parameter_note(var)
+    assert "both off-diagonal entries listed" in parameter_note(var)
+    tvtp = markov_switching_regression(y, exog_tvtp=np.column_stack([np.ones(T), z[:T]]))
+    assert "(statsmodels: p[i->j].tvtp0, p[i->j].tvtp1, ...); gamma_(i,1) = 0" in (
+        parameter_note(tvtp)
+    )
+    three = markov_switching_regression(y, num_regimes=3)
+    assert "statsmodels lists only p[i->0] to p[i->1]: p[i->2] = 1 - the others" in (
+        parameter_note(three)
+    )
+    assert conditioned_text(1) == "the first value is conditioned on"
+    assert conditioned_text(4, 2) == "the first 4 rows are conditioned on"
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -553,6 +883,54 @@ REFUSED = {
         ["--y", "y", "--regimes", "2", "--draws", "30"],
         "--draws, --warmup and --chains apply to --method nuts only",
     ),
+    "an unknown --time column": (
+        GOOD,
+        ["--y", "y", "--time", "when", "--regimes", "2"],
+        "data.csv: --time: no column 'when'; the file's columns are y, x, x2, z, c (names from "
+        "the header, or numbers 1..5)",
+    ),
+    "--time as --y": (
+        GOOD,
+        ["--y", "y", "--time", "1", "--regimes", "2"],
+        'data.csv: --time: column "y" is also --y; the --time column must be another column '
+        "of the file",
+    ),
+    "--time as --exog": (
+        GOOD,
+        ["--y", "y", "--exog", "x", "--time", "x", "--regimes", "2"],
+        'data.csv: --time: column "x" is also --exog; the --time column must be another '
+        "column of the file",
+    ),
+    "a --time that does not increase": (
+        "year,y\n2000,1\n2001,3\n2001,2\n2003,5\n",
+        ["--y", "y", "--time", "year", "--regimes", "2"],
+        "data.csv line 4, column \"year\": --time: '2001' does not come after '2001' (line 3): "
+        "the times must increase strictly down the rows",
+    ),
+    "dates that go back": (
+        "date,y\n2000-01-01,1\n1999-12-01,3\n2000-03-01,2\n",
+        ["--y", "y", "--time", "date", "--regimes", "2"],
+        "data.csv line 3, column \"date\": --time: '1999-12-01' does not come after "
+        "'2000-01-01' (line 2): the times must increase strictly down the rows",
+    ),
+    "a future time out of order": (
+        "year,y\n2000,1\n2001,3\n2002,2\n2001,\n",
+        ["--y", "y", "--time", "year", "--regimes", "2"],
+        "data.csv line 5, column \"year\": --time: '2001' does not come after '2002' (line 4): "
+        "the times must increase strictly down the rows",
+    ),
+    "a repeated --time label": (
+        "when,y\na,1\nb,2\na,3\n",
+        ["--y", "y", "--time", "when", "--regimes", "2"],
+        "data.csv line 4, column \"when\": --time: 'a' repeats line 2: the labels of a --time "
+        "column must be distinct (numbers and ISO 8601 dates must increase)",
+    ),
+    "a missing time": (
+        "year,y\n2000,1\n,2\n2002,3\n",
+        ["--y", "y", "--time", "year", "--regimes", "2"],
+        'data.csv line 3, column "year": missing value; every --time cell in the rows of --y '
+        "(lines 2-4) needs a time",
+    ),
     "one chain with nuts": (
         GOOD,
         ["--y", "y", "--regimes", "2", "--method", "nuts", "--chains", "1"],
@@ -595,7 +973,8 @@ def test_regimes_refuses_bad_options_before_any_work(
     argv = ["regimes", path, "--y", "y", "--regimes", "2", option, value, "--out", out]
     code, _, err = run_cli(argv)
     assert code == 2
-    assert f"argument {option}: {reason}" in err.strip().splitlines()[-1]
+    (line,) = err.strip().splitlines()  # one line (review N9)
+    assert line.startswith(f"attnbayes: error: argument {option}: {reason}")
     assert not out.exists()
 
 

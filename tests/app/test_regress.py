@@ -296,7 +296,8 @@ def test_regress_refuses_bad_options_before_any_work(
     out = tmp_path / "out"
     code, _, err = run_cli(["regress", path, "--x", "a", "--y", "b", option, value, "--out", out])
     assert code == 2
-    assert f"argument {option}: {reason}" in err.strip().splitlines()[-1]
+    (line,) = err.strip().splitlines()  # one line (review N9)
+    assert line.startswith(f"attnbayes: error: argument {option}: {reason}")
     assert not out.exists()
 
 
