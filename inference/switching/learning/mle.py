@@ -254,6 +254,33 @@ def _estimate(spec_key, free, flat, like, theta_fixed):
     return theta, reported_jacobian(spec_key, free, flat, like)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _thetas_at(spec_key, free, flats, like):
+    """The free parameters at each flat unconstrained point of ``flats`` (one program)."""
+    spec = registered_spec(spec_key)
+    unravel = ravel_pytree(like)[1]
+    return jax.vmap(lambda flat: constrain(spec, free, {}, unravel(flat)))(flats)
+
+
+def _labelled_ends(labels, spec_key, free, ends, like, fixed) -> list:
+    """The estimate of the free parameters at each start's end point, labelled by the
+    convention of the labelled spec ``labels`` (``labelling_order``; the fixed parameters
+    ``fixed`` complete theta for it), for ``LocalOptima.thetas``."""
+    dtype = next(iter(like.values())).dtype
+    batch = {
+        n: np.asarray(v)
+        for n, v in _thetas_at(spec_key, free, jnp.asarray(ends, dtype), like).items()
+    }
+    out = []
+    for i in range(ends.shape[0]):
+        theta = {n: np.asarray(v) for n, v in fixed.items()} | {n: v[i] for n, v in batch.items()}
+        order = labelling_order(labels, theta, free)
+        if not np.array_equal(order, np.arange(order.size)):
+            theta = relabel_regimes(labels, theta, order)
+        out.append({n: theta[n] for n in free})
+    return out
+
+
 def _starts(key, spec, free, num_starts: int, scale: float, warmed=()):
     """(num_starts, n) unconstrained starts and the layout ``like`` of one: the deterministic
     ``ordering_starts`` first (as many as fit; the EM-warmed thetas ``warmed`` second), then
@@ -421,7 +448,11 @@ def fit_switching(
             began=began,
             likelihood=likelihood,
         )
-        optima = local_optima(result.log_likelihood[-1:], [result.converged])
+        optima = local_optima(
+            result.log_likelihood[-1:],
+            [result.converged],
+            thetas=[{n: np.asarray(result.theta[n]) for n in free}],
+        )
         result = result._replace(local_optima=optima)
         order = labelling_order(labels, result.theta, free)
         if not np.array_equal(order, np.arange(order.size)):
@@ -511,7 +542,9 @@ def fit_switching(
         method="mle",
         likelihood=likelihood,
         seconds=time.perf_counter() - began,
-        local_optima=local_optima(values, converged),
+        local_optima=local_optima(
+            values, converged, thetas=_labelled_ends(labels, spec_key, free, ends, like, fixed)
+        ),
     )
     return _relabel(labels, free, result)
 

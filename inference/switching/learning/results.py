@@ -43,34 +43,48 @@ class LocalOptima(NamedTuple):
         num_converged: (K,) how many of those converged (``fit_switching``: the gradient
             tolerance, or settled at round-off).
         tolerance: the grouping tolerance in nats.
+        thetas: (K,) tuple of the estimates {name: array} of the free parameters at each
+            optimum (its best start), labelled by the suite's convention as the fit's
+            estimate is; None when not recorded.
     """
 
     log_likelihoods: np.ndarray
     num_starts: np.ndarray
     num_converged: np.ndarray
     tolerance: float
+    thetas: tuple | None = None
 
 
-def local_optima(values, converged=None, *, tolerance: float = 1e-4) -> LocalOptima:
+def local_optima(values, converged=None, *, tolerance: float = 1e-4, thetas=None) -> LocalOptima:
     """Group the final log-likelihoods of a fit's starts into distinct optima (``LocalOptima``):
     sorted from the best, a value more than ``tolerance`` below the previous one opens a new
-    group. Non-finite values (a start that failed) form no group."""
+    group. Non-finite values (a start that failed) form no group. ``thetas``: one estimate per
+    start (aligned with ``values``), of which each group keeps its best start's."""
     values = np.asarray(values, dtype=float)
+    if thetas is not None and len(thetas) != values.size:
+        raise ValueError(
+            f"thetas: expected one estimate per start ({values.size}), got {len(thetas)}"
+        )
     converged = np.ones(values.shape, bool) if converged is None else np.asarray(converged, bool)
     order = np.argsort(-np.where(np.isfinite(values), values, -np.inf), kind="stable")
     order = order[np.isfinite(values[order])]
-    best, counts, done = [], [], []
+    best, counts, done, kept = [], [], [], []
     previous = np.inf
     for i in order:
         if not best or values[i] < previous - tolerance:
             best.append(values[i])
             counts.append(0)
             done.append(0)
+            kept.append(None if thetas is None else thetas[i])
         counts[-1] += 1
         done[-1] += int(converged[i])
         previous = values[i]
     return LocalOptima(
-        np.asarray(best, float), np.asarray(counts, int), np.asarray(done, int), float(tolerance)
+        np.asarray(best, float),
+        np.asarray(counts, int),
+        np.asarray(done, int),
+        float(tolerance),
+        None if thetas is None else tuple(kept),
     )
 
 

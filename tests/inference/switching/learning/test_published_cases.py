@@ -102,6 +102,9 @@ def _check_case(name):
     assert optima.log_likelihoods[0] == pytest.approx(best, abs=1e-9)
     assert optima.num_starts.sum() == fit.start_log_likelihoods.size
     assert np.all(np.diff(optima.log_likelihoods) < -optima.tolerance)
+    assert len(optima.thetas) == optima.log_likelihoods.size  # each optimum's estimate
+    for name, value in optima.thetas[0].items():  # the best one's is the fit's, labelled
+        np.testing.assert_allclose(value, fit.theta[name], rtol=1e-8, atol=1e-10)
     return fit
 
 
