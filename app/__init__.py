@@ -8,8 +8,10 @@
   filter`` on a user's data (``filter --fit`` learns the parameters first);
 - ``regress``: ``attnbayes regress``: Nadaraya-Watson kernel regression of one column of a user's
   CSV on another, the bandwidth by leave-one-out CV, with a pointwise band;
-- ``regimes``: ``attnbayes regimes``: a Markov-switching regression or MS-AR model of a column
-  of a user's CSV (statsmodels' table, regime probabilities, forecasts);
+- ``regimes``: ``attnbayes regimes``: a Markov-switching regression, MS-AR or MS-VAR of
+  columns of a user's CSV (statsmodels' table, regime probabilities, forecasts);
+  ``regimes_page``: what it writes and says (the tables, the warnings, the model text, the
+  figure, the summary, the page);
 - ``calibrate``: calibration studies over a fixed prior (tables, DataTrees, the ECDF-PIT figure);
 - ``runs``: what deconvolve, filter and regress share: option checks, the output folder's name,
   its manifest and atomic publishing;

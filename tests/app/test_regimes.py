@@ -19,12 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnbayes.app.regimes import (
-    RegimesData,
-    column_names,
-    parameter_labels,
-    summary_text,
-)
+from attnbayes.app.regimes import RegimesData
+from attnbayes.app.regimes_page import column_names, parameter_labels, summary_text
 from attnbayes.app.user_data import Table
 from attnbayes.models.markov_switching import markov_switching_regression
 
@@ -523,7 +519,7 @@ def test_near_optima_and_the_forecasts_monte_carlo_error_are_said(
 def test_no_near_optimum_no_warning_and_without_estimates_the_likelihoods_only():
     """``optima_warnings``: optima 2.5 nats apart are not said; 1.5 apart without the
     optima's estimates (the library's ``LocalOptima``) name the log-likelihoods only."""
-    from attnbayes.app.regimes import optima_warnings
+    from attnbayes.app.regimes_page import optima_warnings
     from attnbayes.inference.switching.learning import local_optima
 
     result = SimpleNamespace(local_optima=local_optima(np.array([-10.0, -12.5, -12.5])))
@@ -541,7 +537,11 @@ def test_the_equation_and_the_switching_rows_follow_the_flags():
     parameters switch (review B3): a no-intercept regression with one variance, an MS-AR(2)
     with switching variance (and with switching AR terms), a default MS-VAR (A and Sigma
     common), and statsmodels' different MS-AR(2) variance (N5)."""
-    from attnbayes.app.regimes import model_equation, statsmodels_differs, switching_parameters
+    from attnbayes.app.regimes_page import (
+        model_equation,
+        statsmodels_differs,
+        switching_parameters,
+    )
     from attnbayes.models.markov_switching import markov_switching_ar, markov_switching_var
 
     y, x, z = _series()
@@ -581,7 +581,7 @@ def test_the_regimes_are_named_and_a_barely_different_label_is_said():
     resting on intercepts 2.88 and 3.10 with standard errors 0.5 and 0.6 (0.22 apart, 2 x
     0.781 allowed) are said, naming sigma2 (17.3 and 3.5, 1.5 and 0.5: 8.73 standard errors);
     with standard errors 0.05 they are not."""
-    from attnbayes.app.regimes import label_warnings, regime_names
+    from attnbayes.app.regimes_page import label_warnings, regime_names
 
     y, _, _ = _series()
     spec = markov_switching_regression(y, switching_variance=True)
@@ -617,11 +617,12 @@ def test_the_figure_names_the_regimes_and_labels_the_x_axis_by_time(monkeypatch)
     """regimes.png: the legend names the regimes and the dotted forecast probabilities
     (review N2); with --time the ticks are the times, and the steps ahead without a row in
     the file LAST+h (N1); the y-label does not call the forecast smoothed."""
-    import attnbayes.app.regimes as regimes
+    import attnbayes.app.regimes_page as page
+    from attnbayes.app.regimes import TimeAxis
 
     figures = []
-    monkeypatch.setattr(regimes, "png_bytes", lambda fig: figures.append(fig) or b"")
-    time = regimes.TimeAxis("year", "number", (2000.0, 2001.0, 2002.0, 2003.0, 2004.0), (2005.0,))
+    monkeypatch.setattr(page, "png_bytes", lambda fig: figures.append(fig) or b"")
+    time = TimeAxis("year", "number", (2000.0, 2001.0, 2002.0, 2003.0, 2004.0), (2005.0,))
     forecast = SimpleNamespace(
         mean=np.zeros((2, 1)),
         levels=np.array([0.5]),
@@ -632,7 +633,7 @@ def test_the_figure_names_the_regimes_and_labels_the_x_axis_by_time(monkeypatch)
     )
     probs = np.full((5, 2), 0.5)
     names = ["regime 0 (const 1)", "regime 1 (const 2)"]
-    regimes.figure_regimes(_time_data(time), None, probs, forecast, names)
+    page.figure_regimes(_time_data(time), None, probs, forecast, names)
     fig = figures[0]
     bottom = fig.axes[1]
     legend = [t.get_text() for t in bottom.get_legend().get_texts()]
@@ -642,8 +643,8 @@ def test_the_figure_names_the_regimes_and_labels_the_x_axis_by_time(monkeypatch)
     assert ticks <= {"2000", "2001", "2002", "2003", "2004", "2005", "2004+2"} and len(ticks) > 3
     assert bottom.get_xlabel() == "year (one step per row)"
     assert "forecast: dotted" in bottom.get_ylabel()
-    assert regimes.time_labels(_time_data(time), 3)[4:] == ["2004", "2005", "2004+2", "2004+3"]
-    assert regimes.time_labels(_time_data(None), 2) == ["1", "2", "3", "4", "5", "6", "7"]
+    assert page.time_labels(_time_data(time), 3)[4:] == ["2004", "2005", "2004+2", "2004+3"]
+    assert page.time_labels(_time_data(None), 2) == ["1", "2", "3", "4", "5", "6", "7"]
 
 
 @pytest.mark.parametrize(
@@ -679,7 +680,7 @@ def test_read_regimes_data_reads_the_time_column(cells, kind, values, future, tm
 def test_the_page_helpers_say_the_counts_and_the_names():
     """N4: metrics at full precision, booleans True / False, counts as integers; N6: the
     MS-VAR's and TVTP names explained; N7: 'the first value is conditioned on'."""
-    from attnbayes.app.regimes import conditioned_text, metrics_display, parameter_note
+    from attnbayes.app.regimes_page import conditioned_text, metrics_display, parameter_note
     from attnbayes.models.markov_switching import markov_switching_var
 
     frame = pd.DataFrame(
