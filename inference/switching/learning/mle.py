@@ -214,18 +214,14 @@ def ordering_starts(spec, free) -> list:
     s = spec.structure
     if s.kind not in ("regression", "ar", "var") or s.num_regimes == 1:
         return starts
-    labelled = spec.support.get("variances") is constraints.positive_ordered_vector
-    if s.kind != "var" and s.switching_variance and "variances" in free and not labelled:
-        base = np.asarray(spec.theta["variances"], float)
+    noise = "covariances" if s.kind == "var" else "variances"
+    labelled = spec.support[noise] is constraints.positive_ordered_vector
+    if s.switching_variance and noise in free and not labelled:
+        base = np.asarray(spec.theta[noise], float)
         spread = np.exp(np.linspace(-ORDERING_SPREAD, ORDERING_SPREAD, s.num_regimes))
         for perm in _orderings(s.num_regimes):
-            starts.append(dict(spec.theta) | {"variances": base * spread[perm]})
-    if s.kind == "var" and s.switching_variance and "covariances" in free:
-        base = np.asarray(spec.theta["covariances"], float)
-        spread = np.exp(np.linspace(-ORDERING_SPREAD, ORDERING_SPREAD, s.num_regimes))
-        for perm in _orderings(s.num_regimes):
-            scaled = base * spread[perm][:, None, None]
-            starts.append(dict(spec.theta) | {"covariances": scaled})
+            scale = spread[perm].reshape(-1, *([1] * (base.ndim - 1)))  # per regime
+            starts.append(dict(spec.theta) | {noise: base * scale})
     moving = [n for n in per_regime_names(spec) if n in free]
     if moving and not fixed_parameters_alike(spec, free):
         # fixed per-regime parameters tell the regimes apart: each pairing of the free ones
