@@ -37,7 +37,9 @@ and shared modules, imported by their module names (each has its own ``__all__``
 
 ``attnbayes.inference.NAME`` imports a sub-package or module on first use. The learned stack's
 entry points are also reachable here: ``init_unrolled_em``, ``pretrained_unrolled_em``,
-``train_unrolled_em``, ``unrolled_em``, ``unrolled_em_moments`` (from ``deconvolution``).
+``train_unrolled_em``, ``unrolled_em``, ``unrolled_em_moments`` (version 1) and
+``init_grid_stack``, ``pretrained_grid_stack``, ``train_grid_stack``, ``grid_stack_mean``,
+``grid_stack_moments`` (version 2) (from ``deconvolution``).
 
 Conventions, as in NumPyro's ``MCMC.run(rng_key, ...)`` and BlackJAX's kernels:
 
@@ -91,8 +93,13 @@ _SUBMODULES = (
 
 # the learned-attention entry points, also reachable here (``attnbayes.inference.unrolled_em``)
 _LEARNED = (
+    "grid_stack_mean",
+    "grid_stack_moments",
+    "init_grid_stack",
     "init_unrolled_em",
+    "pretrained_grid_stack",
     "pretrained_unrolled_em",
+    "train_grid_stack",
     "train_unrolled_em",
     "unrolled_em",
     "unrolled_em_moments",

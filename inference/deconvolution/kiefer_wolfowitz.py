@@ -288,7 +288,15 @@ def _qp_active_set(hess, c, y, free, tol, max_inner):
     return y
 
 
-def _mixsqp_loop(lik, columns, w, tol, max_iters, target):
+def mixsqp_loop(lik, columns, w, tol, max_iters, target):
+    """mix-SQP on a likelihood matrix: ``(iterations, w, shifted log p, kkt_gap, start_ok)``.
+
+    ``lik`` (N, G) with row maxima 1 (``_likelihood_matrix``), ``columns(idx)`` its columns
+    ``idx`` (N, len(idx)), ``w`` the start (``mixsqp_start``). A row of ones adds a constant
+    to the objective (log sum_j w_j = 0 on the simplex) and the all-ones vector to N q, so it
+    leaves the optimum unchanged: callers mark padded rows that way (the learned grid stack).
+    Traceable (one ``lax.while_loop``); the caller jits.
+    """
     n, g = lik.shape
     dtype = lik.dtype
     size = min(g, WORKING_SET)
@@ -396,7 +404,7 @@ def _solve(x, grid, sigma, w0, tol, max_iters, target, method):
         def columns(idx):
             return jnp.exp(_log_phi(x, grid[idx], sigma) - row_max[:, None])
 
-        t, w, ll, gap, start_ok = _mixsqp_loop(lik, columns, w0, tol, max_iters, target)
+        t, w, ll, gap, start_ok = mixsqp_loop(lik, columns, w0, tol, max_iters, target)
     nan = jnp.asarray(jnp.nan, lik.dtype)
     w = jnp.where(start_ok, w, nan)
     ll = jnp.where(start_ok, ll + const, nan)
@@ -544,7 +552,7 @@ def default_grid(x, grid_size: int = 300):
     return validation.restore_shape(_default_grid(points, scalar, grid_size), scalar)
 
 
-def _mixsqp_start(grid):
+def mixsqp_start(grid):
     """mix-SQP's start: uniform on min(G, WORKING_SET / 2) grid points by farthest-point order."""
     g = grid.shape[0]
     count = min(g, WORKING_SET // 2)
@@ -640,7 +648,7 @@ def npmle(
         grid2 = _check_grid(grid, points, scalar, inside=True)
     grid2 = jnp.asarray(grid2, dtype) if validation.is_traced(grid2) else np.asarray(grid2, dtype)
     g = grid2.shape[0]
-    w0 = _mixsqp_start(grid2) if method == "mixsqp" else np.full(g, 1.0 / g, dtype=dtype)
+    w0 = mixsqp_start(grid2) if method == "mixsqp" else np.full(g, 1.0 / g, dtype=dtype)
     w, ll, t, gap, converged, start_ok = _solve(
         jnp.asarray(points, dtype),
         jnp.asarray(grid2),

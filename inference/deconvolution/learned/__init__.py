@@ -7,16 +7,25 @@ trained as amortised empirical Bayes, and its comparison with the classical esti
 
 Modules:
 
-- ``unrolled``: the L-layer stack (``init_unrolled_em`` is exactly L steps of K = N EM and the
-  posterior mean), its posterior moments and normal intervals, dense or streamed, padded
-  tasks (masks), saving and loading, and the shipped stack (``pretrained_unrolled_em``);
+- ``unrolled``: the version-1 stack: L layers on K = N atoms, one sigma (``init_unrolled_em``
+  is exactly L steps of K = N EM and the posterior mean), its posterior moments and normal
+  intervals, dense or streamed, padded tasks (masks), saving and loading, and the shipped
+  stack (``pretrained_unrolled_em``);
+- ``grid_stack``: the version-2 stack: a standard error per unit (x_i, s_i), keys on a grid of
+  M points (linear in N), the NPMLE and the normal model as inputs it learns to trust, and a
+  read-out that attends over priors from the NPMLE's to the normal model's
+  (``init_grid_stack`` is exactly L steps of heteroscedastic Kiefer-Wolfowitz EM on the grid);
+- ``grid_training``: tasks with standard errors from a ``NoisePrior``, their oracle Bayes rule,
+  and ``train_grid_stack``;
+- ``archive``: the versioned .npz archives both stacks are saved in;
 - ``training``: tasks from a prior over mixing measures (``TaskPrior``, ``sample_tasks``,
   ``heldout_tasks``), the oracle Bayes rule, the regret, and ``train_unrolled_em`` (optax);
 - ``comparison``: the regret (against the oracle Bayes rule) of the stack, tied EM, the NPMLE,
   James-Stein and NUTS, their coverage, length generalisation, and the Efron-Morris batting
   averages;
-- ``pretrained/``: package data, the shipped stack (``unrolled_em_v1.npz``) and its
-  ``MODEL_CARD.md``, written by ``scripts/train_pretrained_unrolled_em.py``.
+- ``pretrained/``: package data, the shipped stacks (``unrolled_em_v1.npz``, ``MODEL_CARD.md``,
+  written by ``scripts/train_pretrained_unrolled_em.py``; ``grid_stack_v2.npz``,
+  ``MODEL_CARD_V2.md``, written by ``scripts/train_pretrained_grid_stack.py``).
 
 Checked fronts and unchecked kernels, one spelling across attnbayes: the public function
 ``name`` checks its arguments on concrete values (a ``ValueError`` naming the argument, before
@@ -70,6 +79,26 @@ Public API (``__all__``), one line each:
 - ``EFRON_MORRIS_AT_BATS``: 45 at bats.
 - ``EFRON_MORRIS_REST_OF_SEASON``: their averages over the rest of the season (the truth).
 - ``arcsine_transform``: x = sqrt(n) arcsin(2 y - 1), approximately N(., 1).
+- ``init_grid_stack``: the version-2 parameters at which the stack is L steps of grid EM.
+- ``grid_stack_mean``: E[z_i | x] from the grid stack, with a standard error per unit.
+- ``grid_stack_moments``: its posterior mean and variance (``PosteriorMoments``).
+- ``grid_stack_fit``: everything it computed (``GridStackFit``: moments, grid, priors, inputs).
+- ``pretrained_grid_stack``: the version-2 stack shipped with attnbayes (``MODEL_CARD_V2.md``).
+- ``save_grid_stack``: write a grid stack to a version-2 .npz, atomically.
+- ``load_grid_stack``: read one: (params, metadata); a version-1 file is named as such.
+- ``GridStackParams``: a grid stack: ``layers`` (``GridLayerParams``) and ``readout``.
+- ``GridLayerParams``: its layers' mass exponents, pseudo-counts and steps.
+- ``GridReadoutParams``: its start (trust in the NPMLE) and read-out (scores over priors, gate).
+- ``GridStackFit``: what ``grid_stack_fit`` returns.
+- ``RHO_LADDER``: the normal model's shares in the read-out's candidate priors.
+- ``train_grid_stack``: train it on tasks with standard errors (optax).
+- ``NoisePrior``: a prior over the standard errors of a task.
+- ``HOMOSCEDASTIC``: the ``NoisePrior`` with every s_i = 1.
+- ``NoisyTasks``: a batch of tasks with a standard error per point.
+- ``sample_noisy_tasks``: tasks drawn from a ``TaskPrior`` and a ``NoisePrior``, padded.
+- ``heldout_noisy_tasks``: tasks of one named family with standard errors.
+- ``oracle_noisy_posterior_mean``: E[z_i | x_i, s_i, nu] under each task's true measure.
+- ``grid_task_regret``: per task, the MSE of the grid stack and of the oracle.
 - ``inverse_arcsine_transform``: the batting average back from x.
 """
 
@@ -86,6 +115,30 @@ from .comparison import (
     compare_learned_attention,
     inverse_arcsine_transform,
     length_generalisation,
+)
+from .grid_stack import (
+    RHO_LADDER,
+    GridLayerParams,
+    GridReadoutParams,
+    GridStackFit,
+    GridStackParams,
+    grid_stack_fit,
+    grid_stack_mean,
+    grid_stack_moments,
+    init_grid_stack,
+    load_grid_stack,
+    pretrained_grid_stack,
+    save_grid_stack,
+)
+from .grid_training import (
+    HOMOSCEDASTIC,
+    NoisePrior,
+    NoisyTasks,
+    grid_task_regret,
+    heldout_noisy_tasks,
+    oracle_noisy_posterior_mean,
+    sample_noisy_tasks,
+    train_grid_stack,
 )
 from .training import (
     FAMILIES,
@@ -123,10 +176,18 @@ __all__ = [
     "EFRON_MORRIS_REST_OF_SEASON",
     "FAMILIES",
     "HELDOUT_FAMILIES",
+    "HOMOSCEDASTIC",
     "LEARNED_METHODS",
     "OUTSIDE_PRIOR",
+    "RHO_LADDER",
+    "GridLayerParams",
+    "GridReadoutParams",
+    "GridStackFit",
+    "GridStackParams",
     "LayerParams",
     "LearnedComparison",
+    "NoisePrior",
+    "NoisyTasks",
     "PosteriorMoments",
     "ReadoutParams",
     "TaskPrior",
@@ -137,16 +198,28 @@ __all__ = [
     "arcsine_transform",
     "batting_averages_comparison",
     "compare_learned_attention",
+    "grid_stack_fit",
+    "grid_stack_mean",
+    "grid_stack_moments",
+    "grid_task_regret",
+    "heldout_noisy_tasks",
     "heldout_tasks",
+    "init_grid_stack",
     "init_unrolled_em",
     "inverse_arcsine_transform",
     "length_generalisation",
+    "load_grid_stack",
     "load_unrolled_em",
+    "oracle_noisy_posterior_mean",
     "oracle_posterior_mean",
+    "pretrained_grid_stack",
     "pretrained_unrolled_em",
+    "sample_noisy_tasks",
     "sample_tasks",
+    "save_grid_stack",
     "save_unrolled_em",
     "task_regret",
+    "train_grid_stack",
     "train_unrolled_em",
     "unrolled_em",
     "unrolled_em_intervals",

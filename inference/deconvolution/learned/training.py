@@ -174,12 +174,18 @@ def _atoms_measure(key, prior: TaskPrior, dim):
 _SAMPLERS = (_dp_measure, _sparse_measure, _normal_measure, _atoms_measure)
 
 
+def sample_measure(key, family, prior: TaskPrior, dim: int):
+    """(atoms (MEASURE_ATOMS, p), weights (MEASURE_ATOMS,)) of one measure of family index
+    ``family`` (an int or a traced int into ``FAMILIES``) drawn as in ``prior``."""
+    return jax.lax.switch(family, [lambda k, s=s: s(k, prior, dim) for s in _SAMPLERS], key)
+
+
 def _grid_measure(values):
     atoms = jnp.asarray(values, float)[:, None]
     return _pad_measure(atoms, jnp.full((atoms.shape[0],), 1.0 / atoms.shape[0]))
 
 
-def _named_measure(name: str):
+def named_measure(name: str):
     """The fixed held-out measures outside the four random families (scalar)."""
     q = (np.arange(MEASURE_ATOMS) + 0.5) / MEASURE_ATOMS
     if name == "three-atoms":
@@ -215,9 +221,7 @@ def _sample_tasks(key, prior: TaskPrior, num_tasks: int, dim: int) -> Tasks:
     def one(key):
         k_f, k_m, k_n, k_d = jax.random.split(key, 4)
         family = jax.random.categorical(k_f, jnp.log(probs))
-        atoms, weights = jax.lax.switch(
-            family, [lambda k, s=s: s(k, prior, dim) for s in _SAMPLERS], k_m
-        )
+        atoms, weights = sample_measure(k_m, family, prior, dim)
         n = jax.random.randint(k_n, (), prior.min_points, prior.max_points + 1)
         x, z, mask = _draw_task(k_d, atoms, weights, n, prior.max_points)
         return Tasks(x, z, mask, atoms, weights, family)
@@ -273,7 +277,7 @@ def heldout_tasks(key, family: str, num_tasks: int, num_points: int, prior=None)
         sampler = _SAMPLERS[FAMILIES.index(family)]
         atoms, weights = jax.vmap(lambda k: sampler(jax.random.fold_in(k, 1), prior, 1))(keys)
     else:
-        a, w = _named_measure(family)
+        a, w = named_measure(family)
         atoms = jnp.broadcast_to(a, (num_tasks, *a.shape))
         weights = jnp.broadcast_to(w, (num_tasks, *w.shape))
     x, z, mask = jax.vmap(lambda k, a, w: _draw_task(k, a, w, num_points, num_points))(
@@ -281,10 +285,10 @@ def heldout_tasks(key, family: str, num_tasks: int, num_points: int, prior=None)
     )
     # strong types: families whose weights are built from Python numbers would otherwise give
     # weak-typed arrays, and a program compiled for one family would compile again for another
-    return _strong(Tasks(x, z, mask, atoms, weights, jnp.full((num_tasks,), index)))
+    return strong_types(Tasks(x, z, mask, atoms, weights, jnp.full((num_tasks,), index)))
 
 
-def _strong(tree):
+def strong_types(tree):
     """The same arrays with strong types (a weak type is a compile-cache key of its own)."""
     return jax.tree.map(lambda v: jax.lax.convert_element_type(v, jnp.result_type(v)), tree)
 
@@ -440,7 +444,7 @@ def train_unrolled_em(
     _check_loss_range(prior, weight, dim, loss_dtype)
     # a weak-typed start (jnp.full(2, 0.3)) would compile the chunk twice: the first chunk
     # returns the same leaves strongly typed
-    params = _strong(params)
+    params = strong_types(params)
     num_steps = validation.check_positive_int("num_steps", num_steps)
     batch_size = validation.check_positive_int("batch_size", batch_size)
     num_heldout = validation.check_positive_int("num_heldout", num_heldout)

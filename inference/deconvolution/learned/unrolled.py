@@ -49,9 +49,6 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
-import zipfile
-import zlib
 from typing import NamedTuple
 
 import jax
@@ -62,6 +59,7 @@ from .... import validation
 from ...attention import scored_attention_unchecked
 from ..checks import checked_problem
 from ..estep import block_sums, weighted_differences
+from .archive import archive_metadata, archive_version, read_archive, write_archive
 
 FORMAT_VERSION = 1
 
@@ -463,31 +461,12 @@ def save_unrolled_em(path, params: UnrolledEMParams, metadata: dict | None = Non
     metadata entry, ``meta.<name>`` (strings or numbers). Refuses non-finite parameters.
     """
     params = check_params("params", params)
-    path = os.fspath(path)
-    if not path.endswith(".npz"):
-        raise ValueError(f"path: expected a .npz file name, got {path!r}")
     arrays = {f"layers.{f}": np.asarray(v) for f, v in params.layers._asdict().items()}
     arrays.update({f"readout.{f}": np.asarray(v) for f, v in params.readout._asdict().items()})
     arrays["format_version"] = np.asarray(FORMAT_VERSION)
     arrays["num_layers"] = np.asarray(params.num_layers)
     arrays["dim"] = np.asarray(params.dim)
-    for name, value in (metadata or {}).items():
-        if not isinstance(value, str | int | float):
-            raise ValueError(f"metadata: {name!r} must be a string or a number, got {value!r}")
-        arrays[f"meta.{name}"] = np.asarray(value)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> an ordinary file's permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_archive(path, arrays, metadata)
 
 
 def load_unrolled_em(path) -> tuple[UnrolledEMParams, dict]:
@@ -495,26 +474,13 @@ def load_unrolled_em(path) -> tuple[UnrolledEMParams, dict]:
 
     Raises:
         ValueError: naming the path, for a missing file, one that is not a whole .npz archive
-            (empty, truncated, another format), another or an unreadable ``format_version``,
-            and missing, non-float, misshapen or non-finite arrays or non-scalar metadata.
+            (empty, truncated, another format), another or an unreadable ``format_version``
+            (a version-2 grid stack is named as such: ``load_grid_stack`` reads it), and
+            missing, non-float, misshapen or non-finite arrays or non-scalar metadata.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ValueError(f"path: no such file {path!r}")
-    arrays = _read_archive(path)
-    version = arrays.get("format_version")
-    if version is None:
-        raise ValueError(f"path: no format version in {path!r}: not a saved stack")
-    if version.ndim != 0 or not np.issubdtype(version.dtype, np.integer):
-        raise ValueError(
-            f"path: format version {version.tolist()!r} in {path!r} is not an integer "
-            f"(this attnbayes reads version {FORMAT_VERSION})"
-        )
-    if int(version) != FORMAT_VERSION:
-        raise ValueError(
-            f"path: format version {int(version)} in {path!r}, this attnbayes reads version "
-            f"{FORMAT_VERSION}"
-        )
+    arrays = read_archive(path)
+    archive_version(arrays, path, FORMAT_VERSION)
     fields = [f"layers.{f}" for f in LayerParams._fields]
     fields += [f"readout.{f}" for f in ReadoutParams._fields]
     for name in fields:
@@ -532,37 +498,7 @@ def load_unrolled_em(path) -> tuple[UnrolledEMParams, dict]:
         params = check_params("path", UnrolledEMParams(layers, readout))
     except ValueError as err:
         raise ValueError(f"{err} (in {path!r})") from None
-    metadata = {}
-    for name, value in arrays.items():
-        if name.startswith("meta."):
-            if value.ndim != 0:
-                raise ValueError(
-                    f"path: metadata {name!r} in {path!r} has shape {value.shape}, "
-                    "expected a string or a number"
-                )
-            metadata[name[5:]] = value.item()
-    return params, metadata
-
-
-# what reading a file that is not a whole archive raises: an empty file (EOFError), a cut or
-# foreign one (BadZipFile, ValueError), a damaged compressed member (zlib.error), or OSError
-_UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
-
-
-def _read_archive(path: str) -> dict:
-    """The arrays of the .npz archive at ``path``, by name; ValueError naming it otherwise."""
-    try:
-        with open(path, "rb") as handle:
-            data = np.load(handle, allow_pickle=False)
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise ValueError("a single array, not an .npz archive")
-            with data:
-                return {name: data[name] for name in data.files}
-    except _UNREADABLE as err:
-        raise ValueError(
-            f"path: not a saved stack: {path!r} could not be read as an .npz archive "
-            f"({type(err).__name__}: {str(err) or 'no detail'})"
-        ) from None
+    return params, archive_metadata(arrays, path)
 
 
 PRETRAINED_FILE = "unrolled_em_v1.npz"
