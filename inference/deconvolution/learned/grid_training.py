@@ -46,6 +46,7 @@ from .training import (
     TrainProgress,
     TrainResult,
     check_task_prior,
+    family_sampler,
     named_measure,
     sample_measure,
     strong_types,
@@ -165,9 +166,8 @@ def _heldout(key, index, prior, noise, num_tasks, num_points):
     family = HELDOUT_FAMILIES[index]
     if family in FAMILIES:
         f = FAMILIES.index(family)
-        atoms, weights = jax.vmap(lambda k: sample_measure(jax.random.fold_in(k, 1), f, prior, 1))(
-            keys
-        )
+        sampler = family_sampler(f)  # this family's program only (not a switch over four)
+        atoms, weights = jax.vmap(lambda k: sampler(jax.random.fold_in(k, 1), prior, 1))(keys)
     else:
         a, w = named_measure(family)
         atoms = jnp.broadcast_to(a, (num_tasks, *a.shape))

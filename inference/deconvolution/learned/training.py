@@ -174,6 +174,12 @@ def _atoms_measure(key, prior: TaskPrior, dim):
 _SAMPLERS = (_dp_measure, _sparse_measure, _normal_measure, _atoms_measure)
 
 
+def family_sampler(family: int):
+    """The sampler ``(key, prior, dim) -> (atoms, weights)`` of ``FAMILIES[family]`` (a Python
+    int): one family's program alone, where ``sample_measure`` compiles all four branches."""
+    return _SAMPLERS[family]
+
+
 def sample_measure(key, family, prior: TaskPrior, dim: int):
     """(atoms (MEASURE_ATOMS, p), weights (MEASURE_ATOMS,)) of one measure of family index
     ``family`` (an int or a traced int into ``FAMILIES``) drawn as in ``prior``."""
