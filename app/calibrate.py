@@ -268,6 +268,11 @@ def run_calibration(
     methods = [registry.get_method(reading, m).name for m in methods]
     if len(set(methods)) != len(methods):
         raise InputError(f"--method: listed twice: {methods}")
+    if "learned" in methods and "data_fraction" in (overrides or {}):
+        raise InputError(
+            "--data-fraction: does not apply to --method learned: the grid stack gives "
+            "posteriors for the points it sees only"
+        )
     if checkpoint_dir is not None:
         checkpoint_dir = Path(checkpoint_dir)
         if not checkpoint_dir.is_dir():

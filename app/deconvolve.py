@@ -16,7 +16,8 @@ x_i = arcsin(sqrt((H_i + 1/4) / (T_i + 1/2))) with s_i = 1 / (2 sqrt(T_i))
   intervals of z_i); with ``--binomial``: row, line, HITS, TRIALS, p_raw = H/T, x, se, the
   columns of x, then p_hat, p_lower_50, p_upper_50, p_lower_90, p_upper_90
   (``deconvolve_output_columns``);
-- ``measure.csv`` (interval methods: attention-EM, the NPMLE): the fitted mixing measure,
+- ``measure.csv`` (interval methods with a discrete nu: attention-EM, the NPMLE, and the
+  learned grid stack, whose nu is its effective prior on its grid): the fitted mixing measure,
   weight and atom_c per atom;
 - ``metrics.csv``: metric, value (log-likelihood, wall time; samplers: LOO, R-hat, ESS,
   divergences);
@@ -26,7 +27,10 @@ x_i = arcsin(sqrt((H_i + 1/4) / (T_i + 1/2))) with s_i = 1 / (2 sqrt(T_i))
   proportions, binomial), sampler diagnostics) and ``run.json`` (what was run on what).
 
 Before computing, attention-EM's memory is estimated and a dense E-step that would not fit is
-refused with the alternatives (``check_em_memory``). Publishing is ``attnbayes.app.runs``'s.
+refused with the alternatives (``check_em_memory``). ``--method learned`` runs the shipped grid
+stack (version 2, ``pretrained_grid_stack``) on scalar data only (several columns are refused
+naming p); the terminal and the page say which stack ran and the prior it was trained on.
+Publishing is ``attnbayes.app.runs``'s.
 """
 
 from __future__ import annotations
@@ -283,7 +287,7 @@ def check_deconvolve(table: Table, sigma, method: str, *, binomial: bool = False
     ``attnbayes.app.user_data.read_counts``) and ``sigma`` is None. Values whose squared
     distances overflow are named by file, line and column, and the library's value checks
     (``check_problem``) by the file or the option that gave sigma."""
-    offered_method("deconvolve", "deconvolution", method)
+    entry = offered_method("deconvolve", "deconvolution", method)
     if binomial:
         if sigma is not None:
             raise InputError("--binomial: takes no --sigma or --se (s_i comes from the trials)")
@@ -309,6 +313,8 @@ def check_deconvolve(table: Table, sigma, method: str, *, binomial: bool = False
     se_names = () if problem.se is None or binomial else problem.se.columns
     counts = table.columns if binomial else None
     check_columns_unique(deconvolve_output_columns(data.columns, se_names, counts))
+    if entry.name == "learned":
+        _check_learned(data, method)
     _check_spread(problem)
     from ..inference.deconvolution.em import check_problem
 
@@ -321,6 +327,46 @@ def check_deconvolve(table: Table, sigma, method: str, *, binomial: bool = False
             raise InputError(f"{option}: {message.removeprefix('sigma: ')}") from None
         raise InputError(f"{data.path}: {message.removeprefix('x: ')}") from None
     return problem
+
+
+def _check_learned(data: Table, method: str) -> None:
+    """The grid stack's own refusals, before JAX: scalar data (one column) with a spread."""
+    p = data.values.shape[1]
+    if p != 1:
+        raise InputError(
+            f"--method {method}: the grid stack is for scalar data (p = 1), got p = {p} "
+            f"columns ({', '.join(data.columns)}); pick one with --columns, or use --method em "
+            "or npmle for points in R^p"
+        )
+    if np.ptp(data.values) == 0:
+        raise InputError(
+            f"{data.path}: every value of {data.columns[0]} is equal; --method {method} "
+            "needs a spread (its grid spans min to max)"
+        )
+
+
+def _stack_text(metadata: dict, params) -> str:
+    """Which stack ``--method learned`` runs, and the prior it was trained on, in a sentence
+    (from the shipped file's metadata; ``scripts/train_pretrained_grid_stack.py`` writes it)."""
+    from ..inference.deconvolution.learned.grid_stack import PRETRAINED_FILE
+    from ..inference.deconvolution.learned.training import FAMILIES
+
+    text = (
+        f"the grid stack, version 2 ({PRETRAINED_FILE}, pretrained_grid_stack: "
+        f"{params.num_layers} layers"
+    )
+    if "grid_size" in metadata:
+        text += f", a grid of {metadata['grid_size']:g} keys"
+    text += f"), trained on simulated tasks: mixing measures of the families {', '.join(FAMILIES)}"
+    if "min_points" in metadata and "max_points" in metadata:
+        text += f", N = {metadata['min_points']:g} to {metadata['max_points']:g} points"
+    if "max_ratio" in metadata:
+        text += f", standard errors up to {metadata['max_ratio']:g} times apart"
+    if "homoscedastic_prob" in metadata:
+        text += f" (all equal in {metadata['homoscedastic_prob']:.0%} of tasks)"
+    if "num_steps" in metadata:
+        text += f"; {metadata['num_steps']:g} training steps"
+    return text + "; its model card is learned/pretrained/MODEL_CARD_V2.md"
 
 
 def _check_se_table(table: Table, se: Table) -> None:
@@ -645,6 +691,13 @@ def run_deconvolve(
     target = prepare_target(out_dir, name or default_name(table.path, "deconvolve", method))
     say = progress or (lambda message: None)
     started = time.perf_counter()
+    method_kwargs = {library: sizes} if sampler else None
+    stack_text = None
+    if library == "learned":  # the shipped stack, loaded once: what runs is what is named
+        stack, stack_meta = entry.load_pretrained(metadata=True)
+        stack_text = _stack_text(stack_meta, stack)
+        say(f"learned: {stack_text}")
+        method_kwargs = {"learned": {"params": stack}}
 
     columns = problem.data.columns
     with computing():
@@ -655,7 +708,7 @@ def run_deconvolve(
             methods=(library,),
             num_atoms=k,
             em_kwargs=None if block_size is None else {"block_size": block_size},
-            method_kwargs={library: sizes} if sampler else None,
+            method_kwargs=method_kwargs,
             progress=say,
         )
         fit = comparison.fits[library]
@@ -701,6 +754,9 @@ def run_deconvolve(
         }
     summary["sigma" if problem.se is None else "standard errors s_i"] = _se_text(problem)
     summary["method"] = method if method == library else f"{method} ({library})"
+    if stack_text is not None:
+        summary["stack"] = stack_text
+        settings["stack"] = stack_text
     if block_size is not None:
         settings["block_size"] = block_size
         summary["E-step block size"] = block_size
@@ -722,6 +778,8 @@ def run_deconvolve(
     if argv is not None:
         settings["argv"] = list(argv)
     title = f"{method}: data and the fitted mixing measure"
+    if library == "learned":
+        title = f"{method}: data and the stack's effective prior on its grid"
     fig_data = figure_data_and_measure(points, columns, problem.sigma, fit.measure, title)
     fig_z = figure_z_hat(points, columns, fit.z_hat, fit.intervals)
     fig_p = ""
@@ -772,6 +830,12 @@ columns p_hat, p_lower_*, p_upper_* of <code>z_hat.csv</code>.</p>
             note_data += f" Standard errors {_se_text(problem)}."
     if sampler:
         note_data += " For a sampler, nu is the posterior mean measure (all draws pooled)."
+    if library == "learned":
+        note_data += (
+            " For the learned stack, nu is its effective prior discretised on its grid (the "
+            "posterior moments use the prior's normal part exactly); the intervals are normal, "
+            "z_hat -+ q sd."
+        )
     prior_html = ""
     if fit.measure is None:  # a parametric prior (normal): the data alone, the prior's numbers
         noise = f"standard errors {_se_text(problem)}" if problem.se is not None else "one sigma"

@@ -195,10 +195,20 @@ _EB = [
     if m.returns == "intervals"
 ]
 
+# the methods whose nu is discrete (measure.csv): not the normal-prior rules
+_DISCRETE_NU = [m for m in _EB if m not in ("sure", "normal-eb")]
+_MODEL = textwrap.fill(
+    "z_i ~ nu,  x_i | z_i ~ N(z_i, s_i^2 I_p) with the noise known: estimate the mixing "
+    f"measure nu and every z_i (empirical Bayes for {join_names(_EB)}, a full posterior for "
+    f"{join_names(DECONVOLVE_SAMPLERS)}; learned takes one column only). The noise is one of",
+    width=86,
+    initial_indent="  ",
+    subsequent_indent="  ",
+    break_on_hyphens=False,
+)
+
 DECONVOLVE_EPILOG = f"""model:
-  z_i ~ nu,  x_i | z_i ~ N(z_i, s_i^2 I_p) with the noise known: estimate the mixing
-  measure nu and every z_i (empirical Bayes for {join_names(_EB)}, a full posterior
-  for {join_names(DECONVOLVE_SAMPLERS)}). The noise is one of
+{_MODEL}
     --sigma S       one sd for every row and coordinate (s_i = S);
     --se COL        a column of standard errors, s_i for row i and every coordinate of
                     it; --se C1,..,Cp: one column per data column (s_ic);
@@ -225,7 +235,8 @@ output files in OUT/NAME:
                    intervals for z_i); --binomial: row, line, H, T, p_raw = H/T, x, se,
                    z_hat_x, its intervals, p_hat, p_lower_50, p_upper_50, p_lower_90,
                    p_upper_90
-  measure.csv      ({join_names(_EB)}) the fitted nu: weight, atom_c per atom
+  measure.csv      ({join_names(_DISCRETE_NU)}) the fitted nu: weight, atom_c per
+                   atom (learned: its effective prior on its grid)
   metrics.csv      metric, value: log-likelihood, wall time; for the samplers also
                    elpd_loo, pareto_k_max, worst R-hat, smallest bulk/tail ESS,
                    divergences (on permutation-invariant quantities)
@@ -243,6 +254,7 @@ output files in OUT/NAME:
 examples:
   attnbayes deconvolve scores.csv --sigma 1 --method nuts --num-atoms 4
   attnbayes deconvolve schools.csv --columns effect --se se --method npmle
+  attnbayes deconvolve schools.csv --columns effect --se se --method learned
   attnbayes deconvolve batting.csv --binomial hits,at_bats"""
 
 

@@ -16,7 +16,11 @@ replicate inside one compiled program (``attnbayes.inference.diagnostics.sbc`` /
   Samplers ("nuts", "nuts-dp", "gibbs") are ranked on permutation-invariant test quantities
   (``deconvolution_quantities``: nu's CDF at fixed points, its mean and standard deviation, and
   the log-likelihood); interval methods ("attention-em", "npmle", "approx-gibbs", "james-stein",
-  "oracle") get the coverage of their intervals for z_i.
+  "learned", "oracle") get the coverage of their intervals for z_i. "learned" is the grid stack
+  (``deconvolution.learned.grid_stack``, parameters ``pretrained_grid_stack()`` unless
+  ``overrides={"params": ...}``): its posterior of z_i is the normal N(m_i, v_i) of its
+  posterior moments, the distribution its intervals z_hat -+ q sd are the quantiles of. It
+  gives posteriors for the points it sees only, so ``data_fraction`` is refused for it.
 - Switching (``SwitchingStudy``): fixed parameters (a named scenario), (s, x, y) simulated; the
   filters and smoothers get the coverage of their intervals for every coordinate of x_t, the
   quantiles of their Gaussian-mixture posterior (mode_probs, means, covs) found by bisection.
@@ -49,6 +53,7 @@ from ..models import switching as smodel
 from . import methods as registry
 from .deconvolution import em, gibbs
 from .deconvolution.kiefer_wolfowitz import npmle
+from .deconvolution.learned.grid_stack import check_grid_params, grid_stack_moments_unchecked
 from .diagnostics import PosteriorDraws, coverage_summary, interval_coverage, sbc
 from .mcmc import run_nuts_unchecked
 from .switching import filters as sfilters
@@ -320,6 +325,16 @@ def _deconvolution_cdf(study: DeconvolutionStudy, name: str, settings: dict) -> 
             atoms, weights = trace.atoms[-1], trace.weights[-1]
         elif name == "oracle":
             atoms, weights = data["atoms"], data["weights"]
+        elif name == "learned":  # the normal posterior of its moments (data_fraction refused)
+            from jax.scipy.special import ndtr
+
+            params = jax.tree_util.tree_map(lambda v: jnp.asarray(v, x.dtype), opts["params"])
+            s = jnp.broadcast_to(jnp.asarray(sigma, x.dtype), x.shape)
+            mean, var = grid_stack_moments_unchecked(
+                params, x, s, jnp.ones(x.shape, bool), opts["grid_size"]
+            )
+            cdf = ndtr((z - mean) / jnp.sqrt(var))
+            return {"z": (cdf, cdf)}
         else:  # james-stein: positive-part shrinkage to the grand mean, normal EB posterior
             cdf = _james_stein_cdf(x_all, x, sigma, z)
             return {"z": (cdf, cdf)}
@@ -439,7 +454,12 @@ def calibrate(
     if not isinstance(alpha, float) or not 0 < alpha < 1:
         raise ValueError(f"alpha: expected a number in (0, 1), got {alpha!r}")
     settings = registry.settings(reading, method, overrides)
-    study_info = {"reading": reading, "method": method, "overrides": _jsonable(overrides)}
+    shown = dict(overrides)
+    if method == "learned":
+        settings = _learned_settings(entry, settings)
+        if "params" in shown:
+            shown["params"] = "GridStackParams (given)"
+    study_info = {"reading": reading, "method": method, "overrides": _jsonable(shown)}
     if reading == "deconvolution":
         study = DeconvolutionStudy() if study is None else study
         if not isinstance(study, DeconvolutionStudy):
@@ -512,6 +532,32 @@ def calibrate(
     verdict, reason = calibration_verdict(tree, alpha=alpha)
     tree.attrs.update(verdict=verdict, verdict_reason=reason, alpha=alpha)
     return tree
+
+
+def _learned_settings(entry: registry.Method, settings: dict) -> dict:
+    """The grid stack's settings checked before tracing: its parameters (the shipped stack
+    unless ``overrides["params"]``), ``grid_size``, no other keys, no ``data_fraction``."""
+    allowed = {"params", "grid_size", "sigma_factor"}
+    if "data_fraction" in settings:
+        raise ValueError(
+            "overrides: data_fraction does not apply to 'learned': the grid stack gives "
+            "posteriors for the points it sees only (no fitted nu to carry to the rest)"
+        )
+    unknown = sorted(set(settings) - allowed)
+    if unknown:
+        raise ValueError(
+            f"overrides: unknown settings {unknown} for 'learned'; it takes params, grid_size "
+            "and sigma_factor"
+        )
+    settings = dict(settings)
+    settings["grid_size"] = validation.check_positive_int(
+        "overrides['grid_size']", settings["grid_size"], minimum=2
+    )
+    params = settings.get("params")
+    if params is None:
+        params = entry.load_pretrained()
+    settings["params"] = check_grid_params("overrides['params']", params)
+    return settings
 
 
 def _check_deconvolution_study(study: DeconvolutionStudy) -> None:

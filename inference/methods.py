@@ -56,6 +56,9 @@ class Method(NamedTuple):
         commands: the ``attnbayes`` commands whose ``--method`` offers it (``COMMANDS``).
         description: a sentence or two on what it does and what its intervals mean, for the
             help of the commands offering it and the pages their runs write.
+        pretrained: for a learned method, where the function returning its shipped parameters
+            lives ("module:name" under ``attnbayes.inference``, called by
+            ``load_pretrained``), else None.
     """
 
     name: str
@@ -69,14 +72,23 @@ class Method(NamedTuple):
     aliases: tuple[str, ...] = ()
     commands: tuple[str, ...] = ()
     description: str = ""
+    pretrained: str | None = None
 
     @property
     def fit(self) -> Callable | None:
         """The algorithm's function (imported on first use)."""
-        if self.function is None:
-            return None
-        module, name = self.function.split(":")
-        return getattr(importlib.import_module(f"attnbayes.inference.{module}"), name)
+        return None if self.function is None else _lookup(self.function)
+
+    def load_pretrained(self, **options):
+        """A learned method's shipped parameters: ``pretrained`` (imported on first use) called
+        with ``options`` (e.g. ``metadata=True``); None for a method without any."""
+        return None if self.pretrained is None else _lookup(self.pretrained)(**options)
+
+
+def _lookup(reference: str):
+    """The object at "module:name" under ``attnbayes.inference``."""
+    module, name = reference.split(":")
+    return getattr(importlib.import_module(f"attnbayes.inference.{module}"), name)
 
 
 def _method(
@@ -92,6 +104,7 @@ def _method(
     aliases=(),
     commands=(),
     description="",
+    pretrained=None,
 ) -> Method:
     assert reading in READINGS and returns in RETURNS
     assert all(reading in COMMANDS[c] for c in commands), (name, commands)
@@ -109,6 +122,7 @@ def _method(
         tuple(aliases),
         tuple(commands),
         " ".join(description.split()),
+        pretrained,
     )
 
 
@@ -245,6 +259,27 @@ _DECONVOLUTION = (
         + s_i^2) (tau = 0, complete pooling, is possible and is reported); z_hat and intervals
         from the normal posterior given those values: a plug-in that ignores their
         uncertainty, so the intervals are too narrow (zero width when tau = 0).""",
+    ),
+    _method(
+        "learned",
+        "deconvolution",
+        "learned EB (grid stack v2)",
+        "deconvolution.learned.grid_stack:grid_stack_fit",
+        {"grid_size": 128},
+        "intervals",
+        False,
+        "prior-posterior",
+        commands=("deconvolve", "calibrate"),
+        pretrained="deconvolution.learned.grid_stack:pretrained_grid_stack",
+        description="""learned empirical Bayes, version 2 (the grid stack,
+        pretrained_grid_stack): attention layers keyed on a grid of 128 points, trained as an
+        amortised EB estimator on simulated tasks (mixing measures of four families; standard
+        errors all equal, or up to 10 times apart; its model card has the details); it reads
+        the NPMLE on the grid and the normal model as inputs and returns each z_i's posterior
+        mean and variance. Scalar data only (p = 1), one sigma or a standard error per row. The
+        intervals are normal, z_hat -+ q sd: approximate, and a plug-in like EM's; nu is its
+        effective prior on the grid. The version-1 stack (one sigma, K = N atoms) stays a
+        library function, unrolled_em_moments.""",
     ),
     _method(
         "oracle",

@@ -30,6 +30,16 @@ Methods:
   likelihood (``shrinkage.normal_eb``); the plug-in posterior N(mu + (1 - b_i)(x_i - mu),
   (1 - b_i) s_i^2), b_i = s_i^2 / (s_i^2 + tau^2), for intervals, N(mu, tau^2 + s_i^2) as
   predictive. With p > 1 "sure" and "normal-eb" work coordinate by coordinate.
+- ``"learned"``: the grid stack, version 2 of the learned empirical-Bayes estimator
+  (``learned.grid_stack.grid_stack_fit``; parameters ``pretrained_grid_stack()`` unless
+  ``method_kwargs={"learned": {"params": ..., "grid_size": ...}}``): z_hat its posterior mean,
+  normal intervals z_hat -+ q sd from its posterior variance, and as nu (for
+  ``wasserstein1_nu``, ``log_likelihood`` and ``heldout_lpd``) its effective prior
+  discretised on its grid, ``GridStackFit.prior_weights`` on ``GridStackFit.grid`` (the normal
+  part of that prior put on the grid; the posterior moments use it exactly). Scalar data only:
+  x with p > 1 coordinates is refused by name before any method runs. The stack is looked up
+  through the method registry (``Method.fit``, ``Method.load_pretrained``): the learned rooms
+  sit above this module.
 - ``"oracle"`` (when ``true_measure`` is given): the Bayes rule under the true measure, the
   floor that any estimator of nu is measured against.
 
@@ -517,6 +527,76 @@ def _run_normal_eb(p: _Problem, key, opts) -> MethodFit:
     return _normal_rule_fit(p, "normal-eb", time.perf_counter())
 
 
+def _run_learned(p: _Problem, key, opts) -> MethodFit:
+    return _learned_fit(p, opts)
+
+
+def _learned_fit(p: _Problem, opts) -> MethodFit:
+    """The grid stack on (x, sigma): z_hat its posterior mean, normal intervals from its
+    posterior variance, nu its effective prior on the grid (atoms of weight 0 dropped)."""
+    start = time.perf_counter()
+    stack = registry.get_method("deconvolution", "learned").fit
+    sigma = p.sigma if np.ndim(p.rows) == 0 else np.reshape(np.asarray(p.rows, np.float64), -1)
+    try:
+        fit = stack(opts["params"], p.x, sigma, grid_size=opts["grid_size"])
+    except ValueError as err:  # the library names its own arguments
+        message = str(err)
+        if message.startswith("params"):
+            raise ValueError(f"method_kwargs['learned']['params']{message[6:]}") from None
+        raise
+    mean = np.asarray(fit.mean, np.float64)
+    sd = np.sqrt(np.asarray(fit.variance, np.float64))
+    intervals = {}
+    for prob in INTERVAL_PROBS:
+        q = _normal_quantile((1 + prob) / 2)
+        intervals[prob] = (mean - q * sd, mean + q * sd)
+    weights = np.asarray(fit.prior_weights, np.float64)
+    keep = weights > 0
+    atoms = np.asarray(fit.grid, np.float64)[keep]
+    measure = DiscreteMeasure(
+        atoms if p.scalar else atoms[:, None], weights[keep] / weights[keep].sum()
+    )
+    ll = float(log_likelihood_unchecked(*_kernel_inputs(p.x, measure, p.rows)))
+    heldout = None if p.heldout is None else _heldout_lpd(p.heldout.x, measure, p.heldout.sigma)
+    return MethodFit(
+        z_hat=mean,
+        intervals=intervals,
+        measure=measure,
+        seconds=time.perf_counter() - start,
+        log_likelihood=ll,
+        heldout_lpd=heldout,
+        hyperparameters={
+            "normal_location": float(fit.normal_location),
+            "normal_variance": float(fit.normal_variance),
+        },
+    )
+
+
+def _learned_settings(opts: dict, points: np.ndarray) -> dict:
+    """The "learned" method's settings checked before any method runs: only ``params`` and
+    ``grid_size``, scalar data with a spread, and the shipped stack when no ``params``."""
+    unknown = sorted(set(opts) - {"params", "grid_size"})
+    if unknown:
+        raise ValueError(
+            f"method_kwargs['learned']: unknown settings {unknown}; it takes params and grid_size"
+        )
+    if points.shape[1] != 1:
+        raise ValueError(
+            f"x: the grid stack ('learned') is for scalar data (p = 1), got p = "
+            f"{points.shape[1]} coordinates per point; for p-dimensional data use attention-em "
+            "or npmle"
+        )
+    if np.ptp(np.asarray(points, np.float64)) == 0:
+        raise ValueError("x: all points are equal; the grid stack ('learned') needs a spread")
+    opts = dict(opts)
+    opts["grid_size"] = validation.check_positive_int(
+        "method_kwargs['learned']['grid_size']", opts["grid_size"], minimum=2
+    )
+    if opts.get("params") is None:
+        opts["params"] = registry.get_method("deconvolution", "learned").load_pretrained()
+    return opts
+
+
 def _run_oracle(p: _Problem, key, opts) -> MethodFit:
     start = time.perf_counter()
     return _point_fit(p.x, p.rows, p.true_measure, p.scalar, p.heldout, start)
@@ -533,6 +613,7 @@ _RUNNERS = {
     "james-stein": _run_james_stein,
     "sure": _run_sure,
     "normal-eb": _run_normal_eb,
+    "learned": _run_learned,
     "oracle": _run_oracle,
 }
 assert tuple(_RUNNERS) == METHODS, "every registered deconvolution method has a runner"
@@ -588,8 +669,9 @@ def compare_deconvolution(
             x (500 warmup + 500 draws); Gibbs sweeps are cheap but mix about 4x worse per draw
             than NUTS here, so "gibbs" runs 4 chains x (1000 warmup + 2000 draws).
         method_kwargs: per-method keyword arguments, e.g. ``{"npmle": {"grid_size": 500},
-            "approx-gibbs": {"step_size": 1.5}, "gibbs": {...}, "nuts-dp": {...}}``; they
-            override ``em_kwargs`` / ``nuts_kwargs``.
+            "approx-gibbs": {"step_size": 1.5}, "gibbs": {...}, "nuts-dp": {...}, "learned":
+            {"params": GridStackParams, "grid_size": 128}}``; they override ``em_kwargs`` /
+            ``nuts_kwargs``.
         progress: called with a short message before each method (e.g. ``print``).
 
     Returns:
@@ -675,6 +757,8 @@ def compare_deconvolution(
         )
         for method in METHODS
     }
+    if "learned" in methods:
+        kwargs["learned"] = _learned_settings(kwargs["learned"], points)
     for method in methods:
         if method in SAMPLERS:  # every sampler's LOO, R-hat and ESS go into the table
             opts = kwargs[method]

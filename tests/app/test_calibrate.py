@@ -68,6 +68,10 @@ CALIBRATE_CASES = {
     ),
     "escaping-name": (["--name", "../x"], "--name: must be a plain folder name"),
     "missing-checkpoint-dir": (["--checkpoint-dir", "nowhere"], "--checkpoint-dir: nowhere"),
+    "fraction-for-learned": (
+        ["--method", "em", "--method", "learned", "--data-fraction", "0.5"],
+        "--data-fraction: does not apply to --method learned",
+    ),
 }
 
 

@@ -39,7 +39,7 @@ def test_help_lists_commands_options_defaults_and_exit_statuses(run_cli, monkeyp
         "applies to every coordinate of its row",
         "arcsin(sqrt((H_i + 1/4) / (T_i + 1/2)))",
         "p = sin(z)^2",
-        "--method {attention-em,em,npmle,nuts,gibbs,sure,normal-eb}",
+        "--method {attention-em,em,npmle,nuts,gibbs,sure,normal-eb,learned}",
         "[em]",
         "--num-atoms K",
         "[5]",
@@ -93,6 +93,7 @@ def test_the_parser_offers_the_registry_and_the_library_names():
         "gibbs",
         "sure",
         "normal-eb",
+        "learned",
     )
     assert options["deconvolve"]["method"].choices == registry.command_choices(
         "deconvolve", "deconvolution"

@@ -52,6 +52,7 @@ def test_the_commands_lists_come_from_the_registry():
         "gibbs",
         "sure",
         "normal-eb",
+        "learned",
     )
     assert registry.command_choices("filter", "switching") == (
         "gpb1",
@@ -87,6 +88,28 @@ def test_the_commands_can_run_what_they_offer():
     for reading in registry.READINGS:
         offered = registry.command_methods("calibrate", reading)
         assert tuple(m.name for m in offered) == CALIBRATION_METHODS[reading]
+
+
+def test_the_learned_method_runs_the_grid_stack_with_its_shipped_parameters(monkeypatch):
+    """ "learned" is the version-2 grid stack: an interval method offered by deconvolve and
+    calibrate, whose ``fit`` and ``load_pretrained`` are looked up when asked for (a patched
+    module attribute is what runs)."""
+    from attnbayes.inference.deconvolution.learned import grid_stack
+
+    method = registry.get_method("deconvolution", "learned")
+    assert (method.returns, method.target, method.needs_key) == (
+        "intervals",
+        "prior-posterior",
+        False,
+    )
+    assert method.commands == ("deconvolve", "calibrate")
+    assert "learned" in registry.command_choices("calibrate", "deconvolution")
+    assert method.fit is grid_stack.grid_stack_fit
+    assert dict(method.defaults) == {"grid_size": grid_stack.GRID_SIZE}
+    assert "p = 1" in method.description and "standard error per row" in method.description
+    monkeypatch.setattr(grid_stack, "pretrained_grid_stack", lambda **kw: ("shipped", kw))
+    assert method.load_pretrained(metadata=True) == ("shipped", {"metadata": True})
+    assert registry.get_method("deconvolution", "npmle").load_pretrained() is None
 
 
 def test_the_registry_imports_no_jax():
