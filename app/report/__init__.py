@@ -12,7 +12,8 @@ then the sections (``SECTIONS``):
 1. Data: the deconvolution scenarios (one of them with its own noise scale s_i per
    observation, ``Scenario.per_unit``) and the maneuvering target.
 2. Methods side by side: ``compare_deconvolution`` and ``compare_switching`` tables
-   (accuracy, calibration, time) with their figures.
+   (accuracy, calibration, time) with their figures; the learned stack ("learned", the grid
+   stack, scalar data only) runs on every scalar scenario, and a 2-D one says it is left out.
 3. Posterior diagnostics: R-hat, bulk/tail ESS and divergences of every sampler; trace and
    rank plots on permutation-invariant quantities; posterior predictive checks.
 4. Model comparison: PSIS-LOO (``az.compare``) across numbers of atoms and between the
@@ -25,8 +26,8 @@ then the sections (``SECTIONS``):
 7. Nadaraya-Watson: kernel regression as attention pooling, bandwidths by LOO-CV.
 8. Learned attention: the unrolled-EM stack against EM, the NPMLE, James-Stein and NUTS, the
    link-function conjecture, attention pooling inside a forecaster.
-9. Calibration over the prior: SBC ranks of the samplers, interval coverage of the others,
-   with a verdict per method.
+9. Calibration over the prior: SBC ranks of the samplers, interval coverage of the others
+   (the learned stack's among them), with a verdict per method.
 
 Warnings raised while a part computes (ArviZ's on Pareto k, R-hat, ESS) are printed once each,
 on one line naming the scenario and the method, and listed on the page beside that part.

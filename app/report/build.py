@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
-import numpy as np
 import pandas as pd
 
 from ... import validation
@@ -16,7 +15,6 @@ from ...inference.deconvolution.comparison import (
     METHODS,
 )
 from ...inference.model_comparison import compare_num_atoms
-from ...models.deconvolution import get_measure
 from ..outputs import (
     MANIFEST,
     assembling,
@@ -256,7 +254,7 @@ def _longest_first(tasks) -> list[int]:
     def cost(i):
         fn, args = tasks[i]
         if fn is _scenario_parts:
-            dims = (min(_data_dim(scenario), 2) for _, scenario, _ in args[0])
+            dims = (min(runners.data_dim(scenario), 2) for _, scenario, _ in args[0])
             return sum(_SCENARIO_COST[d] for d in dims)
         return _COST[fn.__name__]
 
@@ -269,21 +267,17 @@ def _same_shapes(scenarios, quick: bool) -> list[list[int]]:
     size = 0 if quick else 1
     groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(scenarios):  # a per-unit sigma (N,) compiles programs of its own
-        groups.setdefault((s.num_points[size], _data_dim(s), s.per_unit), []).append(i)
+        groups.setdefault((s.num_points[size], runners.data_dim(s), s.per_unit), []).append(i)
     return list(groups.values())
-
-
-def _data_dim(scenario) -> int:
-    atoms = np.asarray(get_measure(scenario.measure, **scenario.measure_kwargs).atoms)
-    return 1 if atoms.ndim == 1 else atoms.shape[1]
 
 
 def _scenario_parts(jobs, quick, methods, tmp, keep_trees, *, progress):
     out = []
     for slot, scenario, key in jobs:
         warned = []
+        run, left_out = runners.scenario_methods(scenario, methods)
         comparison, x, z, measure, sigma = runners.run_scenario(
-            scenario, quick=quick, key=key, progress=progress, methods=methods, warned=warned
+            scenario, quick=quick, key=key, progress=progress, methods=run, warned=warned
         )
         check_finite_table(f"{scenario.name}: compare_deconvolution", comparison.table)
         progress(f"{scenario.name}: figures")
@@ -302,6 +296,7 @@ def _scenario_parts(jobs, quick, methods, tmp, keep_trees, *, progress):
                 tmp,
                 sigma=sigma,
                 keep_trees=keep_trees,
+                left_out=left_out,
             )
         p.blocks["methods"].append(warnings_note(warned))
         out.append((slot, p))

@@ -23,15 +23,23 @@ from ...inference.methods import CALIBRATE_DEFAULT, get_method
 from ..calibrate import figure_ecdf_pit, key_numbers
 from .pieces import figure_tag, named_warnings, note, number_table
 
+# the deconvolution methods of section 9: ``attnbayes calibrate``'s defaults and the learned
+# stack (v2, the grid stack), before the oracle
+DECONVOLUTION_METHODS = (
+    *(m for m in CALIBRATE_DEFAULT["deconvolution"] if m != "oracle"),
+    "learned",
+    "oracle",
+)
+
 
 class CalibrationSettings(NamedTuple):
-    """Sizes of section 9 (quick run, full run)."""
+    """Sizes of section 9 (quick run, full run), and its methods."""
 
     replicates: tuple[int, int] = (40, 100)
     interval_replicates: tuple[int, int] = (40, 200)
     sampler_draws: tuple[int, int] = (150, 300)
     switching_steps: tuple[int, int] = (30, 50)
-    deconvolution: tuple[str, ...] = CALIBRATE_DEFAULT["deconvolution"]
+    deconvolution: tuple[str, ...] = DECONVOLUTION_METHODS
     switching: tuple[str, ...] = CALIBRATE_DEFAULT["switching"]
     wrong_method: str = "nuts"
     wrong_sigma_factor: float = 1.3
@@ -150,6 +158,17 @@ def calibration_tables(table: pd.DataFrame) -> str:
     return "".join(parts) + f"<ul class='note'>{reasons}</ul>"
 
 
+def _learned_text(trees) -> str:
+    """The note's sentence on the learned stack, when it was calibrated."""
+    if not any(t.attrs["method"] == "learned" for t in trees.values()):
+        return ""
+    return (
+        "The learned stack (the shipped grid stack, v2) is scored on the normal posterior "
+        "N(m<sub>i</sub>, v<sub>i</sub>) of its posterior moments, whose quantiles are its "
+        "intervals. "
+    )
+
+
 def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames) -> None:
     """Append section 9's HTML to ``blocks["calibration"]`` and its rows to ``frames``."""
     frames.append(calibration_key_numbers(run))
@@ -171,7 +190,9 @@ def calibration_blocks_html(blocks, figures, run: CalibrationRun, frames) -> Non
             "Holm's correction. Interval methods get the coverage of their 50% and 90% "
             "intervals for z_i or x_t from the randomised PIT of the truth (exact for a "
             "discrete posterior), with the larger of the binomial and between-replicate "
-            "standard errors. A row '... (sigma x 1.3)' is a deliberately wrong sampler: the "
+            "standard errors. "
+            + _learned_text(run.trees)
+            + "A row '... (sigma x 1.3)' is a deliberately wrong sampler: the "
             "test must flag it. Verdicts follow calibration_verdict's rule (alpha = 0.01)."
         )
         + calibration_tables(run.table)

@@ -152,9 +152,12 @@ def deconvolution_blocks(
     *,
     sigma=None,
     keep_trees=False,
+    left_out=None,
 ):
     """The scenario's blocks in every section; ``sigma`` the noise scale of the data (a float
-    or (N,) per point; None: ``scenario.sigma``, a number)."""
+    or (N,) per point; None: ``scenario.sigma``, a number); ``left_out`` ({method: sentence},
+    ``runners.scenario_methods``): the methods not run on the scenario, each sentence said in
+    its methods note."""
     name = scenario.name
     fits = comparison.fits
     sigma = scenario.sigma if sigma is None else sigma
@@ -210,10 +213,13 @@ def deconvolution_blocks(
             "the conjugate blocked sampler of the same finite mixture"
             f"{_draws_text(fits, 'gibbs')}. "
             "Approx-Gibbs: each Gibbs draw replaced by its expectation. "
-            "James-Stein: linear shrinkage. Oracle: the Bayes rule under the true nu. Intervals "
+            "James-Stein: linear shrinkage. "
+            + _learned_text(fits)
+            + "Oracle: the Bayes rule under the true nu. Intervals "
             "for z_i are equal-tailed posterior intervals; the true z_i sit on atoms, so a "
             "discrete posterior's interval either holds z_i exactly or misses it, and EM's "
             "plug-in intervals collapse to one atom wherever A_i. concentrates."
+            + "".join(f" {html.escape(sentence)}" for sentence in (left_out or {}).values())
         )
         + _metrics_table(comparison.table, _EXPLAIN, _DECONVOLUTION_CAPS)
         + figure_tag(
@@ -287,6 +293,19 @@ def deconvolution_blocks(
             figure_em_attention(x, sigma, fits["attention-em"]),
             f"{name} EM attention matrix",
         )
+    )
+
+
+def _learned_text(fits) -> str:
+    """The methods note's sentence on the learned stack, when it ran."""
+    if "learned" not in fits:
+        return ""
+    return (
+        "Learned: the grid stack, version 2 of the learned empirical-Bayes estimator "
+        "(the shipped <code>pretrained_grid_stack</code>, trained once on simulated tasks): "
+        "attention layers keyed on a grid of 128 points, given each point's s<sub>i</sub>; "
+        "z_hat its posterior mean, normal intervals z_hat &plusmn; q sd "
+        "from its posterior variance, and as nu its effective prior on the grid. "
     )
 
 

@@ -32,9 +32,31 @@ from ...models.deconvolution import DiscreteMeasure, get_measure, noise_scales, 
 from ...models.switching import SwitchingParams, maneuvering_target
 from ...models.switching import simulate as simulate_switching
 from .pieces import named_warnings
-from .scenarios import NUM_ATOMS_DP, Scenario, SwitchingSettings
+from .scenarios import NUM_ATOMS_DP, SCALAR_ONLY, Scenario, SwitchingSettings
 
 # ----------------------------------------------------------------------------- running
+
+
+def data_dim(scenario: Scenario) -> int:
+    """The dimension p of the scenario's data (1: scalar)."""
+    atoms = np.asarray(get_measure(scenario.measure, **scenario.measure_kwargs).atoms)
+    return 1 if atoms.ndim == 1 else atoms.shape[1]
+
+
+def scenario_methods(
+    scenario: Scenario, methods: tuple[str, ...]
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The methods that run on the scenario, and those of ``methods`` left out with the
+    sentence the page says for each: a method for scalar data only (``SCALAR_ONLY``) on a
+    scenario of p-D data, e.g. "learned is left out here: the grid stack is for scalar data;
+    the ring scenario is 2-D." """
+    p = data_dim(scenario)
+    left_out = {
+        m: f"{m} is left out here: {SCALAR_ONLY[m]}; the {scenario.name} scenario is {p}-D."
+        for m in methods
+        if m in SCALAR_ONLY and p > 1
+    }
+    return tuple(m for m in methods if m not in left_out), left_out
 
 
 class ScenarioData(NamedTuple):
@@ -84,13 +106,15 @@ def run_scenario(
 ) -> tuple[DeconvolutionComparison, np.ndarray, np.ndarray, DiscreteMeasure, float | np.ndarray]:
     """Simulate one scenario (and as many held-out points) and run every method on it (a
     per-unit scenario: each with the points' own s_i, ``scenario_data``); returns the
-    comparison, x, z, the true measure and sigma (a float, or (N,) per point).
+    comparison, x, z, the true measure and sigma (a float, or (N,) per point). A method for
+    scalar data only is left out of a p-D scenario (``scenario_methods``).
 
     Each method runs in its own ``compare_deconvolution`` call (the same fits and rows as one
     call with every method: each sampler's key depends on its name only), so that a warning
     names its method: ``progress("warning: <scenario>, <method>: ...")``, and the line is
     appended to ``warned``."""
     size = 0 if quick else 1
+    methods, _ = scenario_methods(scenario, methods)
     data = scenario_data(scenario, quick=quick, key=key)
     measure, z, x = data.measure, data.z, data.x
     # held-out points with their own standard errors (a per-unit scenario's only)

@@ -14,10 +14,14 @@ METHOD_COLORS = {
     "james-stein": "tab:gray",
     "sure": "tab:olive",
     "normal-eb": "tab:pink",
+    "learned": "magenta",
     "oracle": "tab:green",
 }
 NUM_ATOMS_DP = 12
 REQUIRED_METHODS = ("attention-em", "nuts", "oracle")
+# methods for scalar data only (p = 1), and why: a scenario of p-D data leaves them out and
+# says so (``runners.scenario_methods``)
+SCALAR_ONLY = {"learned": "the grid stack is for scalar data"}
 SECTIONS = (
     ("data", "1. Data"),
     ("methods", "2. Methods side by side"),

@@ -48,10 +48,11 @@ TIE_WITHIN = 0.01
 UNDERCOVER_SES = 2.0
 SBC_ALPHA = 0.01
 REFERENCES = frozenset({"oracle", "known-modes", "exact", "exact-smoother", "exact-repeat"})
-# the point methods measured against full Bayes: attention-EM and the NPMLE; Kim's smoother
-# over GPB2 / IMM (the smoothing posterior, the Gibbs sampler's target); MLE and EM
+# the point methods measured against full Bayes: attention-EM, the NPMLE and the learned
+# stack (v2, the grid stack); Kim's smoother over GPB2 / IMM (the smoothing posterior, the
+# Gibbs sampler's target); MLE and EM
 POINT_METHODS = {
-    "deconvolution": ("attention-em", "npmle"),
+    "deconvolution": ("attention-em", "npmle", "learned"),
     "switching": ("kim-gpb2", "kim-imm"),
     "learning": ("mle", "em"),
 }
@@ -609,11 +610,11 @@ def summary_section(results: pd.DataFrame) -> str:
     ``write_report`` writes them): per reading (the deconvolution scenarios, the switching
     filters and smoothers, learning the switching parameters, the learned attention stack,
     kernel regression) the method that wins each measure with its runner-up and margin; where
-    the point methods (attention-EM, NPMLE, Kim's smoother over GPB2 / IMM, MLE, EM) agree with
-    full Bayes (NUTS, Gibbs); and which intervals under-cover (calibration included). The rules
-    are the module docstring's and open the section. Readings, methods and metrics missing
-    from ``results`` (a quick report has fewer) are left out; NaN never wins. Every number
-    links to its sub-section (``ANCHORS``). Pure: no JAX, no files.
+    the point methods (attention-EM, NPMLE, the learned stack, Kim's smoother over GPB2 / IMM,
+    MLE, EM) agree with full Bayes (NUTS, Gibbs); and which intervals under-cover (calibration
+    included). The rules are the module docstring's and open the section. Readings, methods
+    and metrics missing from ``results`` (a quick report has fewer) are left out; NaN never
+    wins. Every number links to its sub-section (``ANCHORS``). Pure: no JAX, no files.
 
     Raises:
         ValueError: ``results`` is not a DataFrame with results.csv's columns.

@@ -267,3 +267,63 @@ def test_the_true_density_averages_over_the_points_noise():
     )
     np.testing.assert_allclose(true_density(grid, np.array([0.5, 1.0, 3.0]), measure), mixed)
     np.testing.assert_allclose(np.trapezoid(mixed, grid), 1.0, atol=1e-4)
+
+
+def test_the_learned_stack_runs_on_the_scalar_scenarios_and_the_ring_says_why_not(monkeypatch):
+    """The learned stack (the grid stack, scalar data only) runs on every scalar scenario, one
+    sigma or a per-unit s_i; the 2-D ring leaves it out before compare_deconvolution (which refuses
+    p = 2 for every method) and hands the page one sentence naming the dimension."""
+    from attnbayes.app.report import build
+    from attnbayes.app.report.scenarios import SCENARIOS
+    from attnbayes.inference.deconvolution.comparison import METHODS
+
+    assert "learned" in METHODS
+    ring = next(s for s in SCENARIOS if s.name == "ring")
+    sentence = (
+        "learned is left out here: the grid stack is for scalar data; the ring scenario is 2-D."
+    )
+    for scenario in SCENARIOS:
+        run, left_out = runners.scenario_methods(scenario, METHODS)
+        if scenario is ring:
+            assert run == tuple(m for m in METHODS if m != "learned")
+            assert left_out == {"learned": sentence}
+        else:
+            assert run == METHODS and left_out == {}
+    # asked for without it, nothing is left out and nothing said
+    assert runners.scenario_methods(ring, ("attention-em", "nuts")) == (
+        ("attention-em", "nuts"),
+        {},
+    )
+
+    calls = []
+
+    def fake(key, x, sigma, *, methods, **kwargs):
+        calls.append((methods[0], np.shape(x), np.shape(sigma)))
+        table = pd.DataFrame({"method": list(methods), "metric": ["mse_z"], "value": [0.5]})
+        return DeconvolutionComparison(table, {methods[0]: None})
+
+    monkeypatch.setattr(runners, "compare_deconvolution", fake)
+    asked = ("attention-em", "learned", "oracle")
+    per_unit = next(s for s in SCENARIOS if s.per_unit)
+    for scenario in (SCENARIOS[0], per_unit, ring):
+        calls.clear()
+        small = scenario._replace(num_points=(20, 20))
+        runners.run_scenario(
+            small, quick=True, key=jax.random.PRNGKey(0), progress=lambda m: None, methods=asked
+        )
+        x_shape = (20,) if scenario is not ring else (20, 2)
+        sigma_shape = (20,) if scenario.per_unit else ()
+        expected = [m for m in asked if not (scenario is ring and m == "learned")]
+        assert calls == [(m, x_shape, sigma_shape) for m in expected], scenario.name
+
+    # the report's part of a scenario hands the sentence to its methods block
+    seen = {}
+
+    def blocks(*args, left_out=None, **kwargs):
+        seen[args[2].name] = left_out
+
+    monkeypatch.setattr(build, "deconvolution_blocks", blocks)
+    jobs = [(0, SCENARIOS[0]._replace(num_points=(20, 20)), jax.random.PRNGKey(0))]
+    jobs.append((1, ring._replace(num_points=(20, 20)), jax.random.PRNGKey(1)))
+    build._scenario_parts(jobs, True, asked, None, False, progress=lambda m: None)
+    assert seen == {"three-atoms": {}, "ring": {"learned": sentence}}

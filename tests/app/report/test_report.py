@@ -41,7 +41,7 @@ SMALL_CALIBRATION = CALIBRATION._replace(
     interval_replicates=(40, 200),  # studies of unequal lengths share the ECDF-PIT figure
     sampler_draws=(100, 300),
     switching_steps=(15, 50),
-    deconvolution=("gibbs", "attention-em", "oracle"),
+    deconvolution=("gibbs", "attention-em", "learned", "oracle"),
     switching=("imm",),
     wrong_method="gibbs",
 )
@@ -306,6 +306,31 @@ def test_results_csv_and_datatrees_load_back(quick_report):
     assert -12 < per_step < -6
 
 
+def test_the_learned_stack_has_a_column_of_finite_numbers_in_the_scalar_scenario(quick_report):
+    """The learned stack runs on the quick report's scalar scenario like the other methods:
+    its rows in results.csv are finite, its column of the methods table shows them, the
+    methods note describes it; no scenario of the quick report leaves it out (the 2-D ring is
+    the full report's: test_pieces.py checks that it is left out there, and why)."""
+    _, folder = quick_report
+    results = pd.read_csv(folder / "results.csv")
+    rows = results.query(
+        "section == 'methods' and scenario == 'three-atoms' and method == 'learned'"
+    )
+    learned = rows.set_index("metric").value
+    metrics = ("mse_z", "coverage_50", "coverage_90", "wasserstein1_nu", "log_likelihood")
+    for metric in (*metrics, "heldout_lpd", "wall_time_s"):
+        assert np.isfinite(learned[metric]), metric
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    block = page[page.index('id="methods-three-atoms"') :]
+    (table,) = [t for t in _tables(block[: block.index("</table>") + 8]) if t[0][-1] == "meaning"]
+    column = table[0].index("learned")
+    cells = {row[0]: row[column] for row in table[1:]}
+    for metric in metrics:
+        assert float(cells[metric]) == pytest.approx(learned[metric], rel=5e-3, abs=5e-4)
+    assert "Learned: the grid stack" in block[: block.index("<table>")]
+    assert "is left out here" not in page
+
+
 def value_of(results, section, scenario, metric):
     rows = results.query("section == @section and scenario == @scenario and metric == @metric")
     return rows.value.item()
@@ -350,15 +375,40 @@ def test_calibration_section_has_every_study_and_its_verdict(quick_report):
     _, folder = quick_report
     results = pd.read_csv(folder / "results.csv").query("section == 'calibration'")
     values = results.set_index(["method", "metric"]).value
-    assert set(results.method) == {"gibbs", "attention-em", "oracle", "gibbs (sigma x 1.3)", "imm"}
+    assert set(results.method) == {
+        "gibbs",
+        "attention-em",
+        "learned",
+        "oracle",
+        "gibbs (sigma x 1.3)",
+        "imm",
+    }
     assert (values.xs("num_replicates", level="metric") > 0).all()
     assert values["gibbs", "min_p_adjusted"] > 0.01  # a right sampler passes
     assert abs(values["oracle", "coverage_z_90"] - 0.9) < 4 * values["oracle", "se_z_90"]
     assert values["attention-em", "coverage_z_90"] < 0.7  # plug-in intervals over-confident
+    # the learned stack's normal intervals: both levels with their standard errors, at least
+    # the binomial one over the replicates' first points (the ECDF-PIT panel's values)
+    replicates = values["learned", "num_replicates"]
+    assert replicates == SMALL_CALIBRATION.interval_replicates[0]
+    for level in (50, 90):
+        coverage, se = values["learned", f"coverage_z_{level}"], values["learned", f"se_z_{level}"]
+        assert 0 <= coverage <= 1 and 0 < se < 0.5
     page = (folder / "index.html").read_text(encoding="utf-8")
     section = page[page.index('<h2 id="calibration">') :]
     for verdict in ("calibrated", "over-confident"):
         assert verdict in section
+    (coverage_table,) = [t for t in _tables(section) if "coverage 90%" in t[0]]
+    head = coverage_table[0]
+    (learned,) = [
+        dict(zip(head, row, strict=True)) for row in coverage_table[1:] if row[0] == "learned"
+    ]
+    assert learned["target"] == "z"
+    for level in (50, 90):
+        shown = float(learned[f"coverage {level}%"]), float(learned[f"se {level}%"])
+        expected = values["learned", f"coverage_z_{level}"], values["learned", f"se_z_{level}"]
+        assert shown == pytest.approx(expected, abs=6e-4)
+    assert "normal posterior N(m<sub>i</sub>, v<sub>i</sub>)" in section
 
 
 def test_failed_report_leaves_nothing(tmp_path, monkeypatch):

@@ -110,6 +110,27 @@ def test_the_winner_its_number_runner_up_margin_and_link():
     assert "npmle" not in under and "oracle" not in under
 
 
+def test_the_learned_stack_wins_or_loses_on_its_numbers_like_the_other_point_methods():
+    """The learned stack is not a reference: with the lowest MSE it wins (the margin to NUTS),
+    it is compared with full Bayes like attention-EM and the NPMLE, and its intervals are
+    checked; with a high MSE it neither wins nor agrees."""
+    page = summary_section(
+        frame(three_atoms(mse_z={"learned": 0.38}, coverage_90={"learned": 0.70}))
+    )
+    best, runner, margin, _ = cells(row_of(page, "MSE of z"))[2:]
+    assert best == "learned " + LINK.format("0.380")
+    assert runner == "nuts " + LINK.format("0.400") and margin == "1.05&times;"
+    agree = item_of(page, "three-atoms, MSE of z")
+    assert "learned " + LINK.format("0.380") + " <b>agrees</b> (-5.0%)" in agree
+    under = item_of(page, "three-atoms, 2 of 4 intervals")
+    assert "learned 90% " + LINK.format("70.0%") + " (se 2.1%)" in under
+    page = summary_section(frame(three_atoms(mse_z={"learned": 0.60})))
+    best, runner, _, _ = cells(row_of(page, "MSE of z"))[2:]
+    assert best.startswith("nuts ") and runner.startswith("gibbs ")
+    agree = item_of(page, "three-atoms, MSE of z")
+    assert "learned " + LINK.format("0.600") + " <b>differs</b> (+50.0%)" in agree
+
+
 def test_nan_never_wins_a_failure_is_named_and_a_missing_reading_is_skipped():
     rows = three_atoms(
         mse_z={"npmle": math.nan, "attention-em": 0.30},  # NaN would sort anywhere
