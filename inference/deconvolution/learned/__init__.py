@@ -18,6 +18,10 @@ Modules:
 - ``grid_training``: tasks with standard errors from a ``NoisePrior``, their oracle Bayes rule,
   and ``train_grid_stack``;
 - ``archive``: the versioned .npz archives both stacks are saved in;
+- ``regret``: the table no anchor has: regret against the oracle Bayes rule versus N of v1, v2,
+  EM, the NPMLE, James-Stein, SURE and NUTS, homoscedastic and heteroscedastic, with paired
+  differences to the best classical rule, coverage and time; the Xie-Kou-Brown settings; the
+  Efron-Morris batting averages and the eight schools;
 - ``training``: tasks from a prior over mixing measures (``TaskPrior``, ``sample_tasks``,
   ``heldout_tasks``), the oracle Bayes rule, the regret, and ``train_unrolled_em`` (optax);
 - ``comparison``: the regret (against the oracle Bayes rule) of the stack, tied EM, the NPMLE,
@@ -99,6 +103,16 @@ Public API (``__all__``), one line each:
 - ``heldout_noisy_tasks``: tasks of one named family with standard errors.
 - ``oracle_noisy_posterior_mean``: E[z_i | x_i, s_i, nu] under each task's true measure.
 - ``grid_task_regret``: per task, the MSE of the grid stack and of the oracle.
+- ``regret_versus_n``: regret, paired differences to the best classical rule, coverage and time,
+  by noise kind, family, N and method: one tidy DataFrame.
+- ``xie_kou_brown_table``: MSE of each method on the Xie-Kou-Brown settings a, b, c.
+- ``real_data_estimates``: every method on the Efron-Morris batting averages and eight schools.
+- ``REGRET_METHODS``: the methods ``regret_versus_n`` knows (oracle, v2, v1, em, npmle, ...).
+- ``DEFAULT_METHODS``: the methods it runs unless told.
+- ``CLASSICAL_METHODS``: the rules the requirement compares with (em, npmle, james-stein, sure).
+- ``XKB_METHODS``: the methods of ``xie_kou_brown_table``.
+- ``REAL_DATA_METHODS``: the methods of ``real_data_estimates``.
+- ``NOISE_KINDS``: "homoscedastic" and "heteroscedastic".
 - ``inverse_arcsine_transform``: the batting average back from x.
 """
 
@@ -140,6 +154,17 @@ from .grid_training import (
     sample_noisy_tasks,
     train_grid_stack,
 )
+from .regret import (
+    CLASSICAL_METHODS,
+    DEFAULT_METHODS,
+    NOISE_KINDS,
+    REAL_DATA_METHODS,
+    REGRET_METHODS,
+    XKB_METHODS,
+    real_data_estimates,
+    regret_versus_n,
+    xie_kou_brown_table,
+)
 from .training import (
     FAMILIES,
     HELDOUT_FAMILIES,
@@ -169,7 +194,9 @@ from .unrolled import (
 )
 
 __all__ = [
+    "CLASSICAL_METHODS",
     "COVERAGE_PROBS",
+    "DEFAULT_METHODS",
     "EFRON_MORRIS_AT_BATS",
     "EFRON_MORRIS_HITS",
     "EFRON_MORRIS_PLAYERS",
@@ -178,8 +205,12 @@ __all__ = [
     "HELDOUT_FAMILIES",
     "HOMOSCEDASTIC",
     "LEARNED_METHODS",
+    "NOISE_KINDS",
     "OUTSIDE_PRIOR",
+    "REAL_DATA_METHODS",
+    "REGRET_METHODS",
     "RHO_LADDER",
+    "XKB_METHODS",
     "GridLayerParams",
     "GridReadoutParams",
     "GridStackFit",
@@ -214,6 +245,8 @@ __all__ = [
     "oracle_posterior_mean",
     "pretrained_grid_stack",
     "pretrained_unrolled_em",
+    "real_data_estimates",
+    "regret_versus_n",
     "sample_noisy_tasks",
     "sample_tasks",
     "save_grid_stack",
@@ -224,4 +257,5 @@ __all__ = [
     "unrolled_em",
     "unrolled_em_intervals",
     "unrolled_em_moments",
+    "xie_kou_brown_table",
 ]
