@@ -326,6 +326,16 @@ def check_deconvolve(table: Table, sigma, method: str, *, binomial: bool = False
         if message.startswith("sigma: "):
             raise InputError(f"{option}: {message.removeprefix('sigma: ')}") from None
         raise InputError(f"{data.path}: {message.removeprefix('x: ')}") from None
+    if entry.name == "learned":
+        from ..inference.deconvolution.learned.grid_stack import check_grid_resolution
+
+        scales = np.broadcast_to(
+            np.asarray(problem.sigma, np.float64).reshape(-1), data.values.shape[:1]
+        )
+        try:  # the grid's spacing against the smallest standard error (outliers stretch it)
+            check_grid_resolution(data.values[:, 0], scales, entry.defaults["grid_size"])
+        except ValueError as err:
+            raise InputError(f"{data.path}: --method {method}: {err}") from None
     return problem
 
 
@@ -337,6 +347,10 @@ def _check_learned(data: Table, method: str) -> None:
             f"--method {method}: the grid stack is for scalar data (p = 1), got p = {p} "
             f"columns ({', '.join(data.columns)}); pick one with --columns, or use --method em "
             "or npmle for points in R^p"
+        )
+    if data.values.shape[0] < 2:
+        raise InputError(
+            f"{data.path}: {data.values.shape[0]} row; --method {method} needs at least two"
         )
     if np.ptp(data.values) == 0:
         raise InputError(

@@ -586,6 +586,10 @@ def _learned_settings(opts: dict, points: np.ndarray) -> dict:
             f"{points.shape[1]} coordinates per point; for p-dimensional data use attention-em "
             "or npmle"
         )
+    if points.shape[0] < 2:
+        raise ValueError(
+            f"x: the grid stack ('learned') needs at least two points, got {points.shape[0]}"
+        )
     if np.ptp(np.asarray(points, np.float64)) == 0:
         raise ValueError("x: all points are equal; the grid stack ('learned') needs a spread")
     opts = dict(opts)

@@ -86,6 +86,8 @@ def test_deconvolve_learned_with_se_and_sigma_equals_the_library(schools_csv, tm
             "got p = 2 columns (a, b)",
         ),
         ("x\n2\n2\n2\n", ["--sigma", 1], "every value of x is equal; --method learned needs"),
+        ("x\n2\n", ["--sigma", 1], "1 row; --method learned needs at least two"),
+        ("x\n1\n2\n1e4\n0.5\n", ["--sigma", 1], "grid_size: the grid's spacing"),
     ],
 )
 def test_deconvolve_learned_refuses_what_the_stack_cannot_fit(

@@ -27,7 +27,10 @@ Kiefer-Wolfowitz EM step on the grid, w_k <- w_k (1/N) sum_i L_ik / (L w)_i.
 Inputs. The start is w_0 = (1 - gamma) / M + gamma w_NPMLE, w_NPMLE the Kiefer-Wolfowitz
 NPMLE on the same grid and likelihood matrix (mix-SQP, ``kiefer_wolfowitz.mixsqp_loop``; a
 fixed point of the EM layer), gamma in [0, 1] learned ("the classical answer as an input the
-stack learns to trust"). Both classical inputs are held constant to the gradient.
+stack learns to trust"). Both classical inputs are held constant to the gradient: derivatives
+in the parameters are exact; derivatives in x and sigma are those of the stack's rule with
+the NPMLE's weights and the normal model's (mu_hat, A_hat) fixed (the NPMLE's solution map is
+not differentiable, ``kiefer_wolfowitz.npmle``); the grid moves with min x and max x.
 
 Read-out: attention over priors. Candidate r = 1..R takes the prior
 (1 - rho_r) sum_k w_k delta(g_k) + rho_r N(mu_hat, A_hat) on a fixed ladder ``RHO_LADDER``
@@ -39,12 +42,20 @@ v / t^2),
 
     SURE_r = sum_i (m_ir - u_i)^2 + 2 v_ir - t_i^2,
 
-score the candidates: pi_r = softmax_r(-exp(kappa) (SURE_r - SURE_1) + b_r + c_r log N), so
-the risk estimate, whose differences grow like N while their noise grows like sqrt(N), decides
-more sharply as N grows, and the biases (conditioned on N) carry what training learned. The
+their log-likelihoods l_r = sum_i log p_r(u_i), leave-one-out log-likelihoods (the discrete
+part without unit i's share, w^(-i) = (N w - r_i) / (N - 1) with r_i its responsibilities; the
+normal part with mu refitted) and degrees of freedom d_r = (1 - rho_r)(2 K - 1) + 2 rho_r (K
+the NPMLE's support size) are the features f_r = (-SURE_r / mean t^2, l_r, -d_r, -d_r log N,
+l_r^loo), taken relative to the first rung, and the candidates are scored as attention over
+priors: pi_r = softmax_r(theta . (f_r - f_1) + b_r + c_r log N), theta, b and c learned
+(theta starts at AIC: l_r - d_r). The differences of the features grow like N while their noise
+grows like sqrt(N), so the choice sharpens as N grows. (SURE and the leave-one-out
+likelihood hold the fitted prior fixed, so both flatter the NPMLE; training sets how much each
+counts: the shipped stack leans on l_r, d_r and l_r^loo, see ``MODEL_CARD_V2.md``.) The
 output blends the mixture of the candidates' posteriors with the first candidate's by a gate
 lambda in [0, 1] (mean m_1 + lambda (sum_r pi_r m_r - m_1), second moments alike), and adds
-g t_i^2 (g learned) to the variance for the intervals.
+g t_i^2 (g learned) to the variance for the intervals, capped at the larger of the
+posterior variance and the effective prior's variance.
 
 At ``init_grid_stack``'s values (gamma = 0, a = 1, alpha = 0, eta = 1, lambda = 0, g = 0) the
 stack is exactly L steps of Kiefer-Wolfowitz EM on the grid from uniform weights
@@ -59,7 +70,8 @@ Masks. ``mask`` (N,) marks the real points of a padded task: padded rows of L ar
 constant row leaves mix-SQP's optimum unchanged, ``mixsqp_loop``) and are left out of every
 other sum, so a padded task gives the unpadded task's answer on its real points: to round-off
 when the NPMLE input is unused (gamma = 0), to mix-SQP's tolerance otherwise (the padded rows
-change its iterates, not its optimum; tested).
+change its iterates, not its optimum; tested). Padded rows must hold finite x and positive s
+(their values are otherwise ignored); the public functions check every row.
 
 Scalar data only (p = 1): a p-dimensional grid of M^p keys is left for later; ``x`` of shape
 (N, p) with p > 1 is refused by name.
@@ -113,7 +125,7 @@ class GridReadoutParams(NamedTuple):
         npmle_trust: gamma, the NPMLE's share of the start (clipped to [0, 1]).
         candidate_bias: b_r (R,), one per prior of ``RHO_LADDER``.
         candidate_slope: c_r (R,), the coefficient of log N in the candidates' scores.
-        sure_scale: kappa, the log of the SURE differences' weight in the scores.
+        score_weights: theta (5,), the weights of the score features (module docstring).
         gate: lambda, the weight of the candidates' mixture against the first (clipped to
             [0, 1]); 0: the first candidate alone (EM's posterior).
         extra_variance: g, added as g t_i^2 to the posterior variance (the total clipped at 0).
@@ -241,9 +253,11 @@ class _Candidates(NamedTuple):
 
 def _candidates(u, t, mask, grid, lik, row_max, w, mu, a):
     """Each rung of ``RHO_LADDER``: posterior mean and second moment, and SURE."""
-    den = lik @ w
-    m_d = (lik @ (w * grid)) / den
-    s_d = (lik @ (w * grid**2)) / den
+    # one pass over L for the three sums (the read-out is memory-bound at large N)
+    sums = lik @ jnp.stack([w, w * grid, w * grid**2], axis=1)
+    den = sums[:, 0]
+    m_d = sums[:, 1] / den
+    s_d = sums[:, 2] / den
     t2 = t**2
     # log marginal densities of the discrete and the normal part (the common -log sqrt(2 pi)
     # dropped): log (L w)_i + m_i - log t_i and -log(A + t_i^2)/2 - (u_i - mu)^2 / (2(A + t^2))
@@ -274,7 +288,9 @@ def _candidates(u, t, mask, grid, lik, row_max, w, mu, a):
     # floored at p(x_i) / (N - 1): an isolated point's own atoms would otherwise leave it at 0
     log_d_loo = jnp.log(jnp.maximum(n * den - removed, den) / (n - 1.0)) + row_max - jnp.log(t)
     wn = mask / (a + t2)
-    mu_loo = (jnp.sum(wn * u) - wn * u) / (jnp.sum(wn) - wn)
+    rest = jnp.sum(wn) - wn  # ~0 when one unit carries the whole weight (A = 0, a tiny s_i)
+    safe = rest > 1e-12 * jnp.sum(wn)
+    mu_loo = jnp.where(safe, (jnp.sum(wn * u) - wn * u) / jnp.where(safe, rest, 1.0), mu)
     log_n_loo = -0.5 * jnp.log(a + t2) - 0.5 * (u - mu_loo) ** 2 / (a + t2)
     loo = _mixture_log_likelihood(log_d_loo, log_n_loo, rho, mask)
     return _Candidates(mean, second, sure, log_likelihood, loo)
@@ -330,7 +346,6 @@ def stack_output(params: GridStackParams, u, t, mask, grid_size: int = GRID_SIZE
     log_phi = -0.5 * ((u[:, None] - grid[None, :]) / t[:, None]) ** 2
     row_max = jnp.max(log_phi, axis=1)
     lik = jnp.where(mask[:, None], jnp.exp(log_phi - row_max[:, None]), 1.0)
-    lik = jax.lax.stop_gradient(lik)
     mu, a = _masked_normal_model(u, t**2, mask_f)
     spacing = (grid[-1] - grid[0]) / (grid_size - 1)
     base = jnp.exp(-0.5 * (grid - mu) ** 2 / (a + spacing**2 + jnp.finfo(u.dtype).tiny))
@@ -361,7 +376,7 @@ def stack_output(params: GridStackParams, u, t, mask, grid_size: int = GRID_SIZE
         axis=-1,
     )
     # relative to the first rung, clipped: an infinite feature times a zero weight is not NaN
-    features = jnp.clip(features - features[:1], -1e6, 1e6)
+    features = jnp.nan_to_num(jnp.clip(features - features[:1], -1e6, 1e6), nan=0.0)
     score = features @ ro.score_weights + ro.candidate_bias + ro.candidate_slope * jnp.log(n)
     pi = jax.nn.softmax(score)
     lam = jnp.clip(ro.gate, 0.0, 1.0)
@@ -370,9 +385,15 @@ def stack_output(params: GridStackParams, u, t, mask, grid_size: int = GRID_SIZE
     var = jnp.maximum(second - mean**2, 0.0)
     probs = lam * pi + (1.0 - lam) * (jnp.arange(rho.shape[0]) == 0)
     prior = (probs @ (1.0 - rho)) * w + (probs @ rho) * base
+    # the effective prior's variance (its normal part exactly), the cap of the widened variance
+    prior_mean = (probs @ (1.0 - rho)) * (w @ grid) + (probs @ rho) * mu
+    prior_second = (probs @ (1.0 - rho)) * (w @ grid**2) + (probs @ rho) * (a + mu**2)
+    prior_var = jnp.maximum(prior_second - prior_mean**2, 0.0)
     return GridStackFit(
         mean=mean,
-        variance=jnp.maximum(var + ro.extra_variance * t**2, 0.0),
+        variance=jnp.minimum(
+            jnp.maximum(var + ro.extra_variance * t**2, 0.0), jnp.maximum(var, prior_var)
+        ),
         grid=grid,
         weights=w,
         npmle_weights=w_np,
@@ -484,6 +505,24 @@ def check_mask(mask, n):
     return jnp.asarray(arr)
 
 
+def check_grid_resolution(x, s, grid_size: int) -> None:
+    """Refuse a grid too coarse for the data: a spacing (max x - min x) / (M - 1) above the
+    smallest standard error cannot resolve that unit's posterior (an outlier far from the bulk
+    stretches the grid until the bulk's estimates collapse onto one key). ``x`` and ``s`` are
+    the real points' concrete values."""
+    spacing = float(np.ptp(x)) / (grid_size - 1)
+    smallest = float(np.min(s))
+    if spacing > smallest:
+        needed = int(np.ceil(float(np.ptp(x)) / smallest)) + 1
+        raise ValueError(
+            f"grid_size: the grid's spacing (max x - min x) / (grid_size - 1) = {spacing:.3g} "
+            f"exceeds the smallest standard error {smallest:.3g} (x spans {float(np.min(x)):.4g}"
+            f" to {float(np.max(x)):.4g}): the grid cannot resolve those units' posteriors; "
+            f"check x for outliers, or pass grid_size >= {needed} (the shipped stack was "
+            f"trained at {GRID_SIZE})"
+        )
+
+
 def _prepare(params, x, sigma, mask, grid_size):
     xs, _, _, s, scalar = checked_problem(x, None, None, sigma)
     if xs.shape[1] != 1:
@@ -502,6 +541,8 @@ def _prepare(params, x, sigma, mask, grid_size):
         real = np.asarray(xs[:, 0])[np.asarray(mask)]
         if np.ptp(real) == 0:
             raise ValueError("x: all real points are equal; the grid spans no range")
+        if not validation.is_traced(s):
+            check_grid_resolution(real, np.asarray(s)[np.asarray(mask)], grid_size)
     return params, xs[:, 0], s, mask, grid_size, scalar
 
 
@@ -633,6 +674,7 @@ __all__ = [
     "GridStackFit",
     "GridStackParams",
     "check_grid_params",
+    "check_grid_resolution",
     "forward",
     "grid_stack_fit",
     "grid_stack_fit_unchecked",

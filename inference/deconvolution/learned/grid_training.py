@@ -9,7 +9,8 @@ meta-analyses: 10 and more). The units are those of the measures (``TaskPrior``'
 geometric mean of the s_i is about 1; the stack standardises by it anyway).
 
 The loss is ``training``'s: (1/N) sum_i (m_i - z_i)^2 + lambda (1/N) sum_i (v_i - (z_i -
-sg(m_i))^2)^2, in the stack's standardised units, whose minimiser over all functions of the
+sg(m_i))^2)^2, in the tasks' units (where the geometric-mean standard error is about 1),
+whose minimiser over all functions of the
 data (x, s) is the Bayes posterior mean under the task prior. The oracle Bayes rule of a task is
 E[z_i | x_i, s_i, nu] under its true measure (``oracle_posterior_mean``); the regret is the
 stack's MSE minus the oracle's.

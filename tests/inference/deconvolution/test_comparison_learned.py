@@ -90,6 +90,7 @@ def test_learned_refuses_two_dimensional_data_before_any_method_runs(monkeypatch
         (None, {"grid_size": 1}, r"method_kwargs\['learned'\]\['grid_size'\]: must be >= 2"),
         (None, {"grid_size": 2.5}, r"method_kwargs\['learned'\]\['grid_size'\]: expected an"),
         (np.full(10, 2.0), {}, r"x: all points are equal; the grid stack \('learned'\)"),
+        (np.array([2.0]), {}, r"x: the grid stack \('learned'\) needs at least two points, got 1"),
     ],
 )
 def test_learned_refuses_bad_settings_before_any_method_runs(x, settings, message, monkeypatch):
