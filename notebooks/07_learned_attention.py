@@ -26,6 +26,11 @@
 # against the oracle Bayes rule, its interval coverage, its behaviour at sample sizes it was not
 # trained on and on a real data set (Efron and Morris's batting averages).
 #
+# Section 6 holds the second version of the stack (a standard error per unit, keys on a grid,
+# the NPMLE and the normal model as inputs) to the same tests: regret by $N$ up to 2000, with
+# equal and unequal standard errors, against EM, the NPMLE, James-Stein, SURE and NUTS, and real
+# data (the eight schools, the batting averages) and Xie, Kou and Brown's settings.
+#
 # Two further sections measure two other claims of the notes: the link-function conjecture
 # (query/key maps as a linear approximation to the canonical link of an exponential family, and
 # the blow-up of the normaliser it predicts under a skip connection), and attention used inside a
@@ -36,8 +41,8 @@
 # $\sigma$ ($\sigma = 1$).
 #
 # `NUM_DRAWS` (environment variable `ATTNBAYES_NB_N`) sets the NUTS draws per chain; below 500 (the
-# tests) the training run, the numbers of tasks and the forecaster's steps are cut down as well.
-# The prose quotes the full run.
+# tests) the training run, the numbers of tasks and the forecaster's steps are cut down as well,
+# and section 6 runs one family at one $N$. The prose quotes the full run.
 
 # %%
 import os
@@ -71,12 +76,21 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
         batting_averages_comparison,
         compare_learned_attention,
         em_step,
+        grid_stack_fit,
+        grid_stack_mean,
+        grid_stack_moments,
+        heldout_noisy_tasks,
         heldout_tasks,
+        init_grid_stack,
         init_unrolled_em,
         length_generalisation,
+        normal_eb,
+        npmle,
         posterior,
         posterior_mean,
+        pretrained_grid_stack,
         pretrained_unrolled_em,
+        sure_shrinkage,
         task_regret,
         train_unrolled_em,
         unrolled_em_moments,
@@ -86,8 +100,17 @@ with warnings.catch_warnings():  # NumPyro imports tqdm.auto, which warns that i
         EFRON_MORRIS_HITS,
         EFRON_MORRIS_PLAYERS,
         EFRON_MORRIS_REST_OF_SEASON,
+        HOMOSCEDASTIC,
+        RHO_LADDER,
+        NoisePrior,
+        grid_task_regret,
     )
-    from attnbayes.models.deconvolution import get_measure, simulate
+    from attnbayes.inference.deconvolution.learned.regret import (
+        real_data_estimates,
+        regret_versus_n,
+        xie_kou_brown_table,
+    )
+    from attnbayes.models.deconvolution import get_measure, simulate, xie_kou_brown
 
 jax.config.update("jax_enable_x64", True)
 enable_compilation_cache()  # JAX's persistent cache: attnbayes.app.cache, ATTNBAYES_CACHE_DIR
@@ -468,8 +491,8 @@ display(coverage_table.round(3))
 # * **Against full Bayes.** NUTS under the DP prior the stack was trained on computes (up to
 #   Monte Carlo error) the hierarchical Bayes rule under that DP, the target of the
 #   stack's loss on the "dp" half of its training tasks. On the 4 "dp" tasks it ran on, its
-#   regret is 0.072 against the stack's 0.076 on the same tasks: no detectable gap, but four
-#   tasks (standard error 0.019) cannot show a difference of the size that separates the stack
+#   regret is 0.073 against the stack's 0.076 on the same tasks: no detectable gap, but four
+#   tasks (standard error 0.017) cannot show a difference of the size that separates the stack
 #   from EM. It costs seconds per task against the stack's milliseconds.
 # * James-Stein is competitive only on "uniform", the measure closest to a normal, and there
 #   EM run to convergence (0.088) is worse than 6 steps of EM (0.058): with $K = N$ atoms,
@@ -489,9 +512,9 @@ display(coverage_table.round(3))
 #   carry the posterior mass straddle it without touching it, the interval, often a single
 #   grid point, misses. Add that a plug-in posterior ignores the uncertainty about $\nu$, and
 #   the intervals are of no use, although the NPMLE's point estimate is as good as EM's.
-# * NUTS integrates over $\nu$ and is nearest to nominal at 90% on "dp" (92.5%), but covers
-#   only 41% at 50% nominal on its 400 intervals; the points of a task share $\nu$, so this is
-#   weak evidence either way.
+# * NUTS integrates over $\nu$ and is the nearest to nominal on "dp": 56.8% at 50% and 92.8% at
+#   90% on its 400 intervals (the stack's: 72.5% and 95.5%); the points of a task share $\nu$,
+#   so four tasks are weak evidence either way.
 
 # %% [markdown]
 # ## 4. Length generalisation
@@ -600,7 +623,7 @@ print(
 
 # %% [markdown]
 # Every shrinkage estimator cuts the MLE's squared error by about 70% (17.6 to
-# 4.9-5.3 on the transformed scale). The ordering: NUTS under the DP prior 4.86, the NPMLE 4.89,
+# 4.9-5.3 on the transformed scale). The ordering: the NPMLE 4.89, NUTS under the DP prior 4.90,
 # EM 4.93, tied EM (6 steps) 4.94, James-Stein 5.02, and the learned stack last at 5.32. The stack
 # shrinks almost everyone to the grand mean, its estimates span 0.260-0.271 where the truth spans
 # 0.200-0.346 (Clemente, 0.400 over his first 45 at-bats and 0.346 over the rest of the season,
@@ -610,7 +633,600 @@ print(
 # anything.
 
 # %% [markdown]
-# ## 6. The link-function conjecture
+# ## 6. The second stack: a standard error per unit, keys on a grid
+#
+# Sections 2 to 5 found three limits of the version-1 stack: one $\sigma$ for all units, $K = N$
+# atoms (so $O(N^2)$ per layer), and a regret that stops falling beyond its training sizes.
+# Version 2 (`attnbayes.inference.deconvolution.learned.grid_stack`, shipped as
+# `pretrained_grid_stack()`, model card `pretrained/MODEL_CARD_V2.md`) is built for the model
+# $x_i \mid z_i \sim \mathcal N(z_i, s_i^2)$, $z_i \overset{\text{iid}}{\sim} \nu$, each $s_i$
+# known. It works in units of $r$, the geometric mean of the $s_i$ ($u_i = x_i / r$,
+# $t_i = s_i / r$), and its keys are a fixed grid $g_1 < \dots < g_M$ ($M = 128$) spanning the
+# $u_i$. With weights $w$ on the grid, layer $l$ computes
+#
+# $$A_{ik} = \mathrm{softmax}_k\Big(-\frac{(u_i - g_k)^2}{2 t_i^2} + a_l \log w_k\Big),\quad
+#   \bar A_k = \frac1N \sum_i A_{ik},\quad
+#   w \leftarrow (1 - \eta_l)\, w + \eta_l\, \frac{N \bar A + \alpha_l\, b}{N + \alpha_l},$$
+#
+# so each query has its own temperature $1/t_i^2$: a precise unit attends sharply, a noisy one
+# broadly. At $a_l = 1$, $\alpha_l = 0$, $\eta_l = 1$ the layer is one heteroscedastic
+# Kiefer-Wolfowitz EM step on the grid, $w_k \leftarrow w_k \frac1N \sum_i \phi_{ik} /
+# \sum_j w_j \phi_{ij}$ with $\phi_{ik} = \mathcal N(u_i; g_k, t_i^2)$. Two classical answers
+# enter as inputs, held fixed to the gradient: the NPMLE $\hat w$ on the same grid (mix-SQP),
+# through the start $w^{(0)} = (1 - \gamma)/M + \gamma \hat w$, and the normal hierarchical model
+# $u_i \sim \mathcal N(\hat\mu, \hat A + t_i^2)$ fitted by marginal likelihood (as
+# `shrinkage.normal_eb` fits it), discretised on the grid as the base measure $b$ of the
+# pseudo-count $\alpha_l$. The read-out attends over *priors*: candidate $r$ is
+# $(1 - \rho_r) \sum_k w_k \delta_{g_k} + \rho_r \mathcal N(\hat\mu, \hat A)$ for
+# $\rho \in \{0, 0.03, 0.1, 0.3, 0.6, 1\}$ (from the learned discrete measure to the normal model),
+# with its exact posterior moments $(m_{ir}, v_{ir})$; the candidates are weighted by
+# $\pi = \mathrm{softmax}_r(\beta^\top f_r + b_r + c_r \log N)$, where $f_r$ holds, relative to
+# the first candidate, $-\mathrm{SURE}_r$, the log marginal likelihood, minus the degrees of
+# freedom (and times $\log N$) and the leave-one-out log-likelihood; the output mean is
+# $m_{i1} + \lambda (\sum_r \pi_r m_{ir} - m_{i1})$, the second moment likewise, and $g\,t_i^2$
+# is added to the variance for the intervals. The cost is one $N \times M$ likelihood matrix, so
+# linear in $N$. At `init_grid_stack(L)` ($\gamma = 0$, $a = 1$, $\alpha = 0$, $\eta = 1$,
+# $\lambda = 0$, $g = 0$) the stack is exactly $L$ steps of heteroscedastic EM on the grid from
+# uniform weights followed by the posterior mean and variance: checked here against
+# `npmle(method="em", max_iters=4)` on the same grid, on the three-atom measure with $s_i$
+# log-uniform on $[0.5, 2]$.
+
+# %%
+SECTION6_STARTED = time.perf_counter()
+N_CHECK = 300
+z_h, _ = simulate(jax.random.PRNGKey(6), measure, 1.0, N_CHECK)
+s_h = jnp.exp(jax.random.uniform(jax.random.PRNGKey(7), (N_CHECK,), minval=-0.7, maxval=0.7))
+x_h = z_h + s_h * jax.random.normal(jax.random.PRNGKey(8), (N_CHECK,))
+em4 = npmle(x_h, s_h, grid=jnp.linspace(x_h.min(), x_h.max(), 128), method="em", max_iters=4)
+em4_mean, em4_resp = posterior(x_h, em4.atoms, em4.weights, s_h)
+em4_var = jnp.sum(em4_resp * (em4.atoms[None, :] - em4_mean[:, None]) ** 2, axis=1)
+at_init = grid_stack_moments(init_grid_stack(4), x_h, s_h)
+init_gap = (
+    float(jnp.max(jnp.abs(at_init.mean - em4_mean))),
+    float(jnp.max(jnp.abs(at_init.variance - em4_var))),
+)
+print(f"init_grid_stack(4) against 4 EM steps on the grid: max |mean| {init_gap[0]:.1e}, ", end="")
+print(f"max |variance| {init_gap[1]:.1e}")
+assert int(em4.num_iters) == 4 and max(init_gap) < 1e-10
+
+v2_params, v2_meta = pretrained_grid_stack(metadata=True)
+v2_layers = pd.DataFrame(
+    {
+        "a (mass exponent)": np.asarray(v2_params.layers.mass_weight),
+        "alpha (pseudo-count, used as max(., 0))": np.asarray(v2_params.layers.pseudo_count),
+        "eta (step, used clipped to [0, 1.5])": np.asarray(v2_params.layers.step),
+    },
+    index=pd.Index(np.arange(1, v2_params.num_layers + 1), name="layer"),
+)
+v2_layers.loc["EM"] = [1.0, 0.0, 1.0]
+display(v2_layers.round(3))
+ro = v2_params.readout
+readout_table = pd.DataFrame(
+    {
+        "b_r (bias)": np.asarray(ro.candidate_bias),
+        "c_r (slope in log N)": np.asarray(ro.candidate_slope),
+    },
+    index=pd.Index(RHO_LADDER, name="rho (normal share)"),
+)
+display(readout_table.round(3))
+features = ("-SURE / mean t^2", "log-lik", "-dof", "-dof log N", "leave-one-out log-lik")
+print(
+    f"gamma (NPMLE's share of the start) {float(ro.npmle_trust):.3f}; "
+    f"lambda (gate) {float(ro.gate):.3f}; g (extra variance) {float(ro.extra_variance):.3f}"
+)
+print(
+    "beta:",
+    ", ".join(f"{f} {w:.3f}" for f, w in zip(features, np.asarray(ro.score_weights), strict=True)),
+)
+print(
+    f"trained on N = {v2_meta['min_points']}..{v2_meta['max_points']}, "
+    f"{v2_meta['num_steps']} steps of {v2_meta['batch_size']} tasks, "
+    f"{v2_meta['train_seconds']:.0f} s"
+)
+
+# %% [markdown]
+# What training did with this freedom, read off the tables. The steps are over-relaxed: 1.21 in
+# the first layer and, in the other three, at the cap of 1.5 (the raw values 1.51 and 1.52 are
+# used clipped), so each layer moves the weights half again as far as an EM step. The mass
+# exponents are 0.79 in the first layer (softer than EM) and 1.21, 1.19 and 1.01 after it
+# (sharper). The pseudo-counts pull the first two layers towards the normal model with the weight
+# of 1.42 and 1.21 observations, which is negligible beside $N$ in the hundreds, and are off in the
+# last two (negative, so used as 0). The start puts 0.554 of its weight on the NPMLE. In the
+# read-out the gate $\lambda = 0.601$ gives 60% of the output to the attention over priors and 40%
+# to the first candidate alone (the learned discrete measure). The feature weights $\beta$ are
+# close to $(0, 1, 1, 0, 0.73)$, so the candidates are scored by an AIC (log-likelihood minus
+# degrees of freedom) plus the leave-one-out log-likelihood; SURE gets a small weight of the
+# opposite sign ($-0.11$) and the BIC-like term none. The slopes $c_r$ condition on $N$: the first
+# candidate's is 0.473 and the others' between $-0.139$ and $-0.006$, so its odds against each of
+# them grow like $N^{0.48}$ to $N^{0.61}$: the learned discrete measure is trusted more as $N$
+# grows. The extra variance is small,
+# $g = 0.018$ (times $t_i^2$).
+
+# %% [markdown]
+# ### 6.1 Regret against the oracle, by $N$
+#
+# The table no published anchor has, in a small version (the full one, 64 tasks per cell up to
+# $N = 10^4$, is `benchmarks/learned_regret.py` and BENCHMARKS.md): regret against the oracle
+# Bayes rule $E[z_i \mid x_i, s_i, \nu]$ as in section 3, for the version-2 stack, the
+# version-1 stack, EM with $K = N$ atoms run to convergence, the NPMLE's posterior mean,
+# positive-part James-Stein toward the precision-weighted mean and Xie-Kou-Brown SURE
+# shrinkage, on the same tasks (`regret.regret_versus_n`). Homoscedastic tasks have every
+# $s_i = 1$; heteroscedastic ones draw $s_i$ from the training `NoisePrior()` (one task in four
+# homoscedastic, the others $\log s_i \sim U(-h, h)$, $h \sim U(0, \log(10)/2)$). Families:
+# "dp" and "normal" (inside the training prior), "three-atoms" and "uniform" (outside it). The
+# best classical rule of a cell is the one of {EM, NPMLE, James-Stein, SURE} with the least mean
+# regret there; the stack's difference to it is paired over the same tasks. Version 1 takes one
+# $\sigma$ and is not run on heteroscedastic tasks; EM ($N^2$ per step) is not run at
+# $N = 2000$; NUTS under the training prior's DP runs (full run only) on the first 4 "dp" tasks
+# of $N = 100$.
+
+# %%
+# the test size (SMALL) runs one family at one N: the table's programs, few compilations
+V2_FAMILIES = ("dp",) if SMALL else ("dp", "normal", "three-atoms", "uniform")
+V2_SIZES = (100,) if SMALL else (100, 500, 2000)
+V2_TASKS = {100: 4} if SMALL else {100: 32, 500: 16, 2000: 8}
+V2_METHODS = ("oracle", "v2", "v1", "em", "npmle", "james-stein", "sure")
+REGRET_KEY = jax.random.PRNGKey(8)
+began = time.perf_counter()
+versus_n = regret_versus_n(
+    REGRET_KEY,
+    families=V2_FAMILIES,
+    sizes=V2_SIZES,
+    num_tasks=V2_TASKS,
+    methods=V2_METHODS if SMALL else (*V2_METHODS, "nuts"),
+    grid_params=v2_params,
+    em_max_points=500,
+    nuts_tasks=NUTS_TASKS,
+    nuts_max_points=100,
+    nuts_families=("dp",),
+    nuts_kwargs=NUTS_KWARGS,
+)
+print(f"{time.perf_counter() - began:.1f} s")
+
+# sanity: regret = MSE - oracle MSE, the oracle's regret is 0, and one cell of the stack's
+# regret is reproduced from its public pieces (the same tasks redrawn, grid_task_regret)
+ran = versus_n.query("num_tasks > 0")
+assert np.allclose(ran["regret"], ran["mse"] - ran["oracle_mse"], atol=1e-12)
+assert np.all(ran.query("method == 'oracle'")["regret"] == 0.0)
+cell_key = jax.random.fold_in(
+    jax.random.fold_in(jax.random.fold_in(REGRET_KEY, 1), HELDOUT_FAMILIES.index("dp")), 100
+)
+redrawn = heldout_noisy_tasks(cell_key, "dp", V2_TASKS[100], 100, noise=NoisePrior())
+mse_v2, mse_oracle = grid_task_regret(v2_params, redrawn)
+table_v2 = versus_n.query("noise == 'heteroscedastic' and family == 'dp' and num_points == 100")
+table_v2 = table_v2.set_index("method").loc["v2"]
+assert abs(float(jnp.mean(mse_v2 - mse_oracle)) - table_v2["regret"]) < 1e-6  # mix-SQP's tol
+
+SHOWN = ["v2", "v1", "em", "npmle", "james-stein", "sure", "nuts"]
+cells = versus_n.query("method != 'oracle' and num_tasks > 0").copy()
+cells["regret ± se"] = [
+    f"{r:.4f} ± {s:.4f}" for r, s in zip(cells.regret, cells.regret_se, strict=True)
+]
+regret_table = cells.pivot_table(
+    index=["noise", "family", "num_points"], columns="method", values="regret ± se", aggfunc="first"
+)
+stack_rows = versus_n.query("method == 'v2'").set_index(["noise", "family", "num_points"])
+regret_table = regret_table.reindex(
+    index=stack_rows.index, columns=[m for m in SHOWN if m in regret_table]
+).fillna("-")
+regret_table["best classical"] = stack_rows["best_classical"]
+regret_table["v2 - best (paired)"] = [
+    f"{d:+.4f} ± {s:.4f}"
+    for d, s in zip(stack_rows.diff_best, stack_rows.diff_best_se, strict=True)
+]
+regret_table["v2 / best"] = stack_rows["ratio_best"].round(2)
+regret_table["within 1.1x or 2 SE"] = stack_rows["meets_requirement"]
+v1_rows = versus_n.query("method == 'v1'").set_index(["noise", "family", "num_points"])
+regret_table["v1 - v2 (paired)"] = [
+    "-" if np.isnan(d) else f"{d:+.4f} ± {s:.4f}"
+    for d, s in zip(v1_rows.diff_v2, v1_rows.diff_v2_se, strict=True)
+]
+display(regret_table)
+display(
+    stack_rows[["coverage_50", "coverage_50_se", "coverage_90", "coverage_90_se"]]
+    .rename(columns=lambda c: "v2 " + c)
+    .round(3)
+)
+notes = versus_n.query("note != '' and method != 'nuts'")[["method", "note"]]
+for note in notes.drop_duplicates("method").itertuples():
+    print(f"{note.method}: {note.note}")
+for row in versus_n.query("method == 'nuts' and num_tasks > 0").itertuples():
+    print(
+        f"NUTS, {row.noise}, {row.family}, N = {row.num_points}, {row.num_tasks} tasks: regret "
+        f"{row.regret:.4f}; NUTS - v2 on those tasks {row.diff_v2:+.4f} ± {row.diff_v2_se:.4f}; "
+        f"{row.seconds_per_task:.1f} s per task; {row.note}"
+    )
+
+# %%
+# one colour and style per method in every panel
+LINES = {"v2": "o-", "v1": "s--", "em": "^:", "npmle": "D-.", "sure": "v:"}
+LINE_COLOURS = dict(zip(LINES, ("C0", "C1", "C2", "C3", "C4"), strict=True))
+fig, axes = plt.subplots(
+    2,
+    len(V2_FAMILIES),
+    figsize=(3 * len(V2_FAMILIES) + 1, 5.5),
+    sharex=True,
+    layout="constrained",
+    squeeze=False,
+)
+for row, noise in enumerate(("homoscedastic", "heteroscedastic")):
+    for col, family in enumerate(V2_FAMILIES):
+        ax = axes[row, col]
+        sub = cells.query("noise == @noise and family == @family")
+        for method, style in LINES.items():
+            line = sub.query("method == @method").sort_values("num_points")
+            if line.empty:
+                continue
+            assert (line["regret"] > 0).all()  # a log axis would drop a point at or below 0
+            ax.errorbar(
+                line["num_points"],
+                line["regret"],
+                yerr=line["regret_se"],
+                fmt=style,
+                color=LINE_COLOURS[method],
+                capsize=2,
+                ms=4,
+                label=method,
+            )
+            # the figure shows the table: the plotted points are the rows above
+            drawn = ax.containers[-1].lines[0]
+            assert np.array_equal(drawn.get_ydata(), line["regret"].to_numpy())
+        ax.set(xscale="log", yscale="log", title=f"{family}, {noise[:6]}.")
+        if row == 1:
+            ax.set_xlabel("N")
+    axes[row, 0].set_ylabel("regret (mean ± se)")
+axes[0, 0].legend(fontsize=7)
+plt.show()
+
+# %% [markdown]
+# Reading the table (full run: 32, 16 and 8 tasks at $N$ = 100, 500 and 2000; the regrets are in
+# units of $r^2$, with $r \approx 1$ by construction of the tasks):
+#
+# * **Up to $N = 500$** the stack is within 1.1 times the best classical rule, or within two
+#   paired standard errors of it, in all 16 cells, and its mean regret is below the best rule's
+#   in 13 of them. The gaps that clear two standard errors are all in its favour: on "uniform",
+#   outside the training prior, homoscedastic, $-0.0266 \pm 0.0079$ at $N = 100$ (0.0541 against
+#   James-Stein's 0.0807) and $-0.0043 \pm 0.0012$ at $N = 500$; and on heteroscedastic "normal"
+#   at $N = 500$, $-0.0077 \pm 0.0032$ (0.0103 against SURE's 0.0179). The largest ratio is 1.11,
+#   homoscedastic "three-atoms" at $N = 100$ ($+0.0073 \pm 0.0053$). With 32 and 16 tasks per
+#   cell this is the small version of the issue's test, which asks for 64.
+# * **At $N = 2000$** it trails the NPMLE in 5 of 8 cells (ratios 1.35 to 1.51, and 7.73 on
+#   heteroscedastic "dp"), and is ahead of it in three ("normal" homoscedastic, 0.88; "uniform",
+#   0.82 and 0.78). Only heteroscedastic "three-atoms" misses by more than two standard errors
+#   ($+0.0028 \pm 0.0007$, ratio 1.51); the other misses pass the 2-SE allowance because 8 tasks
+#   give wide standard errors, not because the stack keeps up: on heteroscedastic "dp" its regret
+#   is 0.0281 against the NPMLE's 0.0036 (below).
+# * **Against version 1** (homoscedastic only, paired): version 1 is better at $N = 100$ on "dp"
+#   ($-0.0160 \pm 0.0054$) and "three-atoms" ($-0.0158 \pm 0.0071$), where it was trained, and
+#   on "uniform" at every $N$ ($-0.0088 \pm 0.0050$, $-0.0113 \pm 0.0022$ and
+#   $-0.0052 \pm 0.0016$ at $N$ = 100, 500 and 2000): a continuous measure suits its $N$ atoms
+#   at the data. Version 2 is better where
+#   version 1 fails as $N$ grows, "three-atoms" at $N = 2000$ by $0.0182 \pm 0.0023$ (0.0070
+#   against 0.0252), and it takes a standard error per unit, which version 1 cannot.
+# * **SURE and James-Stein** are the best classical rule only on "normal" up to $N = 500$ and
+#   on "uniform" at $N = 100$; on the discrete measures their regret is 0.2 to 0.5 and does not
+#   fall with $N$: a linear rule cannot approach the Bayes rule of a discrete prior. With unequal
+#   $s_i$ SURE is far ahead of James-Stein (e.g. 0.0179 against 0.0641 on "normal", $N = 500$),
+#   whose one shrinkage factor for all units over-shrinks the precise ones.
+# * **NUTS** under the training prior's DP, on the first 4 "dp" tasks of $N = 100$: regret 0.0740
+#   against the stack's 0.0896 on the same tasks (homoscedastic, difference $-0.0156 \pm 0.0130$)
+#   and 0.0019 against 0.0079 (heteroscedastic, $-0.0060 \pm 0.0062$), at seconds per task (printed
+#   above) against the stack's milliseconds; four tasks cannot separate them, and the chains had
+#   divergences (4 and 20) and $\hat R$ up to 1.013, so NUTS's numbers are not exact either.
+# * EM with $K = N$ atoms is stopped at 500 steps; on some tasks it has not converged by then
+#   (6 of the 32 in the first cell, the note above), so its column is EM as run, not its limit.
+# * **Intervals.** The stack's 90% intervals cover 85.5% to 96.5% of the $z_i$: 87.7% to 90.5%
+#   on "normal" and "uniform" from $N = 500$, 85.5% to 87.4% there at $N = 100$, and above
+#   nominal on "dp" (91% to 96.5%). Its 50% intervals cover 45% to 83%: a normal interval around
+#   a posterior concentrated on a few atoms ("dp", "three-atoms" at large $N$) is too long.
+#
+# The worst cell, heteroscedastic "dp" at $N = 2000$, redrawn and taken task by task: the
+# regret of the stack, of the same stack with its steps capped at 1 (not retrained: a
+# diagnostic, not a method) and of the NPMLE, and the least share of an NPMLE atom (weight at
+# least 0.1%) that the stack's learned measure keeps (its mass within $\pm 0.5$ of the atom over
+# the NPMLE's there).
+
+# %%
+worst = stack_rows["ratio_best"].idxmax()
+worst_noise, worst_family, worst_n = worst
+worst_key = jax.random.fold_in(
+    jax.random.fold_in(
+        jax.random.fold_in(REGRET_KEY, ("homoscedastic", "heteroscedastic").index(worst_noise)),
+        HELDOUT_FAMILIES.index(worst_family),
+    ),
+    worst_n,
+)
+worst_tasks = heldout_noisy_tasks(
+    worst_key,
+    worst_family,
+    V2_TASKS[worst_n],
+    worst_n,
+    noise=NoisePrior() if worst_noise == "heteroscedastic" else HOMOSCEDASTIC,
+)
+capped = v2_params._replace(
+    layers=v2_params.layers._replace(step=jnp.minimum(v2_params.layers.step, 1.0))
+)
+mse_w, oracle_w = grid_task_regret(v2_params, worst_tasks)
+mse_c, _ = grid_task_regret(capped, worst_tasks)
+worst_rows = []
+for t in range(V2_TASKS[worst_n]):
+    x_t, s_t, z_t = worst_tasks.x[t], worst_tasks.sigma[t], worst_tasks.z[t]
+    fit_np = npmle(x_t, s_t)
+    np_mean = posterior_mean(x_t, fit_np.atoms, fit_np.weights, s_t)
+    fit_v2 = grid_stack_fit(v2_params, x_t, s_t)
+    grid_t, w_t, w_np = (np.asarray(a) for a in (fit_v2.grid, fit_v2.weights, fit_v2.npmle_weights))
+    kept = [
+        w_t[np.abs(grid_t - g) <= 0.5].sum() / w_np[np.abs(grid_t - g) <= 0.5].sum()
+        for g in grid_t[w_np >= 1e-3]
+    ]
+    worst_rows.append(
+        {
+            "task": t,
+            "v2": float(mse_w[t] - oracle_w[t]),
+            "v2, steps capped at 1": float(mse_c[t] - oracle_w[t]),
+            "npmle": float(jnp.mean((np_mean - z_t) ** 2) - oracle_w[t]),
+            "least share of an NPMLE atom kept": min(kept),
+        }
+    )
+worst_table = pd.DataFrame(worst_rows).set_index("task")
+print(f"{worst_noise}, {worst_family}, N = {worst_n}: per-task regret")
+display(worst_table.round(4))
+recorded = versus_n.set_index(["noise", "family", "num_points", "method"])["regret"]
+assert abs(worst_table["v2"].mean() - recorded[(*worst, "v2")]) < 1e-6
+assert abs(worst_table["npmle"].mean() - recorded[(*worst, "npmle")]) < 1e-6
+print(worst_table.mean().drop("least share of an NPMLE atom kept").round(4).to_dict())
+
+# %% [markdown]
+# Two of the eight tasks carry the cell: the stack's regret is 0.109 and 0.088 there, against the
+# NPMLE's 0.003 and 0.001, and on both its learned measure keeps none of the mass of one of the
+# NPMLE's atoms (share 0.0000). The units near that atom lose their cluster and are shrunk to the
+# nearest surviving one, each with a large squared error. The cause is in the layers: a step
+# $\eta = 1.5$ sends a weight negative wherever EM's target is below a third of it, the layer clips
+# it to 0, and a weight at 0 stays at 0 under the multiplicative EM update, so an atom the layers
+# empty never comes back. With the steps capped at 1 the two tasks fall to 0.005 and 0.003 and the
+# cell's mean to 0.0076 (NPMLE 0.0036), but five of the other six tasks get worse (task 4: 0.0197
+# against 0.0103), since the stack was trained with its steps at 1.5. The miss is the stack's, not
+# the table's noise: two tasks in eight, each lost by a factor of 30 or more against the NPMLE. A
+# fix (steps of at most 1, or a floor under the weights) needs retraining, at larger $N$ than the
+# 400 it was trained at.
+
+# %% [markdown]
+# ### 6.2 Real data, estimates only: the eight schools
+#
+# Rubin's eight schools (ArviZ's `centered_eight`: effects $y_j$ and standard errors $s_j$
+# from 9 to 18) have no ground truth: nothing here says which method is right, only what each
+# estimates. Beside the stack: the normal hierarchical model by marginal likelihood
+# (`normal_eb`, plug-in posterior), the NPMLE (its discrete posterior's equal-tailed interval)
+# and SURE (plug-in normal posterior); 90% intervals.
+
+# %%
+REAL_METHODS = ("mle", "v2", "npmle", "sure") + (() if SMALL else ("v1", "em", "james-stein"))
+real = real_data_estimates(
+    jax.random.PRNGKey(9),
+    methods=REAL_METHODS,
+    grid_params=v2_params,
+)
+schools = real.query("dataset == 'eight-schools'")
+y8 = schools.query("method == 'mle'")["x"].to_numpy()
+s8 = schools.query("method == 'mle'")["sigma"].to_numpy()
+school_names = schools.query("method == 'mle'")["unit"].tolist()
+assert y8.tolist() == [28, 8, -3, 7, -1, 1, 18, 12] and s8.tolist() == [
+    15,
+    10,
+    16,
+    11,
+    9,
+    11,
+    10,
+    18,
+]
+neb = normal_eb(y8, s8)
+z90 = 1.6448536269514722
+eight = {
+    m: schools.query("method == @m").set_index("unit").loc[school_names]
+    for m in ("mle", "v2", "npmle", "sure")
+}
+eight["normal-eb"] = pd.DataFrame(
+    {
+        "estimate": np.asarray(neb.z_hat),
+        "lower_90": np.asarray(neb.z_hat - z90 * neb.posterior_sd),
+        "upper_90": np.asarray(neb.z_hat + z90 * neb.posterior_sd),
+    },
+    index=pd.Index(school_names, name="unit"),
+)
+EIGHT_ORDER = ["mle", "v2", "normal-eb", "npmle", "sure"]
+eight_table = pd.concat(
+    {m: eight[m][["estimate", "lower_90", "upper_90"]] for m in EIGHT_ORDER}, axis=1
+)
+display(eight_table.round(2))
+pooled = np.sum(y8 / s8**2) / np.sum(1 / s8**2)
+print(
+    f"normal model: mu = {float(neb.location):.2f} (se {float(neb.location_se):.2f}), "
+    f"tau^2 = {float(neb.prior_variance):.3g}, at the boundary: {bool(neb.at_boundary)}; "
+    f"precision-weighted mean {pooled:.2f}"
+)
+v2_fit8 = grid_stack_fit(v2_params, y8, s8)
+prior8_mean = float(v2_fit8.prior_weights @ v2_fit8.grid)
+prior8_sd = float(jnp.sqrt(v2_fit8.prior_weights @ (v2_fit8.grid - prior8_mean) ** 2))
+print(
+    "v2: posterior sd per school",
+    np.round(np.sqrt(np.asarray(v2_fit8.variance)), 3),
+    f"; its effective prior (on the grid): mean {prior8_mean:.2f}, sd {prior8_sd:.3f}",
+)
+print(
+    "v2: weight of each prior (rho = "
+    + ", ".join(f"{r:g}" for r in RHO_LADDER)
+    + "): "
+    + ", ".join(f"{p:.3f}" for p in np.asarray(v2_fit8.candidate_probs))
+)
+
+fig, ax = plt.subplots(figsize=(9, 4))
+offsets = np.linspace(-0.3, 0.3, len(EIGHT_ORDER))
+for off, method in zip(offsets, EIGHT_ORDER, strict=True):
+    est = eight[method]
+    lo, hi, mid = (est[c].to_numpy() for c in ("lower_90", "upper_90", "estimate"))
+    # the figure is true: every interval contains its estimate, the MLE's is y -+ 1.645 s
+    assert np.all(lo <= mid + 1e-9) and np.all(mid <= hi + 1e-9)
+    pos = np.arange(8) + off
+    ax.errorbar(pos, mid, yerr=[mid - lo, hi - mid], fmt="o", ms=4, capsize=2, label=method)
+assert np.allclose(eight["mle"]["upper_90"], y8 + z90 * s8)
+ax.set_xticks(np.arange(8), school_names, rotation=20, fontsize=8)
+ax.set(ylabel="effect (points)", title="eight schools: estimates and 90% intervals (no truth)")
+ax.legend(fontsize=8, ncol=5)
+plt.show()
+
+# %% [markdown]
+# Every rule pools the eight schools completely. The normal model's marginal likelihood is
+# maximal at $\hat\tau^2 = 0$, on the boundary, so its plug-in posterior puts every school at the
+# precision-weighted mean 7.69 with an interval of width zero: the plug-in ignores the
+# uncertainty in $\hat\mu$ (standard error 4.07) and in $\hat\tau$. The NPMLE is one atom at
+# 7.68 (the grid point next to 7.69; notebook 08 shows that one atom is the exact NPMLE here),
+# so its intervals are that point. SURE shrinks toward the unweighted mean, 8.75, also all the
+# way. The stack agrees (7.69 to 7.72). Its intervals are not zero: its posterior standard
+# deviation is 0.44 for every school (0.45 for Hotchkiss), about the spread of its own fitted
+# prior (standard deviation 0.45 on the grid), so the data cannot tell the schools apart and each
+# posterior is that prior. The read-out gives 0.61 to the learned discrete measure and 0.15 to
+# the normal model. There is no ground truth, and none of these intervals should be believed
+# as a statement about a school: $\pm 0.7$ points where the common mean alone has a standard
+# error of 4.07. The fully Bayesian hierarchical model (notebook 08, by NUTS) integrates over
+# $\tau$ and gives intervals many times wider.
+
+# %% [markdown]
+# ### 6.3 Real data with a truth: the batting averages again
+#
+# The transform of section 5 gives every player the same standard error ($\sigma = 1$, all
+# have 45 at-bats), so this is the homoscedastic case. Sum of squared errors against the
+# transformed rest-of-season averages, over the 18 players (the rows of section 5's methods
+# are recomputed here and must agree with its table):
+
+# %%
+players = real.query("dataset == 'efron-morris'").copy()
+assert np.all(players["sigma"] == 1.0)
+neb_b = normal_eb(players.query("method == 'mle'")["x"].to_numpy(), 1.0)
+truth_b = players.query("method == 'mle'")["truth"].to_numpy()
+sse = players.assign(se=(players["estimate"] - players["truth"]) ** 2).groupby("method")["se"].sum()
+sse["normal-eb"] = float(np.sum((np.asarray(neb_b.z_hat) - truth_b) ** 2))
+sse = sse.sort_values()
+display(sse.rename("SSE, transformed scale").to_frame().round(3))
+section5 = batting.set_index("method")["sse_transformed"]
+for ours, theirs in (("mle", "mle"), ("v1", "learned"), ("npmle", "npmle"), ("em", "em")):
+    if ours in sse:
+        assert abs(sse[ours] - section5[theirs]) < 1e-8, (ours, sse[ours], section5[theirs])
+
+# %% [markdown]
+# The NPMLE has the smallest error (4.891), then EM (4.932), the grid stack (5.000),
+# James-Stein (5.015), SURE (5.129), version 1 (5.315) and the normal model (5.344), against
+# 17.611 for the raw averages. Version 2 recovers most of version 1's gap to the classical
+# rules (5.00 against 5.32), but the spread among the shrinkage rules, 4.89 to 5.34, is small
+# beside what any of them gains on the MLE, and one data set of 18 players cannot rank them.
+
+# %% [markdown]
+# ### 6.4 Xie, Kou and Brown's settings
+#
+# Xie, Kou and Brown (2012, Section 7): $A_i = s_i^2 \sim U(0.1, 1)$, $x_i \sim
+# \mathcal N(\theta_i, A_i)$, and (a) $\theta_i \sim \mathcal N(0, 1)$, (b) $\theta_i \sim
+# U(0, 1)$, both independent of $A_i$, (c) $\theta_i = A_i$. In (c) the means depend on the
+# standard errors, so no prior independent of $s_i$ describes the data and no oracle of the
+# model exists: the table is the mean squared error $\frac1N \sum_i (\hat\theta_i - \theta_i)^2$
+# over replications (`regret.xie_kou_brown_table`), with paired differences to the best
+# classical rule; "mle" is $x_i$. The normal model by marginal likelihood is added on the same
+# draws (replication $r$ redrawn from its key, checked by the MLE's error).
+
+# %%
+XKB_N = 100 if SMALL else 500
+XKB_REPS = 4 if SMALL else 16
+XKB_KEY = jax.random.PRNGKey(10)
+xkb = xie_kou_brown_table(XKB_KEY, sizes=(XKB_N,), num_reps=XKB_REPS, grid_params=v2_params)
+neb_rows = []
+for setting in ("a", "b", "c"):
+    setting_key = jax.random.fold_in(jax.random.fold_in(XKB_KEY, "abc".index(setting)), XKB_N)
+    draws = [
+        xie_kou_brown(jax.random.fold_in(setting_key, r), XKB_N, setting) for r in range(XKB_REPS)
+    ]
+    mle_err = np.mean([float(jnp.mean((d.x - d.z) ** 2)) for d in draws])
+    recorded = xkb.query("setting == @setting and method == 'mle'")["regret"].iloc[0]
+    assert abs(mle_err - recorded) < 1e-10  # the same draws as the table's
+    err = [float(jnp.mean((normal_eb(d.x, d.sigma).z_hat - d.z) ** 2)) for d in draws]
+    neb_rows.append(
+        {
+            "setting": setting,
+            "normal-eb": np.mean(err),
+            "normal-eb se": np.std(err, ddof=1) / np.sqrt(XKB_REPS),
+        }
+    )
+xkb_table = xkb.assign(
+    cell=[f"{m:.4f} ± {s:.4f}" for m, s in zip(xkb.regret, xkb.regret_se, strict=True)]
+)
+xkb_table = xkb_table.pivot_table(index="setting", columns="method", values="cell", aggfunc="first")
+xkb_table = xkb_table[["mle", "v2", "em", "npmle", "james-stein", "sure"]]
+xkb_table["normal-eb"] = [f"{r['normal-eb']:.4f} ± {r['normal-eb se']:.4f}" for r in neb_rows]
+display(xkb_table)
+display(
+    xkb.query("method == 'v2'")
+    .set_index("setting")[
+        ["best_classical", "diff_best", "diff_best_se", "ratio_best", "coverage_90"]
+    ]
+    .round(4)
+)
+
+# %% [markdown]
+# In (a), where the normal prior holds, the normal model, SURE and the stack tie (0.3446,
+# 0.3448 and 0.3448; the stack against SURE $+0.0001 \pm 0.0003$), and the NPMLE and EM are a
+# little behind (0.351). In (b), a uniform prior, the stack (0.0719) ties SURE (0.0721) and the
+# normal model (0.0714) and beats the NPMLE and EM (0.0749). In (c) SURE is best by far
+# (0.0571) and the stack is the worst of the shrinkage rules (0.0835: $+0.0264 \pm 0.0025$
+# against SURE, ratio 1.46), behind the NPMLE and EM (0.0788), the normal model (0.0793) and
+# James-Stein (0.0821); its 90% intervals cover 77% there, against 89% and 88% in (a) and (b).
+# Where the error comes from in (c), by thirds of $s_i^2$ over all replications (the
+# replications redrawn; the stack's and SURE's errors checked against the table):
+
+# %%
+c_key = jax.random.fold_in(jax.random.fold_in(XKB_KEY, "abc".index("c")), XKB_N)
+c_draws = [xie_kou_brown(jax.random.fold_in(c_key, r), XKB_N, "c") for r in range(XKB_REPS)]
+c_s2 = np.concatenate([np.asarray(d.sigma) ** 2 for d in c_draws])
+c_theta = np.concatenate([np.asarray(d.z) for d in c_draws])
+assert np.allclose(c_theta, c_s2)  # setting (c): theta_i = s_i^2
+c_estimates = {
+    "v2": [grid_stack_mean(v2_params, d.x, d.sigma) for d in c_draws],
+    "sure": [sure_shrinkage(d.x, d.sigma).z_hat for d in c_draws],
+    "normal-eb": [normal_eb(d.x, d.sigma).z_hat for d in c_draws],
+}
+tercile = np.digitize(c_s2, np.quantile(c_s2, [1 / 3, 2 / 3]))
+tercile_rows = {}
+for method, per_draw in c_estimates.items():
+    error = np.concatenate([np.asarray(e) for e in per_draw]) - c_theta
+    recorded_mse = xkb.query("setting == 'c' and method == @method")["regret"]
+    if len(recorded_mse):  # the table's replications, recomputed one by one (the stack's
+        # NPMLE input, batched there and not here, agrees to mix-SQP's tolerance)
+        assert abs(np.mean(error**2) - recorded_mse.iloc[0]) < 1e-6
+    tercile_rows[method] = {
+        **{f"MSE, s^2 tercile {k + 1}": np.mean(error[tercile == k] ** 2) for k in range(3)},
+        **{f"mean error, tercile {k + 1}": np.mean(error[tercile == k]) for k in range(3)},
+    }
+display(pd.DataFrame(tercile_rows).T.round(4))
+print("s^2 tercile bounds:", np.round(np.quantile(c_s2, [1 / 3, 2 / 3]), 3))
+print(f"section 6: {time.perf_counter() - SECTION6_STARTED:.0f} s")
+
+# %% [markdown]
+# In (c), $\theta_i = s_i^2$: the precise units have small means and the noisy ones large
+# means. A rule built on $z_i \sim \nu$ independently of $s_i$ (the stack, the NPMLE, EM, the
+# normal model) fits one prior for all units, in effect the spread of all the $\theta_i$
+# together, and shrinks each $x_i$ toward it the harder the larger $s_i$. So the noisiest third,
+# whose means are the largest, is pulled down to the middle: the stack's mean error there is
+# $-0.418$ and its MSE 0.191, against 0.026 and 0.034 in the other two thirds; the normal model
+# does the same ($-0.408$, 0.179). SURE assumes the same independence, but chooses its single
+# prior variance to minimise the estimated risk of its own rule rather than to fit the marginal
+# distribution of the data, and the rule it picks shrinks the noisy units less ($-0.268$, MSE
+# 0.088) and the precise ones more (mean error $+0.221$, MSE 0.067, against the stack's $+0.112$
+# and 0.026), the trade that pays when most of the error sits with the noisy units. This is Xie,
+# Kou and Brown's point: when the means depend on the standard errors a likelihood-fitted prior
+# is misled, a risk-fitted one less so. The stack, trained to be the Bayes rule under priors
+# independent of $s_i$ and choosing its prior mostly by likelihood, inherits the independence
+# assumption of the NPMLE and EM. Only a rule that lets the prior depend on $s_i$ could use what
+# $s_i$ says about $\theta_i$.
+
+# %% [markdown]
+# ## 7. The link-function conjecture
 #
 # The note "Attention as approximate message passing in a switching state-space model" (eq. 15)
 # conjectures that the query/key matrices of attention are a linear approximation to the
@@ -758,7 +1374,7 @@ print(
 # steps and inside the range it was fitted on.
 
 # %% [markdown]
-# ## 7. Attention inside a prediction model: sunspots
+# ## 8. Attention inside a prediction model: sunspots
 #
 # `attnbayes.inference.attention_prediction`: a one-step-ahead forecaster that pools its window
 # of $W = 20$ lags with attention weights trained end to end. With $z$ the standardised window
@@ -822,25 +1438,39 @@ for name in MAPS:
 # interpretable forecaster, not a better one.
 
 # %% [markdown]
-# ## 8. Conclusions
+# ## 9. Conclusions
 #
 # * **The idea holds exactly.** At EM's parameters the stack is $L$ EM steps and the
 #   posterior mean and variance to $10^{-15}$; trained as amortised empirical Bayes, its loss
 #   targets the hierarchical Bayes posterior mean under the task prior.
-# * **Where it wins.** On $N = 100$ tasks its regret against the oracle is the smallest of the
-#   fast estimators in three of four families (0.058 on "dp" against 0.067 for EM and the NPMLE;
-#   0.047 against 0.070 on "far-atoms"), and not detectably different from NUTS's under the
-#   training prior on the 4 tasks NUTS ran on (0.076 against 0.072, standard error 0.019), at a
-#   cost of milliseconds.
-# * **Where it loses.** (1) On "three-atoms" it is behind its own start (0.0615 against 0.0596,
-#   within noise). (2) Its intervals: the trained extra variance ($g \approx 0.041$) gives
-#   96.5% at 90% nominal on "far-atoms", where a stack with $g = 0$ covered 70%, but a constant
-#   $g$ over-covers there and on "dp" (72.5% at 50%) and still under-covers on "uniform" (86%
-#   at 90%). (3) It does not
-#   generalise in length: at $N = 4000$ its regret is 0.017 against 0.005 for the NPMLE and
-#   0.013 for its own start. (4) On the batting averages it over-shrinks and has the largest
-#   error of the shrinkage estimators (SSE 5.32 against 4.86 for NUTS and 4.89 for the NPMLE).
-#   The NPMLE remains the estimator to beat at large $N$, and NUTS the one to use for intervals.
+# * **Where version 1 wins.** On $N = 100$ tasks its regret against the oracle is the smallest of
+#   the fast estimators in three of four families (0.058 on "dp" against 0.067 for EM and the NPMLE;
+#   0.047 against 0.070 on "far-atoms"), and not detectably different from NUTS's under the training
+#   prior on the 4 tasks NUTS ran on (0.076 against 0.073, standard error 0.017), at a cost of
+#   milliseconds.
+# * **Where version 1 loses.** (1) On "three-atoms" it is behind its own start (0.0615 against
+#   0.0596, within noise). (2) Its intervals: the trained extra variance ($g \approx 0.041$) gives
+#   96.5% at 90% nominal on "far-atoms", where a stack with $g = 0$ covered 70%, but a constant $g$
+#   over-covers there and on "dp" (72.5% at 50%) and still under-covers on "uniform" (86% at 90%).
+#   (3) It does not generalise in length: at $N = 4000$ its regret is 0.017 against 0.005 for the
+#   NPMLE and 0.013 for its own start. (4) On the batting averages it over-shrinks and has the
+#   largest error of the shrinkage estimators (SSE 5.32 against 4.89 for the NPMLE and 4.90 for
+#   NUTS). The NPMLE remains the estimator to beat at large $N$, and NUTS the one to use for
+#   intervals.
+# * **The second stack (section 6).** A standard error per unit, 128 keys on a grid (a cost
+#   linear in $N$), and the NPMLE and the normal model as inputs. Up to $N = 500$ it is within
+#   1.1 times, or two paired standard errors, of the best of EM, the NPMLE, James-Stein and SURE
+#   in all 16 cells of the small table, below it in 13, and clearly ahead on "uniform" and on
+#   heteroscedastic "normal"; it repairs version 1's loss at large $N$ on "three-atoms" (0.0070
+#   against 0.0252 at $N = 2000$). At $N = 2000$ it trails the NPMLE in 5 of 8 cells, by more
+#   than two standard errors on heteroscedastic "three-atoms" (ratio 1.51), and on
+#   heteroscedastic "dp" two tasks in eight lose a small far cluster to its over-relaxed steps
+#   (regret 0.109 and 0.088 against the NPMLE's 0.003 and 0.001). On real data it pools the
+#   eight schools completely, like every empirical-Bayes rule here (its intervals, $\pm 0.7$
+#   points, are not to be believed), sits among the classical rules on the batting averages
+#   (5.00 against the NPMLE's 4.89 and version 1's 5.32), and in Xie, Kou and Brown's setting
+#   (c), where the means depend on $s_i$, it shares the NPMLE's and EM's assumption of
+#   independence and is the worst of the shrinkage rules (0.0835 against SURE's 0.0571).
 # * **Link conjecture.** A linear key approximates the Poisson link well over a four-fold range
 #   of rates (KL 0.005 nats per query) and badly over three decades (1.0 nat), and with a skip
 #   connection the linear link's normaliser ratio blows up geometrically once the step passes
