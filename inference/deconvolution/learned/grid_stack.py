@@ -91,7 +91,7 @@ from .... import validation
 from ..checks import checked_problem
 from ..kiefer_wolfowitz import mixsqp_loop, mixsqp_start
 from .archive import archive_metadata, archive_version, read_archive, write_archive
-from .unrolled import PosteriorMoments, UnrolledEMParams
+from .unrolled import PosteriorMoments, UnrolledEMParams, checked_leaves
 
 FORMAT_VERSION = 2
 GRID_SIZE = 128
@@ -474,17 +474,7 @@ def check_grid_params(name: str, params, dtype=None) -> GridStackParams:
         shape = tuple(np.shape(getattr(params.readout, field)))
         if shape != want:
             raise ValueError(f"{name}.readout.{field}: expected shape {want}, got {shape}")
-    leaves = jax.tree_util.tree_leaves(params)
-    if not any(validation.is_traced(leaf) for leaf in leaves):
-        for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-            arr = np.asarray(leaf)
-            if not np.issubdtype(arr.dtype, np.floating):
-                raise ValueError(f"{name}{jax.tree_util.keystr(path)}: expected floats")
-            if not np.all(np.isfinite(arr)):
-                raise ValueError(f"{name}{jax.tree_util.keystr(path)}: has NaN or inf values")
-    if dtype is None:
-        return params
-    return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype), params)
+    return checked_leaves(name, params, dtype)
 
 
 def check_mask(mask, n):

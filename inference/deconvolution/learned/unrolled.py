@@ -366,6 +366,13 @@ def check_params(name: str, params, dim: int | None = None, dtype=None) -> Unrol
             raise ValueError(
                 f"{name}.readout.{field}: expected shape {shape}, got {tuple(np.shape(leaf))}"
             )
+    return checked_leaves(name, params, dtype)
+
+
+def checked_leaves(name: str, params, dtype=None):
+    """A stack's leaves as floats with finite values (on concrete leaves; traced ones pass),
+    named by their path under ``name``; cast to ``dtype`` when given. Both stacks' checks end
+    here."""
     leaves = jax.tree_util.tree_leaves(params)
     if not any(validation.is_traced(leaf) for leaf in leaves):
         for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
