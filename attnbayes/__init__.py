@@ -9,15 +9,17 @@ Three packages, layered (each imports only those below it; import-linter holds t
   ``diagnostics``, ``model_comparison``, ``methods``, ``sampling``);
 - ``attnbayes.models``: NumPyro programs and their simulators;
 
-and two modules every layer shares: ``validation``, the checks of concrete inputs (a
-``ValueError`` whose message starts with the argument's name), and ``constants``, the names the
-command line and the library share (free of JAX, so ``attnbayes --help`` is fast).
+and three modules every layer shares: ``validation``, the checks of concrete inputs (a
+``ValueError`` whose message starts with the argument's name), ``constants``, the names the
+command line and the library share (free of JAX, so ``attnbayes --help`` is fast), and
+``sharding``, where batch work runs (a one-axis ``Mesh``; every batch entry point takes
+``mesh=None``).
 
 The folders ``models/``, ``inference/`` and ``app/`` sit at the top of the repository
 (``pyproject.toml`` maps them); each sub-package's ``__init__.py`` is its public API.
 
 Layers. Imports go downwards only: ``app`` over ``inference`` over ``models`` over
-``validation`` and ``constants``. Inside ``inference``: ``model_comparison`` and
+``validation``, ``constants`` and ``sharding``. Inside ``inference``: ``model_comparison`` and
 ``calibration`` on top; then the readings ``deconvolution``, ``switching`` and
 ``kernel_regression``, which never import one another; then the registry ``methods``, the
 shared ``attention`` maps and the helpers ``mcmc``, ``diagnostics``, ``sampling``,
