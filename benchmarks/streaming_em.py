@@ -4,9 +4,11 @@ One EM step with K = N atoms at the data (seed 1's estimator) on 2-D ring data, 
 
     numpy     a dense step (N x N scores, max-shifted softmax over atoms, weighted means), in
               place on one N x N float64 array; only where it fits (N = 20k: 3.2 GB);
-    stream-1  ``em_step(..., block_size=B, num_devices=1)``: two passes over blocks (row
-              log-sum-exp, then column sums), O(B^2) memory;
-    stream-2  the same with the data rows sharded over 2 host devices (``jax.shard_map``).
+    stream-1  ``em_step(..., block_size=B, mesh=one)`` on a one-device mesh
+              (``attnbayes.sharding.batch_mesh(jax.devices()[:1])``): tiles of rows against
+              all atoms, one exponential per pair, O(B^2) memory;
+    stream-2  the same with the data rows sharded over 2 host devices (the default mesh,
+              ``mesh=None``: every device).
 
 Each case runs in a fresh process started by an intermediate process that reads
 ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` (the case's own peak resident set); a baseline process
@@ -56,6 +58,7 @@ def child(mode: str, n: int, block_size: int, out_path: str) -> None:
     import numpy as np
 
     sys.path.insert(0, ROOT)
+    from attnbayes import sharding
     from attnbayes.inference.deconvolution.em import em_step
     from attnbayes.models.deconvolution import simulate
 
@@ -70,8 +73,9 @@ def child(mode: str, n: int, block_size: int, out_path: str) -> None:
             atoms = numpy_em_step(x, x, SIGMA)
         elif mode.startswith("stream"):
             devices = int(mode.split("-")[1])
+            mesh = sharding.batch_mesh(jax.devices()[:devices])
             atoms = jax.block_until_ready(
-                em_step(x, x, w, SIGMA, block_size=block_size, num_devices=devices)[0]
+                em_step(x, x, w, SIGMA, block_size=block_size, mesh=mesh)[0]
             )
         else:
             break

@@ -29,7 +29,7 @@ def main(paths: list[str]) -> int:
     if len(jax.devices()) < max(COUNTS):
         print(f"needs {max(COUNTS)} devices, found {len(jax.devices())}", file=sys.stderr)
         return 2
-    files = [Path(p) for p in paths] or sorted(HERE.rglob("devices_*.py"))
+    files = [Path(p).resolve() for p in paths] or sorted(HERE.rglob("devices_*.py"))
     meshes = [sharding.batch_mesh(jax.devices()[:d]) for d in COUNTS]
     failed = 0
     for path in files:

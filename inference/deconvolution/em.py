@@ -25,7 +25,10 @@ floating point wherever the points sit, so float32 keeps the distances between n
 and atoms even with data far from the origin or one outlier far from the rest; the row
 log-sum-exp is then log sum_k w_k exp(-|x_i - mu_k|^2 / (2 sigma^2)) itself, and the M-step
 moves each atom by the weighted mean of x_i - mu_k. The streamed and the sharded paths do the
-same block by block.
+same tile by tile, except that float64 data and atoms spanning at most 512 sigma (the usual
+case; ``estep.centred_sums_allowed``, decided on the concrete inputs) take the M-step's sums
+about the atoms' mean, sum_i A_ik (x_i - c) - (mu_k - c) sum_i A_ik, in one matrix product:
+round-off below about 1e-16 * 1024 sigma.
 
 Bad input is refused before tracing (``check_problem``): non-finite values, wrong shapes, a
 sigma out of range, and a spread (max - min) / sigma of the data and atoms so large that the
@@ -63,16 +66,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import validation
+from ... import sharding, validation
 from ..attention import Attention
 from .checks import check_data, check_sigma, checked_problem
 from .estep import (
+    centred_sums_allowed,
     e_step_attention_unchecked,
     em_iteration,
     em_step_unchecked,
     log_likelihood_unchecked,
     posterior_mean_unchecked,
     posterior_unchecked,
+    tile_rows,
 )
 
 INITS = ("data",)
@@ -149,9 +154,9 @@ class _LoopState(NamedTuple):
     converged: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("update_weights", "block_size", "num_devices"))
+@functools.partial(jax.jit, static_argnames=("update_weights", "block_size", "mesh", "centred"))
 def _em_iterations(
-    x, sigma, tol, state, max_passes, update_weights, block_size=None, num_devices=1
+    x, sigma, tol, state, max_passes, update_weights, block_size=None, mesh=None, centred=False
 ) -> _LoopState:
     """EM from ``state``: at most ``max_passes`` passes of the loop, fewer if it stops first.
 
@@ -168,7 +173,7 @@ def _em_iterations(
     def body(carry):
         passes, (t, atoms, weights, trace, _, _) = carry
         ll, new_atoms, new_weights = em_iteration(
-            x, atoms, weights, sigma, update_weights, block_size, num_devices
+            x, atoms, weights, sigma, update_weights, block_size, mesh, centred
         )
         trace = trace.at[t].set(ll)
         converged = (t > 0) & (jnp.abs(ll - trace[jnp.maximum(t - 1, 0)]) <= tol * n)
@@ -199,22 +204,34 @@ def _chunk_passes(n: int, k: int, p: int, block_size: int | None, max_iters: int
     return int(min(max_iters + 1, max(1, _CHUNK_ENTRIES // entries)))
 
 
-def _check_streaming(block_size, num_devices) -> tuple[int | None, int]:
-    """Validate (block_size, num_devices); default: every local device when streaming."""
+def _check_streaming(block_size, mesh):
+    """Validate (block_size, mesh): ``(block_size, mesh for the kernels)``.
+
+    Streamed, ``mesh`` None means every device (``sharding.batch_mesh()``); the dense path is
+    never sharded, so it takes None or a one-device mesh and refuses more. A one-device mesh
+    reaches the kernels as None (the same plain program, compiled once).
+    """
     if block_size is not None:
         block_size = validation.check_positive_int("block_size", block_size)
-    available = jax.local_device_count()
-    if num_devices is None:
-        return block_size, (available if block_size is not None else 1)
-    num_devices = validation.check_positive_int("num_devices", num_devices)
-    if num_devices > available:
+    if block_size is None and mesh is None:
+        return None, None
+    mesh = sharding.check_mesh(mesh)
+    size = sharding.mesh_size(mesh)
+    if block_size is None and size > 1:
         raise ValueError(
-            f"num_devices: {num_devices} requested but only {available} local device(s) exist "
-            "(on the CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N)"
+            f"mesh: the dense path (block_size=None) runs on one device, got a mesh of {size} "
+            "devices; set block_size to shard the rows over them"
         )
-    if num_devices > 1 and block_size is None:
-        raise ValueError("num_devices: sharding the rows needs the streamed path (set block_size)")
-    return block_size, num_devices
+    return block_size, (mesh if size > 1 else None)
+
+
+def _whole(rows):
+    """Per-row results of a sharded program, whole on this process: a concrete array split
+    over several processes is gathered (``sharding.gather``); anything else is returned as is."""
+    if isinstance(rows, jax.Array) and not validation.is_traced(rows):
+        if not rows.is_fully_addressable:
+            return jnp.asarray(sharding.gather(rows))
+    return rows
 
 
 def estep_memory_bytes(
@@ -236,15 +253,22 @@ def estep_memory_bytes(
     - dense (``block_size=None``): the scores and the responsibilities, two N x K arrays
       (``em_step`` and ``posterior`` hold both; ``fit_em``'s loop and ``log_likelihood`` one),
       plus O((N + K)(p + 1)) vectors: ``itemsize * (2 N K + 4 (N + K) (p + 1))``.
-    - streamed (``block_size=b``): the scores and their exponentials for one block of rows
-      and one of atoms (pass 2: one tile of A and one product a_ik (x_ic - mu_kc), tiles of
-      at most b), plus the padded copies of data and atoms, the row log-normalisers,
-      posterior means and column sums: ``itemsize * (2 b^2 + 5 (N' + K') (p + 1))``, with N'
-      and K' rounded up to multiples of b.
+    - streamed (``block_size=b``) with K <= b^2: tiles of R rows against all K atoms
+      (``estep.tile_rows``: R K <= min(b^2, 2^19) pairs), each holding its exponentials and,
+      per coordinate, one product of them with the differences (column sums), plus a score
+      tile of the rare exact branch, p + 2 tiles in all; plus the padded data, the atoms, the
+      row log-normalisers, posterior means and column sums:
+      ``itemsize * ((p + 2) R K + 5 (N' + K) (p + 1))``, N' rounded up to a multiple of R.
+    - streamed with K > b^2 (two passes over blocks of b rows and b atoms): the scores and
+      their exponentials for one block (pass 2: one tile of A and one product
+      a_ik (x_ic - mu_kc), tiles of at most b), plus the padded copies of data and atoms, the
+      row log-normalisers, posterior means and column sums:
+      ``itemsize * (2 b^2 + 5 (N' + K') (p + 1))``, with N' and K' rounded up to multiples of b.
 
-    Both are upper bounds: for ``fit_em``'s loop and ``em_step`` the measured peaks lie
-    between 1/2.1 and 1 times the estimate (XLA fuses one of the two arrays away in some
-    programs); ``log_likelihood`` and ``posterior_mean`` need no more.
+    All are upper bounds: for ``fit_em``'s loop and ``em_step`` the measured peaks lie
+    between 1/2.1 and 1 times the estimate (XLA fuses some of the arrays away in some
+    programs); ``log_likelihood`` and ``posterior_mean`` need no more. Sharding the rows over
+    D devices divides the per-row terms by about D on each device.
 
     Args:
         num_points: N.
@@ -256,7 +280,7 @@ def estep_memory_bytes(
     Returns:
         The estimate in bytes.
 
-    Example: N = K = 40,000 in float64 needs about 25.6 GB dense, and about 23 MB with
+    Example: N = K = 40,000 in float64 needs about 25.6 GB dense, and about 19 MB with
     ``block_size=1024``.
     """
     n = validation.check_positive_int("num_points", num_points)
@@ -271,6 +295,10 @@ def estep_memory_bytes(
     if block_size is None:
         return dt.itemsize * (2 * n * k + 4 * (n + k) * (p + 1))
     b = validation.check_positive_int("block_size", block_size)
+    rows = tile_rows(n, k, b)
+    if rows:
+        n_pad = -(-n // rows) * rows
+        return dt.itemsize * ((p + 2) * rows * k + 5 * (n_pad + k) * (p + 1))
     n_pad, k_pad = -(-n // b) * b, -(-k // b) * b
     return dt.itemsize * (2 * b * b + 5 * (n_pad + k_pad) * (p + 1))
 
@@ -340,7 +368,7 @@ def em_step(
     *,
     update_weights: bool = False,
     block_size: int | None = None,
-    num_devices: int | None = None,
+    mesh=None,
 ):
     """One EM step: E-step by softmax attention, then the M-step (see the module docstring).
 
@@ -351,11 +379,13 @@ def em_step(
         sigma: known noise scale: a number, (N,) one per observation, or (N, p) one per
             observation and coordinate (``check_problem``).
         update_weights: also set w_k <- mean_i A_ik (otherwise the weights are returned as is).
-        block_size: stream in two passes over blocks of this many points and atoms (row
-            log-sum-exp, then column sums): memory O(block_size^2), never N x K.
-        num_devices: with ``block_size``, shard the data rows over this many local devices
-            (``jax.shard_map`` over a 1-D mesh; sums over rows are ``psum``-reduced); default
-            all local devices. Equal to one device to round-off.
+        block_size: stream the step (memory O(block_size^2), never N x K): tiles of R rows
+            against all K atoms with R K <= block_size^2, one exponential per row-atom pair
+            (when K > block_size^2, two passes over blocks of this many points and atoms).
+        mesh: with ``block_size``, a one-axis ``jax.sharding.Mesh`` the data rows are sharded
+            over (``attnbayes.sharding``; the sums over rows are ``psum``-reduced); default
+            None: every device (``sharding.batch_mesh()``). Equal to one device to round-off.
+            The dense path (``block_size=None``) is not sharded: None or a one-device mesh.
 
     Returns:
         ``(atoms, weights)`` after the step. Under ``jax.jit`` (tracers: no value checks)
@@ -364,42 +394,45 @@ def em_step(
     """
     xs, mus, ws, s, scalar = checked_problem(x, atoms, weights, sigma)
     update_weights = _check_flag("update_weights", update_weights)
-    block_size, num_devices = _check_streaming(block_size, num_devices)
+    block_size, mesh = _check_streaming(block_size, mesh)
+    centred = block_size is not None and centred_sums_allowed(xs, mus, s)
     new_atoms, new_weights = em_step_unchecked(
-        xs, mus, ws, s, update_weights, block_size, num_devices
+        xs, mus, ws, s, update_weights, block_size, mesh, centred
     )
     return validation.restore_shape(new_atoms, scalar), new_weights
 
 
 def log_likelihood(
-    x, atoms, weights, sigma, *, block_size: int | None = None, num_devices: int | None = None
+    x, atoms, weights, sigma, *, block_size: int | None = None, mesh=None
 ) -> jax.Array:
     """log p(x) = sum_i log sum_k w_k N(x_i; mu_k, sigma^2 I_p) (a scalar); streamed with
-    ``block_size`` and row-sharded over ``num_devices`` (see ``em_step``).
+    ``block_size`` and row-sharded over ``mesh`` (default every device; see ``em_step``).
 
     Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
     """
     problem = checked_problem(x, atoms, weights, sigma)[:4]
-    block_size, num_devices = _check_streaming(block_size, num_devices)
-    return log_likelihood_unchecked(*problem, block_size=block_size, num_devices=num_devices)
+    block_size, mesh = _check_streaming(block_size, mesh)
+    return log_likelihood_unchecked(*problem, block_size=block_size, mesh=mesh)
 
 
 def posterior_mean(
-    x, atoms, weights, sigma, *, block_size: int | None = None, num_devices: int | None = None
+    x, atoms, weights, sigma, *, block_size: int | None = None, mesh=None
 ) -> jax.Array:
     """E[z_i | x_i] = sum_k A_ik mu_k under nu = sum_k w_k delta(mu_k): one attention step.
 
     Queries are the data, keys and values the atoms. Returns (N,) or (N, p), like ``x``.
-    With ``block_size`` the attention streams over atom blocks (memory O(block_size^2)), with
-    the rows sharded over ``num_devices`` (see ``em_step``).
+    With ``block_size`` the attention streams (memory O(block_size^2)), with the rows sharded
+    over ``mesh`` (default every device; see ``em_step``). Under several processes
+    (``jax.distributed``) the sharded rows are gathered (``attnbayes.sharding.gather``), so that
+    every process gets the whole (N, p) array; every process must make the call.
 
     Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
     """
     xs, mus, ws, s, scalar = checked_problem(x, atoms, weights, sigma)
-    block_size, num_devices = _check_streaming(block_size, num_devices)
+    block_size, mesh = _check_streaming(block_size, mesh)
     if block_size is None:
         return validation.restore_shape(posterior_unchecked(xs, mus, ws, s)[0], scalar)
-    z_mean = posterior_mean_unchecked(xs, mus, ws, s, block_size, num_devices)
+    z_mean = _whole(posterior_mean_unchecked(xs, mus, ws, s, block_size, mesh))
     return validation.restore_shape(z_mean, scalar)
 
 
@@ -468,14 +501,14 @@ def fit_em(
     max_iters: int = 200,
     tol: float = 1e-8,
     block_size: int | None = None,
-    num_devices: int | None = None,
+    mesh=None,
 ) -> EMResult:
     """Fit nu = sum_k w_k delta(mu_k) by EM, iterating attention E-steps.
 
     The iteration is a ``lax.while_loop``: ``fit_em`` is traceable over its array arguments
     (``x``, ``sigma``, an ``init`` array, ``weights``, ``tol``) under ``jax.jit`` and
     ``jax.vmap``, with ``max_iters``, ``num_atoms``, ``update_weights``, ``block_size`` and
-    ``num_devices`` static; traced, it is one loop. It is not reverse-mode differentiable (a
+    ``mesh`` static; traced, it is one loop. It is not reverse-mode differentiable (a
     while loop); differentiate ``posterior_mean``, ``log_likelihood`` or ``em_step`` at the
     fitted atoms instead. On concrete arguments the loop runs in chunks of one compiled program
     (each chunk at most about 2e8 score entries, N K (p + 1) a step, twice that streamed, and at
@@ -497,11 +530,13 @@ def fit_em(
             log-likelihood resolves changes of about eps |log p(x)| (eps = 1.2e-7 in float32),
             so a float32 run stops once its trace no longer moves at that resolution, usually
             before a float64 run would.
-        block_size: stream each iteration in two passes over blocks of points and atoms
-            (memory O(block_size^2) instead of N x K); equal to the dense path to round-off.
-        num_devices: with ``block_size``, shard the data rows over this many local devices
-            (``jax.shard_map`` over a 1-D mesh; sums over rows are ``psum``-reduced); default
-            all local devices. Equal to one device to round-off.
+        block_size: stream each iteration (memory O(block_size^2) instead of N x K; see
+            ``em_step``); equal to the dense path to round-off.
+        mesh: with ``block_size``, the one-axis ``jax.sharding.Mesh`` the data rows are
+            sharded over (the sums over rows are ``psum``-reduced); default None: every device
+            (``sharding.batch_mesh()``). Equal to one device to round-off; the dense path
+            takes None or a one-device mesh. The result (atoms, weights, trace) is the same
+            on every device and process.
 
     Returns:
         ``EMResult``, a pytree of arrays; atoms in the convention of ``x``. Under ``jax.jit``
@@ -529,9 +564,11 @@ def fit_em(
     if not isinstance(init, str):  # the data's own atoms stay inside the data's range
         others = (("init", start),)
         validation.check_scaled_spread("x", points, sigma, dtype, others=others)
-    block_size, num_devices = _check_streaming(block_size, num_devices)
+    block_size, mesh = _check_streaming(block_size, mesh)
+    # EM's atoms stay in the range of the data and the starting atoms
+    centred = block_size is not None and centred_sums_allowed(points, start, sigma)
     args = (jnp.asarray(points, dtype), jnp.asarray(sigma, dtype), jnp.asarray(tol, dtype))
-    static = (update_weights, block_size, num_devices)
+    static = (update_weights, block_size, mesh, centred)
     state = _LoopState(
         step=np.int32(0),
         atoms=jnp.asarray(start, dtype),

@@ -20,11 +20,14 @@ from raising import check_refused
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
 
-from attnbayes import validation
+from attnbayes import sharding, validation
 from attnbayes.inference.attention import softmax_attention
 from attnbayes.inference.deconvolution import em, estep
 from attnbayes.inference.deconvolution.estep import em_step_unchecked
 from attnbayes.models.deconvolution import simulate
+
+# One device: the plain (unsharded) program; the session's default mesh has two.
+ONE_DEVICE = sharding.batch_mesh(jax.devices()[:1])
 
 # ----------------------------------------------------------------------------- references
 
@@ -497,15 +500,44 @@ def test_block_size_is_checked():
         em.em_step(x, x, np.full(5, 0.2), 1.0, block_size=-3)
 
 
-def test_num_devices_is_checked():
+def test_mesh_is_checked():
+    """A mesh that is not a one-axis ``Mesh`` is refused naming ``mesh``, before tracing; the
+    dense path (``block_size=None``) refuses a mesh of more than one device, naming both."""
     x = np.linspace(-1, 1, 5)
     w = np.full(5, 0.2)
-    with pytest.raises(ValueError, match="^num_devices: 99 requested"):
-        em.em_step(x, x, w, 1.0, block_size=2, num_devices=99)
-    with pytest.raises(ValueError, match="^num_devices"):
-        em.log_likelihood(x, x, w, 1.0, block_size=2, num_devices=0)
-    with pytest.raises(ValueError, match="^num_devices: sharding the rows needs"):
-        em.fit_em(x, 1.0, num_devices=2)
+    two = sharding.batch_mesh(jax.devices()[:2])
+    two_axes = jax.sharding.Mesh(np.asarray(jax.devices()[:2]).reshape(1, 2), ("a", "b"))
+    with pytest.raises(TypeError, match="^mesh: expected a jax.sharding.Mesh"):
+        em.em_step(x, x, w, 1.0, block_size=2, mesh=2)
+    with pytest.raises(TypeError, match="^mesh: "):
+        em.posterior_mean(x, x, w, 1.0, block_size=2, mesh=jax.devices())
+    with pytest.raises(ValueError, match="^mesh: expected a mesh with one axis"):
+        em.log_likelihood(x, x, w, 1.0, block_size=2, mesh=two_axes)
+    for call in (
+        lambda: em.fit_em(x, 1.0, mesh=two),
+        lambda: em.em_step(x, x, w, 1.0, mesh=two),
+        lambda: em.log_likelihood(x, x, w, 1.0, mesh=two),
+        lambda: em.posterior_mean(x, x, w, 1.0, mesh=two),
+    ):
+        with pytest.raises(ValueError, match="^mesh: the dense path .*block_size"):
+            call()
+    # a one-device mesh is the dense path's own
+    np.testing.assert_array_equal(
+        em.em_step(x, x, w, 1.0, mesh=ONE_DEVICE)[0], em.em_step(x, x, w, 1.0)[0]
+    )
+
+
+def test_centred_sums_are_allowed_only_for_narrow_float64_data():
+    """The streamed step takes its column sums about a centre only for concrete float64 data
+    and atoms spanning at most 512 sigma (no compilation: a host-side decision)."""
+    x = np.array([[0.0, 0.0], [1.0, -2.0], [3.0, 1.0]])
+    assert estep.centred_sums_allowed(x, None, 0.5)
+    assert estep.centred_sums_allowed(x, x + 250.0, 1.0)  # span 253 <= 512
+    assert not estep.centred_sums_allowed(x, x + 600.0, 1.0)  # the atoms widen the span
+    assert not estep.centred_sums_allowed(x, None, np.array([0.5, 1.0, 0.005]))  # min sigma
+    assert not estep.centred_sums_allowed(x.astype(np.float32), None, 0.5)
+    traced = jax.jit(lambda v: jnp.asarray(estep.centred_sums_allowed(v, None, 0.5)))(x)
+    assert not bool(traced)
 
 
 def test_sharded_stream_equals_one_device():
@@ -516,16 +548,16 @@ def test_sharded_stream_equals_one_device():
     x = np.asarray(x)
     w = np.full(61, 1 / 61)
     dense = em.em_step(x, x, w, 0.5, update_weights=True)
-    for d in (1, 2):
-        step = em.em_step(x, x, w, 0.5, update_weights=True, block_size=16, num_devices=d)
+    for mesh in (ONE_DEVICE, None):
+        step = em.em_step(x, x, w, 0.5, update_weights=True, block_size=16, mesh=mesh)
         np.testing.assert_allclose(step[0], dense[0], atol=1e-12)
         np.testing.assert_allclose(step[1], dense[1], atol=1e-14)
-    one = em.fit_em(x, 0.5, max_iters=10, tol=0.0, block_size=16, num_devices=1)
-    two = em.fit_em(x, 0.5, max_iters=10, tol=0.0, block_size=16, num_devices=2)
+    one = em.fit_em(x, 0.5, max_iters=10, tol=0.0, block_size=16, mesh=ONE_DEVICE)
+    two = em.fit_em(x, 0.5, max_iters=10, tol=0.0, block_size=16)
     np.testing.assert_allclose(two.atoms, one.atoms, atol=1e-12)
     np.testing.assert_allclose(two.log_likelihood_trace, one.log_likelihood_trace, rtol=1e-13)
     np.testing.assert_allclose(
-        em.posterior_mean(x, x, w, 0.5, block_size=16, num_devices=2),
+        em.posterior_mean(x, x, w, 0.5, block_size=16),
         em.posterior_mean(x, x, w, 0.5),
         atol=1e-12,
     )
@@ -535,22 +567,25 @@ _FOUR_DEVICE_SCRIPT = """
 import jax
 jax.config.update("jax_enable_x64", True)
 import numpy as np
+from attnbayes import sharding
 from attnbayes.inference.deconvolution import em
 from attnbayes.inference.deconvolution.estep import em_step_unchecked
 from attnbayes.models.deconvolution import simulate
 
 assert jax.local_device_count() == 4, jax.local_device_count()
+mesh1 = sharding.batch_mesh(jax.devices()[:1])
+mesh4 = sharding.batch_mesh()
 _, x = simulate(jax.random.key(5), "ring", 0.5, 103)
 x = np.asarray(x)
 w = np.full(103, 1 / 103)
 dense = em.em_step(x, x, w, 0.5)[0]
-one = em.em_step(x, x, w, 0.5, block_size=16, num_devices=1)[0]
-four = em.em_step(x, x, w, 0.5, block_size=16, num_devices=4)[0]
-hlo = em_step_unchecked.lower(x, x, w, 0.5, False, 16, 4).compile().as_text()
+one = em.em_step(x, x, w, 0.5, block_size=16, mesh=mesh1)[0]
+four = em.em_step(x, x, w, 0.5, block_size=16, mesh=mesh4)[0]
+hlo = em_step_unchecked.lower(x, x, w, 0.5, False, 16, mesh4).compile().as_text()
 four = np.asarray(four)
 print(np.abs(four - np.asarray(one)).max(), np.abs(four - np.asarray(dense)).max())
 print("all-reduce" in hlo)
-ll4 = float(em.log_likelihood(x, x, w, 0.5, block_size=16, num_devices=4))
+ll4 = float(em.log_likelihood(x, x, w, 0.5, block_size=16, mesh=mesh4))
 ll1 = float(em.log_likelihood(x, x, w, 0.5))
 print(abs(ll4 - ll1) / abs(ll1))
 """
@@ -607,7 +642,7 @@ def test_kernels_support_grad_vmap_and_jit(vector_problem, block_size):
     """grad of log p(x) in the atoms is sum_i A_ik (x_i - mu_k) / sigma^2 (Fisher's identity);
     jacfwd / jacrev through em_step, vmap over atoms and jit over the data all run."""
     x, atoms, weights, sigma = vector_problem
-    stream = {"block_size": block_size, "num_devices": 1 if block_size else None}
+    stream = {"block_size": block_size, "mesh": ONE_DEVICE if block_size else None}
     grad = jax.grad(lambda m: em.log_likelihood(x, m, weights, sigma, **stream))(jnp.asarray(atoms))
     a = ref_responsibilities(x, atoms, weights, sigma)
     expected = np.sum(a[:, :, None] * (x[:, None, :] - atoms[None]), axis=0) / sigma**2
@@ -663,7 +698,7 @@ def test_streamed_em_step_equals_dense_in_float64_and_float32(dtype):
     assert 512 > estep._COLUMN_TILE
     for block_size in (7, 64, 512):
         streamed = em.em_step(
-            x, atoms, w, 0.5, update_weights=True, block_size=block_size, num_devices=1
+            x, atoms, w, 0.5, update_weights=True, block_size=block_size, mesh=ONE_DEVICE
         )
         assert streamed[0].dtype == streamed[1].dtype == dtype
         np.testing.assert_allclose(streamed[0], dense[0], rtol=0, atol=atol)
@@ -686,8 +721,8 @@ def test_em_step_far_from_the_origin_is_correctly_rounded(dtype):
     expected = m64 + shift / a.sum(0)[:, None]
     ulp = float(np.spacing(dtype(1e4)))
     for block_size in (None, 64):
-        devices = None if block_size is None else 1
-        got = em.em_step(x, atoms, w, 0.5, block_size=block_size, num_devices=devices)[0]
+        mesh = None if block_size is None else ONE_DEVICE
+        got = em.em_step(x, atoms, w, 0.5, block_size=block_size, mesh=mesh)[0]
         assert got.dtype == dtype
         assert np.abs(np.asarray(got, np.float64) - expected).max() <= ulp
 
@@ -931,9 +966,9 @@ def _cases():
             "^block_size: ",
         )
     add(
-        "posterior_mean-num_devices-float",
-        lambda: em.posterior_mean(X1, A1, W1, 1.0, block_size=2, num_devices=1.5),
-        "^num_devices: ",
+        "posterior_mean-mesh-dense-two-devices",
+        lambda: em.posterior_mean(X1, A1, W1, 1.0, mesh=sharding.batch_mesh(jax.devices()[:2])),
+        "^mesh: ",
     )
     for label, m in (("float", 2.5), ("bool", True), ("str", "10"), ("none", None)):
         add(
@@ -1082,8 +1117,8 @@ def test_spread_message_names_the_limit():
 
 _PATHS = {
     "dense": {},
-    "streamed": {"block_size": 64, "num_devices": 1},
-    "sharded": {"block_size": 64, "num_devices": 2},
+    "streamed": {"block_size": 64, "mesh": ONE_DEVICE},
+    "sharded": {"block_size": 64, "mesh": sharding.batch_mesh(jax.devices()[:2])},
 }
 
 
@@ -1149,7 +1184,7 @@ def test_estep_memory_bytes_bounds_xla_memory_analysis(n, k, dim, dtype, block_s
         atoms = jnp.zeros((k, dim), dtype)
         w = jnp.full((k,), 1.0 / k, dtype)
         s = jnp.asarray(1.0, dtype)
-        stream = (block_size, 1)
+        stream = (block_size, None)
         state = em._LoopState(
             jnp.asarray(0, jnp.int32),
             atoms,

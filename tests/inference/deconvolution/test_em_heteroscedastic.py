@@ -14,6 +14,7 @@ from raising import check_refused
 from scipy.special import logsumexp
 from scipy.stats import norm
 
+from attnbayes import sharding
 from attnbayes.inference.attention import attend
 from attnbayes.inference.deconvolution import discrete_posterior_intervals, em
 
@@ -52,7 +53,11 @@ def ref_step(x, atoms, weights, sigma):
     return a, new_atoms, a.mean(axis=0), float(np.sum(logsumexp(lj, axis=1)))
 
 
-STREAMS = [{}, {"block_size": 8}, {"block_size": 8, "num_devices": 2}]
+STREAMS = [
+    {},
+    {"block_size": 8, "mesh": sharding.batch_mesh(jax.devices()[:1])},
+    {"block_size": 8, "mesh": sharding.batch_mesh(jax.devices()[:2])},
+]
 
 
 @pytest.mark.parametrize("per_coordinate", [False, True], ids=["per-unit", "per-coordinate"])

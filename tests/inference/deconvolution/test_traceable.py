@@ -23,11 +23,13 @@ from traceable import (  # noqa: E402
     vmap_vs_loop,
 )
 
+from attnbayes import sharding  # noqa: E402
 from attnbayes.inference.deconvolution import em, gibbs  # noqa: E402
 from attnbayes.inference.deconvolution import kiefer_wolfowitz as kw  # noqa: E402
 
 D, RNG = issue14_data()
 X, X2, ATOMS2, C_X, C_X2 = D.X, D.X2, D.ATOMS2, D.C_X, D.C_X2
+ONE_DEVICE = sharding.batch_mesh(jax.devices()[:1])  # the plain (unsharded) stream
 ATOMS = np.linspace(-2.0, 2.0, 5)
 W = np.array([0.1, 0.2, 0.3, 0.25, 0.15])
 W4 = np.full(4, 0.25)
@@ -56,7 +58,7 @@ JIT_CASES = {
     ),
     "posterior_mean": (em.posterior_mean, (X, ATOMS, W, SIGMA)),
     "posterior_mean-streamed": (
-        lambda x, a, w, s: em.posterior_mean(x, a, w, s, block_size=4, num_devices=1),
+        lambda x, a, w, s: em.posterior_mean(x, a, w, s, block_size=4, mesh=ONE_DEVICE),
         (X, ATOMS, W, SIGMA),
     ),
     "posterior": (em.posterior, (X2, ATOMS2, W4, SIGMA)),
@@ -160,7 +162,7 @@ def test_grad_posterior_mean(block_size):
     """E[z | x] (one attention step) in sigma, the atoms and the weights (simplex direction)."""
 
     def f(a, w, s):
-        return jnp.sum(C_X * em.posterior_mean(X, a, w, s, block_size=block_size, num_devices=1))
+        return jnp.sum(C_X * em.posterior_mean(X, a, w, s, block_size=block_size, mesh=ONE_DEVICE))
 
     directions = {0: RNG.normal(size=5), 1: simplex_direction(5, 1), 2: 1.0}
     check_grads(f, (ATOMS, W, SIGMA), directions)
