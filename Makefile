@@ -1,6 +1,7 @@
 # `make run`  : write the comparison report into reports/attnbayes/ (the main job)
 # `make test` : lint and run the test suite
 # `make notebooks` : execute the notebooks and README's Python blocks (CI runs it after `make test`)
+# `make test-distributed` : two processes on 127.0.0.1 (jax.distributed); CI runs it too
 # Both create .venv with a Python >= 3.12 found on this machine and install the project into it.
 
 VENV := .venv
@@ -19,7 +20,7 @@ FIND_PYTHON := for c in $(CANDIDATES); do \
 	    && { echo $$p; break; }; \
 	done
 
-.PHONY: run test notebooks test-slow lint bench clean
+.PHONY: run test notebooks test-slow test-distributed lint bench clean
 
 $(STAMP): pyproject.toml
 	@if [ ! -x $(PY) ]; then \
@@ -56,6 +57,12 @@ notebooks: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -P -m pytest -q -m slow
+
+# Two processes joined by jax.distributed on 127.0.0.1 (README: "Running on many cores, devices
+# and machines"): the sharded E-step and NPMLE and `attnbayes calibrate` against one process.
+# About 40 s; each pair of processes is killed after 3 minutes.
+test-distributed: $(STAMP)
+	$(PY) -P -m pytest -q -p no:xdist -m slow tests/app/test_distributed.py
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[dev,bench]"

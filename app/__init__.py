@@ -19,8 +19,12 @@
 - ``user_data``: reading users' CSV and JSON files;
 - ``binomial``: ``deconvolve --binomial``'s variance-stabilising transform of counts (Brown 2008);
 - ``outputs`` and ``pages``: atomic, guarded writing of output folders, and the HTML pieces;
-- ``parallel``: the report's independent parts on worker processes, one per core;
-- ``cache``: JAX's persistent compilation cache for the command, the report and the notebooks.
+- ``parallel``: the report's independent parts on worker processes, one per core, each with
+  max(1, C // W) host devices;
+- ``cache``: JAX's persistent compilation cache for the command, the report and the notebooks;
+- ``devices``: the host devices a run gets (one per usable core unless ``XLA_FLAGS`` sets a
+  count; the report's workers share the cores) and the launch of several processes
+  (``--coordinator``, ``--process-id``, ``--num-processes``; ``jax.distributed``).
 
 The only code in attnbayes that plots with pyplot, sets a matplotlib backend or writes files;
 nothing imports it.

@@ -11,6 +11,11 @@ For each method, ``attnbayes.inference.calibration.calibrate`` runs a study over
   PIT values for samplers, the randomised PIT of the truth for interval methods;
 - ``index.html`` and ``run.json``.
 
+Under several processes (``attnbayes calibrate --coordinator ...``; ``attnbayes.app.devices``)
+every process makes the same calls: each study's replicates are split over every process's
+devices (the library's default mesh), process 0 checks the output folder (every process told
+its verdict) and alone writes; the others stop once the studies are computed.
+
 ``figure_ecdf_pit`` is shared with the report's calibration section (which splits the table with
 ``attnbayes.app.report.calibration.calibration_tables``).
 """
@@ -27,6 +32,7 @@ import numpy as np
 
 from ..constants import CALIBRATION_CHUNK_SIZE, CALIBRATION_REPLICATES
 from ..inference import methods as registry
+from .devices import on_writer
 from .outputs import (
     MANIFEST,
     assembling,
@@ -251,10 +257,11 @@ def run_calibration(
     """Calibrate ``methods`` of ``reading`` (names or aliases of the registry's methods that
     ``attnbayes calibrate`` offers) and write OUT/NAME (module docstring), each method under its
     registry name; returns the path of index.html. Bad arguments raise ``InputError`` before any
-    computation."""
+    computation. Under several processes only process 0 writes (module docstring)."""
     import jax
 
     from ..inference import calibration as cal
+    from ..sharding import is_writer
 
     say = progress or (lambda message: None)
     readings = registry.COMMANDS["calibrate"]
@@ -278,7 +285,7 @@ def run_calibration(
         if not checkpoint_dir.is_dir():
             raise InputError(f"--checkpoint-dir: {checkpoint_dir} is not a folder")
     name = name or f"calibrate-{reading}"
-    target = prepare_target(out_dir, name)
+    target = on_writer(lambda: prepare_target(out_dir, name), Path(out_dir) / name)
     started = time.perf_counter()
     trees = {}
     key = jax.random.PRNGKey(seed)
@@ -301,6 +308,8 @@ def run_calibration(
                 progress=lambda message, m=method: say(f"calibrate {m}: {message}"),
             )
         table = cal.calibration_table(trees)
+    if not is_writer():  # the same studies were computed on every process; process 0 writes
+        return target / "index.html"
     check_finite_table("calibration.csv", key_numbers(trees))
     png = figure_ecdf_pit(trees)
     elapsed = time.perf_counter() - started

@@ -1,7 +1,7 @@
 """The ``attnbayes`` command.
 
     attnbayes report [--quick] [--keep-trees] [--out DIR] [--name NAME] [--seed N]
-                     [--workers N]
+                     [--workers N] [--coordinator HOST:PORT --process-id I --num-processes N]
     attnbayes deconvolve FILE.csv (--sigma S | --se COLS | --binomial HITS,TRIALS)
                          [--method attention-em|em|npmle|nuts|gibbs|...] [options]
     attnbayes filter FILE.csv (--scenario NAME | --params FILE.json | --template NAME)
@@ -15,7 +15,7 @@
                       [--switching-ar] [--method mle|em|nuts]
                       [--horizon H] [options]
     attnbayes calibrate [--reading deconvolution|switching] [--method M ...] [--replicates R]
-                        [options]
+                        [--coordinator HOST:PORT --process-id I --num-processes N] [options]
 
 The parser, its defaults and help texts are ``attnbayes.app.parser`` (the methods each command
 offers come from the registry, ``attnbayes.inference.methods``). ``report`` runs the built-in
@@ -30,10 +30,15 @@ success, 2 for bad usage or bad input (reported before any JAX work), 1 when a r
 output fails, 130 on Ctrl-C and 143 on SIGTERM; in every failure one line names what went wrong
 (``--debug`` or ``ATTNBAYES_DEBUG=1`` adds the traceback) and nothing is written.
 
-JAX is configured here, before it is first imported: float64, as many host devices as there
-are chains to run in parallel (two), unless ``XLA_FLAGS`` already sets a count, and JAX's
+JAX is configured here, before it starts: float64, one host device per usable core unless
+``XLA_FLAGS`` already sets a count (``attnbayes.app.devices.use_every_core``), and JAX's
 persistent compilation cache (``attnbayes.app.cache``; ``ATTNBAYES_CACHE_DIR``, ``off`` to
-turn it off).
+turn it off). ``report`` and ``calibrate`` run across several processes with
+``--coordinator HOST:PORT --process-id I --num-processes N`` (or ``ATTNBAYES_COORDINATOR``,
+``ATTNBAYES_PROCESS_ID``, ``ATTNBAYES_NUM_PROCESSES``): checked with the other options (exit 2
+on a bad value), then ``jax.distributed.initialize`` (``attnbayes.app.devices.join``) before any
+computation; every process runs the same calls, process 0 writes and prints the path, the
+others print only a failure (``process I: ...``).
 """
 
 from __future__ import annotations
@@ -49,16 +54,31 @@ import warnings
 import matplotlib
 
 from ..inference import methods as registry
+from . import devices
 from .cache import enable_compilation_cache
 from .parser import CALIBRATE_SIZES, build_parser
 
-DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+def _launch(args) -> devices.Launch | None:
+    """The run's processes (``devices.launch_settings``) for ``report`` and ``calibrate``."""
+    if args.command not in ("report", "calibrate"):
+        return None
+    launch = devices.launch_settings(args.coordinator, args.process_id, args.num_processes)
+    if args.command == "report" and launch is not None and launch.num_processes > 1:
+        if args.workers not in (None, 1):
+            raise ValueError(
+                f"--workers: does not apply with --num-processes {launch.num_processes}: the "
+                "processes replace the workers (each runs every part)"
+            )
+    return launch
 
 
-def _configure_jax(num_devices: int = 2) -> None:
-    flags = os.environ.get("XLA_FLAGS", "")
-    if DEVICE_FLAG not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} {DEVICE_FLAG}={num_devices}".strip()
+def _configure_jax(launch: devices.Launch | None = None) -> None:
+    """Before JAX starts: one host device per usable core (unless ``XLA_FLAGS`` sets a
+    count), the processes joined (``launch``), float64 and the compilation cache."""
+    devices.use_every_core()
+    if launch is not None:
+        devices.join(launch)
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -317,15 +337,22 @@ def main(argv: list[str] | None = None) -> int:
         if unraisable.exc_type not in pending:
             previous_unraisable(unraisable)
 
+    # under several processes, process 0 says the progress and prints the path; the others
+    # print only a failure, naming their process
+    quiet = False
+    launch = None
+
     def progress(message: str) -> None:
         if pending:
             raise pending[0]
-        print(f"[{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+        if not quiet:
+            print(f"[{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
 
     def fail(message: str, status: int) -> int:
         if debug:
             traceback.print_exc()
-        print(f"attnbayes: {message}", file=sys.stderr)
+        who = f"process {launch.process_id}: " if launch is not None and launch.process_id else ""
+        print(f"attnbayes: {who}{message}", file=sys.stderr)
         return status
 
     run = {
@@ -345,7 +372,14 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, on_signal)
         sys.unraisablehook = drop_pending
     try:
-        _configure_jax()
+        launch = _launch(args)
+        if launch is not None:
+            progress(
+                f"process {launch.process_id} of {launch.num_processes}: joining "
+                f"{launch.coordinator} (waiting at most {devices.JOIN_TIMEOUT_S} s)"
+            )
+        _configure_jax(launch)
+        quiet = launch is not None and launch.process_id != 0
         matplotlib.use("Agg")  # figures go to files only; the one place a backend is set
         path = run(args, progress, command_line)
     except KeyboardInterrupt:
@@ -369,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
             signal.signal(signal.SIGINT, previous_int)
             sys.unraisablehook = previous_unraisable
-    print(path)
+    if not quiet:
+        print(path)
     return 0
 
 

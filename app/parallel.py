@@ -4,10 +4,17 @@ Compiling (single-threaded in XLA) and the Python around the fits use one core, 
 part after part keeps 1.35 of 2 cores busy on average (measured on the full report).
 ``run_parts`` runs the parts
 on a pool of spawned processes: each has JAX configured as this process is (float64, the
-compilation cache, ``XLA_FLAGS`` from the environment), sends its progress messages here, and
-returns its ``Part``; the parts are merged in the order they were given, so the page and
-``results.csv`` do not depend on the number of workers. With one worker everything runs in this
-process, in order.
+compilation cache), sends its progress messages here, and returns its ``Part``; the parts are
+merged in the order they were given, so the page and ``results.csv`` do not depend on the
+number of workers. With one worker everything runs in this process, in order.
+
+Workers and devices share the cores without oversubscribing them: with W workers on C usable
+cores, each worker starts with ``XLA_FLAGS`` giving it max(1, C // W) host devices
+(``attnbayes.app.devices.worker_xla_flags``; the user's other flags kept); one worker (this
+process) has all C (``devices.use_every_core``). A user's ``XLA_FLAGS`` that sets the device
+count is passed to every worker verbatim. A worker's NUTS chains run in parallel when it has as
+many devices as chains (``attnbayes.inference.mcmc``), else one after another on its core.
+Under several processes (``jax.distributed``) there is no pool: each process is one worker.
 
 The workers end with this process, however it ends (even ``SIGKILL``, which nothing here can
 catch): each holds the read end of a pipe whose only write end is here, and a thread of the
@@ -32,6 +39,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from .cache import enable_compilation_cache
+from .devices import worker_xla_flags
 
 __all__ = ["WORKERS_ENV", "Part", "default_workers", "merge_parts", "new_part", "run_parts"]
 
@@ -144,8 +152,12 @@ def _watch_parent(lifeline, parent_pid: int) -> None:
     ).start()
 
 
-def _start_worker(messages, settings: dict[str, Any], lifeline, parent_pid: int) -> None:
+def _start_worker(
+    messages, settings: dict[str, Any], lifeline, parent_pid: int, xla_flags: str
+) -> None:
     global _MESSAGES
+    # before JAX starts its backend here: this worker's share of the cores as host devices
+    os.environ["XLA_FLAGS"] = xla_flags
     # Ctrl-C reaches the whole process group: the parent decides, and stops the workers
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _watch_parent(lifeline, parent_pid)
@@ -196,7 +208,9 @@ def run_parts(
     Args:
         tasks: ``(function, args)`` pairs; the functions must be importable (module level) and
             their arguments and results picklable.
-        workers: 1 runs every task here, in order; more starts that many spawned processes.
+        workers: 1 runs every task here, in order; more starts that many spawned processes
+            (at most one per task); W started share the C cores: each starts with
+            ``worker_xla_flags(W)``, max(1, C // W) host devices.
         progress: called here with every message, as the workers send them.
         start_order: the order in which tasks are started (longest first balances the
             workers); the results keep the order of ``tasks``.
@@ -215,10 +229,11 @@ def run_parts(
     # the workers' lifeline: they hold the read end, only this process the write end (closed
     # after the workers have ended, or by the system when this process dies)
     lifeline, alive = context.Pipe(duplex=False)
+    processes = min(workers, len(tasks))
     pool = context.Pool(
-        processes=min(workers, len(tasks)),
+        processes=processes,
         initializer=_start_worker,
-        initargs=(messages, _jax_settings(), lifeline, os.getpid()),
+        initargs=(messages, _jax_settings(), lifeline, os.getpid(), worker_xla_flags(processes)),
     )
     # A pool replaces a worker that dies (killed, out of memory) and its task is lost: a
     # changed set of worker processes means that, and the run stops instead of waiting forever.

@@ -30,6 +30,7 @@ from ..constants import (
     SWITCHING_SCENARIOS,
 )
 from ..inference import methods as registry
+from . import devices
 from .user_data import PARAMS_FIELDS, PARAMS_LABELS, PARAMS_OPTIONAL_FIELDS
 
 # the default folder of ``attnbayes report`` (``attnbayes.app.report.write_report``'s name)
@@ -557,7 +558,54 @@ def _pair(text: str) -> list[str]:
     return items
 
 
+def _checked(parse, name: str):
+    """An option type from a ``devices`` parser (its ``ValueError`` as argparse's error)."""
+
+    def check(text: str):
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    check.__name__ = name
+    return check
+
+
 # ----------------------------------------------------------------------------- the parser
+
+LAUNCH_HELP = """several processes (jax.distributed; one machine or many):
+  Start the same command once per process, each with --coordinator HOST:PORT
+  (process 0 listens there), --process-id I (0..N-1) and --num-processes N, or
+  with ATTNBAYES_COORDINATOR, ATTNBAYES_PROCESS_ID and ATTNBAYES_NUM_PROCESSES
+  (an option wins over its variable; all three or none). Every process runs
+  the same computation, the batch work (calibration replicates) split over
+  every process's devices; process 0 writes OUT/NAME and prints its path, the
+  others write nothing. Processes wait at most {timeout} s for one another to
+  join; then, or when one dies mid-run, JAX ends the others (exit status 134,
+  JAX's message). Each process uses one host device per core it may run on:
+  give processes on one machine their own cores (taskset -c) or set XLA_FLAGS."""
+
+
+def _add_launch(sub: argparse.ArgumentParser) -> None:
+    group = sub.add_argument_group("several processes (see below)")
+    group.add_argument(
+        "--coordinator",
+        type=_checked(devices.parse_coordinator, "HOST:PORT"),
+        metavar="HOST:PORT",
+        help=f"the address of process 0 [${devices.COORDINATOR_ENV}]",
+    )
+    group.add_argument(
+        "--process-id",
+        type=_checked(devices.parse_process_id, "integer"),
+        metavar="I",
+        help=f"this process's id, 0..N-1 [${devices.PROCESS_ID_ENV}]",
+    )
+    group.add_argument(
+        "--num-processes",
+        type=_checked(devices.parse_num_processes, "integer"),
+        metavar="N",
+        help=f"the number of processes [${devices.NUM_PROCESSES_ENV}]",
+    )
 
 
 def _add_data_options(sub: argparse.ArgumentParser, command: str, what: str = "method") -> None:
@@ -649,8 +697,19 @@ def _add_report(sub) -> None:
             "Time on two workers: the full report about 4 minutes on a first run (cold: JAX "
             "compiles every program) and about 2 minutes on later runs (warm: the compilation "
             "cache); --quick about 2 minutes cold and under 1 minute warm."
+        )
+        + "\n\n"
+        + _wrap(
+            "Cores: with W workers on C cores each worker gets max(1, C // W) host devices "
+            "(one worker: all C, in this process), so workers and devices share the cores "
+            "without oversubscribing them; an XLA_FLAGS that sets "
+            f"{devices.DEVICE_FLAG} is used as given instead. Under several processes "
+            "(below) the processes replace the workers: the worker pool is off, every "
+            "process runs every part in turn (the calibration's replicates split over every "
+            "process's devices, the other parts repeated with the same keys) and process 0 "
+            "writes."
         ),
-        epilog=EXIT_STATUSES,
+        epilog=LAUNCH_HELP.format(timeout=devices.JOIN_TIMEOUT_S) + "\n\n" + EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument(
@@ -675,9 +734,11 @@ def _add_report(sub) -> None:
         "--workers",
         type=_count(1),
         metavar="N",
-        help="processes running the report's parts side by side [one per core, at most 4]; "
-        "the report is the same for any N",
+        help="processes running the report's parts side by side [one per core, at most 4, or "
+        "$ATTNBAYES_WORKERS]; each gets max(1, C // N) of the C cores as host devices; the "
+        "report is the same for any N; 1 under several processes",
     )
+    _add_launch(report)
     _add_debug(report)
 
 
@@ -1070,7 +1131,10 @@ def _add_calibrate(sub) -> None:
             "OUT/NAME/ with calibration.csv, one DataTree per method (netCDF), the ECDF-PIT "
             "figure and index.html."
         ),
-        epilog=f"methods (a name or an alias in parentheses):\n{names}\n\n" + EXIT_STATUSES,
+        epilog=f"methods (a name or an alias in parentheses):\n{names}\n\n"
+        + LAUNCH_HELP.format(timeout=devices.JOIN_TIMEOUT_S)
+        + "\n\n"
+        + EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cal.add_argument(
@@ -1146,6 +1210,7 @@ def _add_calibrate(sub) -> None:
     cal.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed [0]")
     cal.add_argument("--out", default="reports", metavar="DIR", help="output folder [reports]")
     cal.add_argument("--name", metavar="NAME", help="folder name inside DIR [calibrate-READING]")
+    _add_launch(cal)
     _add_debug(cal)
 
 
@@ -1161,6 +1226,7 @@ __all__ = [
     "FILTER_TEMPLATES",
     "FIT_METHODS",
     "FIT_NUTS_SIZES",
+    "LAUNCH_HELP",
     "PARTICLE_METHODS",
     "REGIMES_LEVELS",
     "REGIMES_METHOD",

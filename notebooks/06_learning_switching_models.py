@@ -58,7 +58,9 @@ import time
 import warnings
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+from attnbayes.app.devices import use_every_core
+
+use_every_core()  # one host device per core, before JAX starts (a user's XLA_FLAGS count wins)
 import jax
 import matplotlib.pyplot as plt
 import numpy as np

@@ -49,7 +49,9 @@ import os
 import time
 import warnings
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+from attnbayes.app.devices import use_every_core
+
+use_every_core()  # one host device per core, before JAX starts (a user's XLA_FLAGS count wins)
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt

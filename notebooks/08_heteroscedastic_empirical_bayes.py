@@ -50,7 +50,9 @@ import os
 import time
 import warnings
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+from attnbayes.app.devices import use_every_core
+
+use_every_core()  # one host device per core, before JAX starts (a user's XLA_FLAGS count wins)
 import arviz_base
 import jax
 import matplotlib.pyplot as plt

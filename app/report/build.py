@@ -1,8 +1,21 @@
-"""``write_report``: the whole report, assembled under a temporary name and published atomically."""
+"""``write_report``: the whole report, assembled under a temporary name and published atomically.
+
+Under several processes (``jax.distributed``; ``attnbayes report --coordinator ...``) every
+process runs every part, in the same order with the same keys: the batch work inside a part
+(section 9's calibration replicates, the batch entry points' default mesh) is split over every
+process's devices, the other parts are repeated on each process (the same numbers). The worker
+pool is off (the processes replace the workers). Process 0 (``attnbayes.sharding.is_writer``)
+checks the output folder first, with every process told its verdict (``devices.on_writer``), and
+alone assembles and writes the report; the others compute into a private temporary folder
+that is removed. (Splitting the parts over the processes instead would need every batch entry
+point inside a part to run on its own process's devices only: their default is every device.)
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +28,8 @@ from ...inference.deconvolution.comparison import (
     METHODS,
 )
 from ...inference.model_comparison import compare_num_atoms
+from ...sharding import is_writer
+from ..devices import on_writer
 from ..outputs import (
     MANIFEST,
     assembling,
@@ -121,7 +136,9 @@ def write_report(
             scenarios, the switching model, its learning, the numbers of atoms, the attention
             maps, the learned attention, the calibration); default ``default_workers()``, one
             per core up to four. 1 runs everything in this process. The report is the same
-            for any number (each part has its own keys); only the wall times differ.
+            for any number (each part has its own keys); only the wall times differ. With W
+            workers on C cores each has max(1, C // W) host devices
+            (``attnbayes.app.parallel``). Under several processes: 1 (the default there).
         keep_trees: write the samplers' DataTrees in full (``*.nc``: every draw, the posterior
             predictive included; the full report's add up to about 180 MB). By default each is
             thinned (``pieces.thin_datatree``: at most ``TREE_DRAWS_PER_CHAIN`` = 100 evenly
@@ -141,17 +158,26 @@ def write_report(
     methods, seed = _check_args(name, methods, seed, scenarios)
     if not isinstance(keep_trees, bool):
         raise ValueError(f"keep_trees: expected True or False, got {keep_trees!r}")
-    workers = (
-        default_workers()
-        if workers is None
-        else validation.check_positive_int("workers", workers, minimum=1)
-    )
-    target = prepare_target(out_dir, name)
+    several = jax.process_count() > 1
+    if workers is not None:
+        workers = validation.check_positive_int("workers", workers, minimum=1)
+        if several and workers > 1:
+            raise ValueError(
+                f"workers: must be 1 under {jax.process_count()} processes (the processes "
+                f"replace the workers), got {workers}"
+            )
+    elif several:
+        workers = 1
+    else:
+        workers = default_workers()
+    target = on_writer(lambda: prepare_target(out_dir, name), Path(out_dir) / name)
+    writer = is_writer()
     chosen = tuple(s for s in scenarios if s.quick or not quick) or scenarios[:1]
     say = progress or (lambda message: None)
     started = time.perf_counter()
     size = 0 if quick else 1
-    with assembling(target) as tmp, computing():
+    folder = assembling(target) if writer else _private_folder()
+    with folder as tmp, computing():
         key_dec, key_sw, key_k, key_att, key_nw = jax.random.split(jax.random.PRNGKey(seed), 5)
         keys_dec = list(jax.random.split(key_dec, len(chosen)))
         tasks = [
@@ -174,6 +200,8 @@ def write_report(
         # the later parts come after the scenarios, in the order above
         tasks += [(fn, (len(chosen) + j, *args)) for j, (fn, args) in enumerate(later)]
         done = run_parts(tasks, workers=workers, progress=say, start_order=_longest_first(tasks))
+        if not writer:  # computed alike; process 0 writes
+            return target / "index.html"
         in_page_order = sorted((pair for parts in done for pair in parts), key=lambda t: t[0])
         part = merge_parts([p for _, p in in_page_order], _SECTION_IDS)
         blocks, figures, frames = part.blocks, part.figures, part.frames
@@ -217,6 +245,14 @@ def write_report(
         )
     say(f"report written to {target / 'index.html'} in {elapsed:.0f} s")
     return target / "index.html"
+
+
+@contextlib.contextmanager
+def _private_folder():
+    """A temporary folder of this process's own, removed at the end (a process that does not
+    write: its parts' files go there)."""
+    with tempfile.TemporaryDirectory(prefix="attnbayes-report-") as folder:
+        yield Path(folder)
 
 
 def _trees_note(keep_trees: bool) -> str:

@@ -345,3 +345,68 @@ def test_every_argparse_error_is_one_line_naming_the_option(tmp_path, run_cli, n
     assert not out.exists()
     code, stdout, _ = run_cli(["regimes", "--help"])
     assert code == 0 and stdout.startswith("usage: attnbayes regimes")
+
+
+# ----------------------------------------------------------------------------- processes
+
+LAUNCH = ["--coordinator", "127.0.0.1:8476", "--num-processes", "2"]
+
+
+def test_launch_settings_are_refused_by_name_before_any_work(
+    tmp_path, run_cli, monkeypatch, no_jax_work
+):
+    """Bad launch values (an option or its ATTNBAYES_ variable): one line naming it, exit 2,
+    nothing written, no JAX work."""
+    for name in ("COORDINATOR", "PROCESS_ID", "NUM_PROCESSES"):
+        monkeypatch.delenv(f"ATTNBAYES_{name}", raising=False)
+    out = tmp_path / "out"
+    cases = [
+        (["calibrate", "--coordinator", "localhost"], "argument --coordinator: expected HOST:P"),
+        (["calibrate", "--process-id", "x"], "argument --process-id: expected an integer >= 0"),
+        (["report", "--num-processes", "0"], "argument --num-processes: must be >= 1, got 0"),
+        (["calibrate", *LAUNCH], "--process-id (ATTNBAYES_PROCESS_ID): missing; a run of sev"),
+        (["report", *LAUNCH, "--process-id", "2"], "--process-id: must be < --num-processes (2)"),
+        (
+            ["report", *LAUNCH, "--process-id", "0", "--workers", "2"],
+            "--workers: does not apply with --num-processes 2: the processes replace the workers",
+        ),
+    ]
+    for argv, message in cases:
+        code, stdout, err = run_cli([*argv, "--out", out])
+        assert code == 2 and not stdout, argv
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"attnbayes: error: {message}"), line
+    monkeypatch.setenv("ATTNBAYES_NUM_PROCESSES", "zero")
+    code, stdout, err = run_cli(["calibrate", "--out", out])
+    assert code == 2 and not stdout
+    assert (
+        err.strip()
+        == "attnbayes: error: ATTNBAYES_NUM_PROCESSES: expected an integer >= 1, got 'zero'"
+    )
+    assert not out.exists()
+
+
+def test_a_launch_joins_before_the_run_and_only_process_0_speaks(tmp_path, run_cli, monkeypatch):
+    """The options (or, each one missing, its variable) reach ``devices.join`` before the run;
+    a process other than 0 prints neither the progress nor the path."""
+    import attnbayes.app.calibrate
+    from attnbayes.app import devices
+
+    events = []
+    monkeypatch.setattr(devices, "join", lambda launch: events.append(launch))
+
+    def run_calibration(reading, methods, *, progress, out_dir, **kwargs):
+        events.append("run")
+        progress("calibrating")
+        return Path(out_dir) / "index.html"
+
+    monkeypatch.setattr(attnbayes.app.calibrate, "run_calibration", run_calibration)
+    monkeypatch.setenv("ATTNBAYES_PROCESS_ID", "1")
+    monkeypatch.setenv("ATTNBAYES_COORDINATOR", "10.0.0.1:1")
+    code, stdout, err = run_cli(["calibrate", *LAUNCH, "--out", tmp_path])
+    assert code == 0, err
+    assert events == [devices.Launch("127.0.0.1:8476", 1, 2), "run"]
+    assert stdout == "" and "calibrating" not in err
+    code, stdout, err = run_cli(["calibrate", *LAUNCH, "--process-id", "0", "--out", tmp_path])
+    assert code == 0 and stdout.strip() == str(tmp_path / "index.html")
+    assert "calibrating" in err

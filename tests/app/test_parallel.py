@@ -22,24 +22,31 @@ from parallel_tasks import (
     sleep_long,
     square,
 )
+from two_processes import worker_devices
 
-from attnbayes.app import parallel
+from attnbayes.app import devices, parallel
 from attnbayes.app.parallel import Part, merge_parts, new_part, run_parts
 
 SECTIONS = ("a", "b")
 
 
-def test_results_keep_the_task_order_every_message_arrives_and_jax_is_set_alike():
+def test_results_keep_the_task_order_every_message_arrives_and_jax_is_set_alike(monkeypatch):
+    """... and each of the two workers starts with the user's XLA_FLAGS plus its share of the
+    cores as host devices (``devices.worker_xla_flags``: max(1, C // 2))."""
     import jax
 
+    user = "--xla_llvm_disable_expensive_passes=true"
+    monkeypatch.setenv("XLA_FLAGS", user)
     tasks = [(square, (v, 0.3 if v == 1 else 0.0)) for v in range(1, 6)]
     messages = []
     out = run_parts(
-        [*tasks, (jax_settings, ())],
+        [*tasks, (jax_settings, ()), (worker_devices, ())],
         workers=2,
         progress=messages.append,
-        start_order=[5, 4, 3, 2, 1, 0],
+        start_order=[6, 5, 4, 3, 2, 1, 0],
     )
+    share = max(1, devices.usable_cores() // 2)
+    assert out.pop() == (f"{user} {devices.DEVICE_FLAG}={share}", share)
     x64, itemsize, cache_dir = out.pop()
     assert x64 == bool(jax.config.jax_enable_x64) and itemsize == (8 if x64 else 4)
     assert cache_dir == jax.config.jax_compilation_cache_dir
