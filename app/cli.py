@@ -353,6 +353,13 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         who = f"process {launch.process_id}: " if launch is not None and launch.process_id else ""
         print(f"attnbayes: {who}{message}", file=sys.stderr)
+        if launch is not None and launch.num_processes > 1 and devices.joined():
+            # a normal exit would wait in jax.distributed's shutdown barrier (300 s) while the
+            # other processes wait in a collective for this one: end now, and JAX's heartbeat
+            # timeout ends the others (100 s)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
         return status
 
     run = {

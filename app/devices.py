@@ -295,12 +295,16 @@ def join(launch: Launch, *, timeout_s: int = JOIN_TIMEOUT_S) -> None:
             f"--process-id/--num-processes: this process already joined as "
             f"{state.process_id} of {state.num_processes}"
         )
+    host = launch.coordinator.rsplit(":", 1)[0].strip("[]")
+    # a loopback coordinator listens on loopback only (JAX binds every interface by default)
+    bind = {"coordinator_bind_address": launch.coordinator} if _is_loopback(host) else {}
     try:
         jax.distributed.initialize(
             coordinator_address=launch.coordinator,
             num_processes=launch.num_processes,
             process_id=launch.process_id,
             initialization_timeout=int(timeout_s),
+            **bind,
         )
         # one collective now: the processes connect (gloo says so on stdout, where only the
         # written path belongs: sent to stderr) and every process knows the others are there
@@ -314,6 +318,28 @@ def join(launch: Launch, *, timeout_s: int = JOIN_TIMEOUT_S) -> None:
             f"--coordinator {launch.coordinator}: process {launch.process_id} of "
             f"{launch.num_processes} could not join the run within {timeout_s} s: {first}"
         ) from err
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def joined() -> bool:
+    """True once this process has joined a run of several processes (``join``)."""
+    import sys
+
+    if "jax" not in sys.modules:
+        return False
+    from jax._src import distributed
+
+    return distributed.global_state.client is not None
 
 
 def on_writer[T](check: Callable[[], T], fallback: T) -> T:

@@ -9,7 +9,8 @@ device JAX sees (under ``jax.distributed``, every device of every process). Its 
 derived per item (``jax.random.fold_in(key, item)``), never per slice, and every item is
 computed by the same program whatever the mesh, so results do not depend on the number of
 devices: deterministic ones equal to round-off (sums taken in another order), random ones
-identical draw for draw. A mesh of one device runs the plain program (no ``shard_map``).
+identical draw for draw. A mesh of one device runs the plain program (no ``shard_map``) on
+JAX's default device (place the inputs there, or use ``jax.default_device``, to choose it).
 
 Across processes (``jax.distributed.initialize``; JAX's multi-controller model) every process
 runs the same calls with the same host values; a jitted program fed NumPy (or local) arrays

@@ -566,7 +566,10 @@ def fit_em(
         validation.check_scaled_spread("x", points, sigma, dtype, others=others)
     block_size, mesh = _check_streaming(block_size, mesh)
     # EM's atoms stay in the range of the data and the starting atoms
-    centred = block_size is not None and centred_sums_allowed(points, start, sigma)
+    # decided in the run's dtype (float32 when x64 is off: never centred)
+    centred = block_size is not None and centred_sums_allowed(
+        jnp.asarray(points, dtype), start, sigma
+    )
     args = (jnp.asarray(points, dtype), jnp.asarray(sigma, dtype), jnp.asarray(tol, dtype))
     static = (update_weights, block_size, mesh, centred)
     state = _LoopState(

@@ -397,7 +397,8 @@ def centred_sums_allowed(points, atoms, sigma) -> bool:
     ``em_step_unchecked``): concrete float64 data ``points`` (N, p) and ``atoms`` (K, p) (None:
     the atoms lie among the data's range, as EM's own do) spanning at most
     ``_NARROW / 2`` times the smallest noise scale in every coordinate, so that any centre c
-    inside that range keeps |x_i - c| + |mu_k - c| <= _NARROW min sigma. False on tracers
+    inside that range keeps |x_i - c| + |mu_k - c| <= _NARROW min sigma, and of a magnitude whose
+    weighted sums cannot overflow (N span exp(G) below finfo.max / 16). False on tracers
     (under jit nothing is known: the pair-by-pair form, exact wherever the points sit) and in
     float32. A host-side decision of the checked functions (``em``), made once per call, so
     that one program is compiled per form."""
@@ -408,7 +409,12 @@ def centred_sums_allowed(points, atoms, sigma) -> bool:
         return False
     values = np.concatenate([np.asarray(a, np.float64) for a in arrays], axis=0)
     span = float(np.max(values.max(axis=0) - values.min(axis=0)))
-    return bool(2.0 * span <= _NARROW * float(np.min(sigma)))
+    # the row weights (x_ic - c_c) / l_i reach span exp(G) (``_least_row_sum``) and N of them
+    # are summed: data of huge magnitude would overflow there, so they keep the pair form
+    n, k = np.shape(points)[0], np.shape(arrays[-1])[0]
+    largest = span * n / _least_row_sum(np.float64, k)
+    narrow = 2.0 * span <= _NARROW * float(np.min(sigma))
+    return bool(narrow and largest <= float(np.finfo(np.float64).max) / 16.0)
 
 
 def _tile_statistics(rows, atoms, log_weights, sigma, tables, flags):

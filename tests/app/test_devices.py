@@ -168,3 +168,12 @@ def test_coordinator_addresses():
     for bad in ("127.0.0.1", ":1234", "h:", "h:70000", "h:x", "[::1:80", "[]:80"):
         with pytest.raises(ValueError, match="^expected HOST:PORT"):
             parse_coordinator(bad)
+
+
+def test_a_loopback_coordinator_binds_loopback_only():
+    """JAX's coordinator binds every interface unless told otherwise: a loopback address
+    (the two-process test's) keeps it on loopback (review of issue 39)."""
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        assert devices._is_loopback(host), host
+    for host in ("10.0.0.5", "example.org", "0.0.0.0"):
+        assert not devices._is_loopback(host), host

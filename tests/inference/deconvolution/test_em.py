@@ -538,6 +538,22 @@ def test_centred_sums_are_allowed_only_for_narrow_float64_data():
     assert not estep.centred_sums_allowed(x.astype(np.float32), None, 0.5)
     traced = jax.jit(lambda v: jnp.asarray(estep.centred_sums_allowed(v, None, 0.5)))(x)
     assert not bool(traced)
+    # narrow for sigma but of a magnitude whose weighted sums (x - c) / l_i would overflow
+    huge = np.array([[0.0], [1.0], [37.5]]) * 1e18
+    assert not estep.centred_sums_allowed(huge, huge[:2], 1e18)
+
+
+def test_streamed_step_of_huge_magnitude_data_equals_dense():
+    """Data 1e18 wide with sigma 1e18 (in range for every check): the streamed step keeps
+    the pair-by-pair sums, whose terms stay finite, and equals the dense step (review of
+    issue 39: the centred sums overflowed to inf here)."""
+    x = np.array([[0.0], [1.0], [37.5]]) * 1e18
+    atoms, w = x[:2], np.array([0.5, 0.5])
+    dense = em.em_step(x, atoms, w, 1e18, update_weights=True)
+    step = em.em_step(x, atoms, w, 1e18, update_weights=True, block_size=16, mesh=ONE_DEVICE)
+    assert np.all(np.isfinite(step[0]))
+    np.testing.assert_allclose(step[0], dense[0], rtol=1e-12)
+    np.testing.assert_allclose(step[1], dense[1], rtol=1e-12)
 
 
 def test_sharded_stream_equals_one_device():
