@@ -1,5 +1,7 @@
 """NUTS simulation-based calibration (issue 17): 1,000 replicates with ``calibrate`` against
-simuk's per-replicate loop on the same model, in one process.
+simuk's per-replicate loop on the same model, in one process; and (issue 39, ``--meshes``) the
+same study on meshes of 1 and 2 devices in one process, their time ratio and whether their
+ranks agree.
 
 The model: ``deconvolution_model(x, sigma=1, num_atoms=2, prior="dirichlet", concentration=1,
 atom_loc=0, atom_scale=3)`` with N = 50 points, float64; NUTS with NumPyro's defaults (target
@@ -7,11 +9,11 @@ acceptance 0.8, tree depth 10, diagonal mass), 2 chains x (300 warmup + 300 draw
 Target: 1,000 replicates in under 600 s on 2 cores.
 
 - ours: ``calibrate(key, "deconvolution", "nuts", num_replicates=R, chunk_size=C)``; the
-  replicates are vmapped in chunks of C and split over ``--devices`` host devices with
-  shard_map (one compilation). "compile + first chunk" is the time to the first progress
-  message (tracing, XLA compilation, the first chunk and the choice of thinning); "steady" is
-  the time per replicate over the remaining chunks; "total" the whole call (ranks, uniformity
-  tests and the DataTree included). "XLA compile" is ``jax.monitoring``'s
+  replicates are vmapped in chunks of C and split over the mesh (default: all ``--devices``
+  host devices) with shard_map (one compilation). "compile + first chunk" is the time to the
+  first progress message (tracing, XLA compilation, the first chunk and the choice of
+  thinning); "steady" is the time per replicate over the remaining chunks; "total" the whole
+  call (ranks, uniformity tests and the DataTree included). "XLA compile" is ``jax.monitoring``'s
   backend_compile_duration summed over the call.
 - simuk: ``simuk.SBC(NUTS(partial(deconvolution_model, ...)), num_simulations=S,
   sample_kwargs={num_warmup, num_samples, num_chains, chain_method}, data_dir={"x": x})``, its
@@ -24,12 +26,17 @@ Target: 1,000 replicates in under 600 s on 2 cores.
   simuk ranks the raw ``weights`` and ``atoms`` on chain 0's draws only (its NumPyro path),
   without thinning; its ranks are not compared here, only its time.
 - ``--sweep``: ours on ``--sweep-replicates`` (200) replicates with chunk sizes
-  ``--sweep-chunks`` (10 24 50 100; rounded up to a multiple of the devices), one after the other,
+  ``--sweep-chunks`` (10 24 50 100; padded to a multiple of the devices), one after the other,
   each projected to 1,000 replicates (compile + first chunk + steady x the rest).
+- ``--meshes 1 2``: ours on ``--replicates`` replicates once per mesh, over the first 1 and the
+  first 2 of the ``--devices`` host devices (``attnbayes.sharding.batch_mesh``), one after the
+  other in this process (each compiles its own program); the table gives each run's time, the
+  speed-up over the first mesh and whether the ranks are identical (keys per replicate: they
+  must be). The simuk comparison is skipped.
 
     python benchmarks/sbc_nuts.py [--devices 2] [--replicates 1000] [--chunk-size 24] \
         [--simuk-replicates 5] [--simuk-chain-method parallel] [--sweep] \
-        [--sweep-replicates 200] [--sweep-chunks 10 24 50 100] [--seed 0]
+        [--sweep-replicates 200] [--sweep-chunks 10 24 50 100] [--meshes 1 2] [--seed 0]
 
 ``--replicates 0`` or ``--simuk-replicates 0`` skips that part.
 """
@@ -100,8 +107,11 @@ def _study():
 # ----------------------------------------------------------------------------- ours
 
 
-def run_ours(jax, num_replicates: int, chunk_size: int, sizes: dict, seed: int, verbose=True):
-    """``calibrate`` with timings; returns a dict of numbers and the DataTree."""
+def run_ours(
+    jax, num_replicates: int, chunk_size: int, sizes: dict, seed: int, verbose=True, mesh=None
+):
+    """``calibrate`` with timings on ``mesh`` (None: every device); returns a dict of numbers
+    and the DataTree."""
     import numpy as np
 
     from attnbayes.inference import calibration as cal
@@ -125,10 +135,11 @@ def run_ours(jax, num_replicates: int, chunk_size: int, sizes: dict, seed: int, 
         study=_study(),
         overrides=dict(sizes),
         chunk_size=chunk_size,
+        mesh=mesh,
         progress=progress,
     )
     total = time.perf_counter() - t0
-    chunk = int(tree.attrs["chunk_size"])  # rounded up to a multiple of the devices
+    chunk = int(tree.attrs["chunk_size"])  # padded to a multiple of the devices when run
     first_count = min(chunk, num_replicates)
     first = stamps[0] - t0
     rest = num_replicates - first_count
@@ -141,7 +152,7 @@ def run_ours(jax, num_replicates: int, chunk_size: int, sizes: dict, seed: int, 
     return {
         "replicates": num_replicates,
         "chunk_size": chunk,
-        "devices": int(tree.attrs["num_devices"]),
+        "devices": int(tree.attrs["devices"]),
         "first": first,
         "steady": steady,
         "total": total,
@@ -364,6 +375,47 @@ def sweep(jax, num_replicates: int, chunks: list[int], sizes: dict, seed: int) -
     print()
 
 
+def meshes(jax, counts: list[int], num_replicates: int, chunk: int, sizes: dict, seed: int):
+    """Ours on a mesh of each of ``counts`` devices, one after the other: times, speed-up over
+    the first, and whether the ranks are the same replicate for replicate."""
+    import numpy as np
+
+    from attnbayes import sharding
+
+    print(f"## meshes: {num_replicates} replicates, chunk {chunk}, on meshes of {counts} devices")
+    print()
+    rows = []
+    for count in counts:
+        mesh = sharding.batch_mesh(jax.devices()[:count])
+        res = run_ours(jax, num_replicates, chunk, sizes, seed, verbose=False, mesh=mesh)
+        rows.append(res)
+        print(
+            f"  {count} device(s): total {res['total']:.1f} s (compile + first chunk "
+            f"{res['first']:.1f} s, XLA compile {res['compile']:.1f} s), steady "
+            f"{res['steady']:.3f} s/replicate, verdict {res['tree'].attrs['verdict']}",
+            flush=True,
+        )
+    base = rows[0]
+    ranks = base["tree"]["ranks"].to_dataset()
+    print()
+    print(
+        "| mesh | replicates | total s | compile + first chunk s | steady s per replicate | "
+        "speed-up (total) | speed-up (steady) | ranks as on the first mesh |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        other = r["tree"]["ranks"].to_dataset()
+        same = all(
+            np.array_equal(other[n].values, ranks[n].values) for n in sorted(ranks.data_vars)
+        )
+        print(
+            f"| {r['devices']} device(s) | {r['replicates']} | {r['total']:.1f} | "
+            f"{r['first']:.1f} | {r['steady']:.3f} | {base['total'] / r['total']:.2f} | "
+            f"{base['steady'] / r['steady']:.2f} | {'yes' if same else 'NO'} |"
+        )
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=2, help="host devices (XLA_FLAGS)")
@@ -379,8 +431,13 @@ def main() -> None:
     parser.add_argument("--num-warmup", type=int, default=300)
     parser.add_argument("--num-samples", type=int, default=300)
     parser.add_argument("--num-chains", type=int, default=2)
+    parser.add_argument(
+        "--meshes", type=int, nargs="+", help="device counts: ours on a mesh of each (issue 39)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.meshes and max(args.meshes) > args.devices:
+        parser.error(f"--meshes: at most --devices = {args.devices} devices")
 
     jax = _setup_jax(args.devices)
     import arviz_base  # noqa: F401  (imported by both sides; not timed)
@@ -399,6 +456,10 @@ def main() -> None:
     )
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     print()
+    if args.meshes:
+        meshes(jax, args.meshes, args.replicates, args.chunk_size, sizes, args.seed)
+        print(f"load average at end: {os.getloadavg()[0]:.2f}")
+        return
     ours = theirs = None
     if args.replicates > 0:
         ours = run_ours(jax, args.replicates, args.chunk_size, sizes, args.seed)

@@ -50,6 +50,7 @@ from ..constants import (
 )
 from ..models import deconvolution as dmodel
 from ..models import switching as smodel
+from ..sharding import check_mesh
 from . import methods as registry
 from .deconvolution import em, gibbs
 from .deconvolution.kiefer_wolfowitz import npmle
@@ -420,7 +421,7 @@ def calibrate(
     levels: tuple[float, ...] = (0.5, 0.9),
     chunk_size: int = CALIBRATION_CHUNK_SIZE,
     thin: int | str = "auto",
-    num_devices: int | None = None,
+    mesh: jax.sharding.Mesh | None = None,
     checkpoint=None,
     alpha: float = 0.01,
     progress: Callable[[str], None] | None = None,
@@ -433,9 +434,17 @@ def calibrate(
     update the registry's settings (e.g. sampler sizes), and take ``sigma_factor`` and
     ``data_fraction`` for a deliberately wrong method (deconvolution). The returned DataTree's
     attrs carry ``method``, ``reading``, ``kind`` ("ranks" or "coverage"), ``verdict`` and
-    ``verdict_reason`` (``calibration_verdict``).
+    ``verdict_reason`` (``calibration_verdict``), and ``devices`` and ``processes``.
+
+    The replicates are split over the devices of ``mesh`` (a one-axis ``jax.sharding.Mesh``;
+    None: every device, every process's under ``jax.distributed``), each replicate from its
+    own key ``fold_in(key, i)``: the same ranks or coverage on any mesh, except NUTS's draws
+    between a one-device mesh and a larger one (``sbc``'s module docstring). Under several
+    processes every process makes the same call and gets the same DataTree; process 0 alone
+    writes ``checkpoint``.
     """
     validation.check_key("key", key)
+    mesh = check_mesh(mesh)
     entry = registry.get_method(reading, method)
     method = entry.name
     if method not in CALIBRATION_METHODS[reading]:
@@ -478,7 +487,7 @@ def calibrate(
                 num_replicates=num_replicates,
                 chunk_size=chunk_size,
                 thin=thin,
-                num_devices=num_devices,
+                mesh=mesh,
                 checkpoint=checkpoint,
                 study=study_info,
                 progress=progress,
@@ -500,7 +509,7 @@ def calibrate(
                 num_replicates=num_replicates,
                 levels=levels,
                 chunk_size=chunk_size,
-                num_devices=num_devices,
+                mesh=mesh,
                 checkpoint=checkpoint,
                 study=study_info,
                 progress=progress,
@@ -522,7 +531,7 @@ def calibrate(
             num_replicates=num_replicates,
             levels=levels,
             chunk_size=chunk_size,
-            num_devices=num_devices,
+            mesh=mesh,
             checkpoint=checkpoint,
             study=study_info,
             progress=progress,

@@ -22,10 +22,29 @@ filters and smoothers) get ``interval_coverage``: the fraction of replicates' tr
 their 50% and 90% intervals, with binomial and between-replicate standard errors.
 
 One compilation serves all replicates: a replicate is a pure function of its key
-``fold_in(key, index)``, vmapped over a chunk of replicates and, with several devices, split
-over them by ``shard_map``; so the result does not depend on the chunk size or the number of
-devices (up to round-off). A long study saves every finished chunk to ``checkpoint`` (an
-``.npz`` written atomically) and resumes from it.
+``fold_in(key, index)``, vmapped over a chunk of replicates, and the chunk is split over the
+devices of ``mesh`` (``attnbayes.sharding``: a one-axis ``jax.sharding.Mesh``, default every
+device JAX sees, every process's under ``jax.distributed``). A chunk of C replicates is padded
+to a multiple of the D devices with copies of its last replicate (computed and dropped: a copy
+takes exactly as many sampler steps as the replicate, so it never holds its device back); each
+device runs C / D replicates and nothing moves between devices while they run: the replicate
+indices go out (4 bytes each) and the test quantities of the draws come back (C x chains x
+draws x quantities numbers per chunk), against a whole sampler run per replicate. The ranks
+are then computed on the host. The keys are per replicate and the chunks' boundaries do not
+depend on the mesh, so the result does not depend on the mesh or the chunk size: the same
+draws and ranks, replicate for replicate, as long as the sampler's arithmetic is the same.
+One exception measured: XLA rounds NumPyro's NUTS adaptation differently (by an ulp, within
+ten warmup iterations) in the one-device program and in the partitioned one, and NUTS's
+trajectories amplify it, so NUTS draws on a one-device mesh differ from those on 2 or more
+devices for about a quarter of the replicates (2 and 4 devices agree; the ranks are equally
+calibrated). Exact and Gibbs samplers gave the same ranks on the meshes tried.
+
+Across processes every process makes the same call; each chunk's outputs are gathered to every
+process (``sharding.gather``), which computes the same ranks and returns the same DataTree.
+Process 0 alone (``sharding.is_writer``) writes the checkpoint: a long study saves every
+finished chunk to ``checkpoint`` (an ``.npz`` written atomically) and resumes from it; with
+several processes it must be on a file system every process reads (they check that they
+resume from the same replicate).
 """
 
 from __future__ import annotations
@@ -42,7 +61,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import validation
+from ... import sharding, validation
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,33 +103,55 @@ class PosteriorDraws(NamedTuple):
 # ----------------------------------------------------------------------------- replicates
 
 
-def _check_common(num_replicates, chunk_size, num_devices):
+def _check_common(num_replicates, chunk_size, mesh):
     num_replicates = validation.check_positive_int("num_replicates", num_replicates)
     chunk_size = validation.check_positive_int("chunk_size", chunk_size)
-    available = len(jax.local_devices())
-    if num_devices is None:
-        num_devices = available
-    num_devices = validation.check_positive_int("num_devices", num_devices)
-    if num_devices > available:
-        raise ValueError(f"num_devices: {num_devices} asked for, {available} available")
-    # one compiled shape: every chunk (the last one padded) splits evenly over the devices
-    chunk_size = min(chunk_size, num_replicates)
-    chunk_size = -(-chunk_size // num_devices) * num_devices
-    return num_replicates, chunk_size, num_devices
+    mesh = sharding.check_mesh(mesh)
+    # the chunks' boundaries do not depend on the mesh; the program pads each chunk to a
+    # multiple of the mesh size (``_chunk_program``)
+    return num_replicates, min(chunk_size, num_replicates), mesh
 
 
-def _chunk_program(one: Callable, num_devices: int):
-    """jit(vmap(one)) over a chunk of replicate keys, split over ``num_devices`` devices."""
-    batched = jax.vmap(one)
-    if num_devices == 1:
-        return jax.jit(batched)
-    from jax.sharding import Mesh, PartitionSpec
+def _mesh_attrs(mesh) -> dict:
+    """What a reader needs of where a study ran: devices and processes of its mesh."""
+    devices = mesh.devices.ravel()
+    return {
+        "devices": int(devices.size),
+        "processes": len({d.process_index for d in devices}),
+    }
 
-    mesh = Mesh(np.asarray(jax.local_devices()[:num_devices]), ("replicate",))
-    spec = PartitionSpec("replicate")
-    return jax.jit(
-        jax.shard_map(batched, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
-    )
+
+def _chunk_program(one: Callable, key, mesh, size: int) -> Callable:
+    """``indices (C,) -> outputs`` of ``one(fold_in(key, i))`` for a chunk of C <= ``size``
+    replicate indices: padded to ``padded_size(size, mesh)`` with copies of the last index,
+    vmapped, split over ``mesh`` (``sharding.shard_batch``) and gathered to this process
+    (``sharding.gather``: NumPy arrays, leading axis C)."""
+    if _is_typed_key(key):
+        impl = jax.random.key_impl(key)
+        words = np.asarray(jax.random.key_data(key))
+
+        def rebuild(w):
+            return jax.random.wrap_key_data(w, impl=impl)
+    else:
+        words = np.asarray(key)
+
+        def rebuild(w):
+            return w
+
+    def run(words, indices):
+        k = rebuild(words)
+        return jax.vmap(lambda i: one(jax.random.fold_in(k, i)))(indices)
+
+    program = jax.jit(sharding.shard_batch(run, mesh, (False, True), True))
+    padded = sharding.padded_size(size, mesh)
+
+    def chunk(indices):
+        count = len(indices)
+        indices = np.pad(np.asarray(indices, np.uint32), (0, padded - count), mode="edge")
+        outputs = sharding.gather(program(words, indices))
+        return jax.tree_util.tree_map(lambda v: v[:count], outputs)
+
+    return chunk
 
 
 def _key_fingerprint(key) -> str:
@@ -179,16 +220,34 @@ def _check_checkpoint(checkpoint) -> Path | None:
     return path
 
 
-def _run_replicates(
-    one, key, num_replicates, chunk_size, num_devices, checkpoint, meta, reduce, progress
-):
-    """Run ``one(key_i)`` for i = 0..num_replicates-1 in compiled chunks.
+def _agreed(done: int) -> None:
+    """Under several processes, refuse (on every process alike) to resume from checkpoints
+    that differ between processes (a file system some process does not see)."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
 
-    ``reduce(outputs, indices, state)`` turns a chunk's device outputs into per-replicate NumPy
-    arrays (leading axis: replicate) and may set entries of ``state`` (a dict saved with the
-    checkpoint, e.g. the thinning chosen on the first chunk). Returns (arrays, state).
+    seen = np.asarray(multihost_utils.process_allgather(np.asarray([done], np.int64)))
+    if np.any(seen != seen.ravel()[0]):
+        raise ValueError(
+            "checkpoint: the processes resume from different replicates "
+            f"({seen.ravel().tolist()}); put it on a file system every process reads"
+        )
+
+
+def _run_replicates(
+    one, key, num_replicates, chunk_size, mesh, checkpoint, meta, reduce, progress, pilot=1
+):
+    """Run ``one(key_i)`` for i = 0..num_replicates-1 in compiled chunks over ``mesh``.
+
+    ``reduce(outputs, indices, state)`` turns outputs (per-replicate NumPy arrays, leading
+    axis: replicate) into the arrays kept, and may set entries of ``state`` (a dict saved with
+    the checkpoint, e.g. the thinning chosen on the first replicates). Its first call sees at
+    least ``pilot`` replicates (chunks are held back until then), whatever the chunk size.
+    Every process computes the same; process 0 alone writes ``checkpoint``. Returns
+    (arrays, state).
     """
-    program = _chunk_program(one, num_devices)
+    chunk = _chunk_program(one, key, mesh, chunk_size)
     path = _check_checkpoint(checkpoint)
     parts: dict[str, list[np.ndarray]] = {}
     state: dict = {}
@@ -200,22 +259,27 @@ def _run_replicates(
             state = saved_meta.get("state", {})
             done = int(saved_meta["done"])
             parts = {k: [v] for k, v in arrays.items()}
-            if progress is not None:
-                progress(f"resumed from {path.name}: {done}/{num_replicates} replicates")
+        _agreed(done)
+        if loaded is not None and progress is not None:
+            progress(f"resumed from {path.name}: {done}/{num_replicates} replicates")
+    pilot = min(pilot, num_replicates)
+    held: list = []  # outputs computed but not reduced yet (before the pilot is complete)
+    start = done
     while done < num_replicates:
-        indices = np.arange(done, done + chunk_size)
-        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.asarray(indices, jnp.uint32))
-        outputs = jax.device_get(program(keys))
         stop = min(done + chunk_size, num_replicates)
-        count = stop - done
-        outputs = jax.tree_util.tree_map(lambda v, c=count: np.asarray(v)[:c], outputs)
-        for name, value in reduce(outputs, indices[:count], state).items():
-            parts.setdefault(name, []).append(value)
+        held.append(chunk(np.arange(done, stop)))
         done = stop
-        if path is not None:
-            arrays = {k: np.concatenate(v) for k, v in parts.items()}
-            parts = {k: [v] for k, v in arrays.items()}
-            _save_checkpoint(path, arrays, {**meta, "done": done, "state": state})
+        if done >= pilot:
+            outputs = jax.tree_util.tree_map(lambda *v: np.concatenate(v), *held)
+            held = []
+            for name, value in reduce(outputs, np.arange(start, done), state).items():
+                parts.setdefault(name, []).append(value)
+            start = done
+            if path is not None:
+                arrays = {k: np.concatenate(v) for k, v in parts.items()}
+                parts = {k: [v] for k, v in arrays.items()}
+                if sharding.is_writer():
+                    _save_checkpoint(path, arrays, {**meta, "done": done, "state": state})
         if progress is not None:
             progress(f"{done}/{num_replicates} replicates")
     return {k: np.concatenate(v) for k, v in parts.items()}, state
@@ -318,7 +382,7 @@ def sbc(
     num_replicates: int,
     chunk_size: int = 24,
     thin: int | str = "auto",
-    num_devices: int | None = None,
+    mesh: jax.sharding.Mesh | None = None,
     tie_tolerance: float = 1e-9,
     checkpoint: str | os.PathLike | None = None,
     study: dict | None = None,
@@ -335,15 +399,18 @@ def sbc(
         quantities: ``quantities(values, data) -> dict[str, array]``: the test quantities,
             applied to the truth and to every draw (permutation-invariant ones for mixtures).
         num_replicates: number of simulated data sets.
-        chunk_size: replicates per compiled call (vmapped; rounded up to a multiple of
-            ``num_devices``). Memory grows with it; the result does not depend on it. The
+        chunk_size: replicates per compiled call (vmapped; split over the mesh's D devices,
+            padded to a multiple of D). Memory grows with it; the result does not depend on
+            it (a multiple of D wastes nothing). The
             vmapped replicates of an adaptive sampler (NUTS) step at the pace of the slowest,
             so smaller chunks waste less: with NUTS on the K = 2, N = 50 model 26 replicates per
             chunk ran 2-3x faster per replicate than 50 (``benchmarks/sbc_nuts.py``).
         thin: keep every ``thin``-th draw of each chain; "auto" chooses it on the first
             ``THIN_PILOT`` replicates (``floor(C S / median over them of the smallest bulk
             ESS)``).
-        num_devices: devices the replicates are split over (default: all local devices).
+        mesh: a one-axis ``jax.sharding.Mesh`` the replicates are split over
+            (``attnbayes.sharding.batch_mesh``), or None for every device (every process's
+            under ``jax.distributed``; module docstring). The result does not depend on it.
         tie_tolerance: relative tolerance below which a draw ties with the truth; raised to
             ``TIE_ULPS`` machine epsilons of a floating quantity's dtype (round-off of a few
             ulps is a tie, not a rank: 16 eps = 1.9e-6 in float32).
@@ -358,9 +425,11 @@ def sbc(
         ``prior_sbc`` (PIT values, NaN for a failed replicate; ``azp.plot_ecdf_pit(dt,
         sample_dims="replicate")``), ``truth`` (the test quantities' true values),
         ``replicates`` (``failed``, ``num_divergent``, ``ess``) and ``uniformity`` (the table of
-        ``uniformity_tests``); attrs give the sizes, thinning and counts of failed and
-        divergent replicates. A replicate fails when its truth, a draw's test quantity or its
-        divergence count is not finite; it is counted, never silently dropped.
+        ``uniformity_tests``); attrs give the sizes, thinning, counts of failed and
+        divergent replicates, and where the study ran (``devices`` and ``processes`` of the
+        mesh; the numbers do not depend on them). A replicate fails when its truth, a draw's
+        test quantity or its divergence count is not finite; it is counted, never silently
+        dropped.
     """
     import xarray as xr
 
@@ -368,7 +437,7 @@ def sbc(
     for name, fn in (("simulate", simulate), ("posterior", posterior), ("quantities", quantities)):
         if not callable(fn):
             raise ValueError(f"{name}: expected a callable, got {type(fn).__name__}")
-    num_replicates, chunk_size, num_devices = _check_common(num_replicates, chunk_size, num_devices)
+    num_replicates, chunk_size, mesh = _check_common(num_replicates, chunk_size, mesh)
     if thin != "auto":
         thin = validation.check_positive_int("thin", thin)
     tie_tolerance = validation.check_positive_scalar("tie_tolerance", tie_tolerance)
@@ -448,7 +517,16 @@ def sbc(
         "study": study,
     }
     arrays, state = _run_replicates(
-        one, key, num_replicates, chunk_size, num_devices, checkpoint, meta, reduce, progress
+        one,
+        key,
+        num_replicates,
+        chunk_size,
+        mesh,
+        checkpoint,
+        meta,
+        reduce,
+        progress,
+        pilot=THIN_PILOT if thin == "auto" else 1,
     )
 
     replicate = np.arange(num_replicates)
@@ -478,7 +556,7 @@ def sbc(
         "num_ranked_draws": num_ranked,
         "tie_tolerance": tie_tolerance,
         "chunk_size": chunk_size,
-        "num_devices": num_devices,
+        **_mesh_attrs(mesh),
         "multiplicity": "holm",
         "study": json.dumps(study),
     }
@@ -597,7 +675,7 @@ def interval_coverage(
     num_replicates: int,
     levels: tuple[float, ...] = (0.5, 0.9),
     chunk_size: int = 24,
-    num_devices: int | None = None,
+    mesh: jax.sharding.Mesh | None = None,
     checkpoint: str | os.PathLike | None = None,
     study: dict | None = None,
     progress: Callable[[str], None] | None = None,
@@ -616,9 +694,14 @@ def interval_coverage(
     name: the fractions below, inside and above. A replicate whose PIT is
     not finite fails (counted, left out of the summary).
 
+    Replicates, chunks, ``mesh``, ``checkpoint``, ``study`` and ``progress`` as in ``sbc``
+    (module docstring: the replicates split over the mesh's devices, the same result on any
+    mesh and chunk size).
+
     Returns a DataTree: one group per target name with ``pit`` (replicate, *shape) and
     ``covered``, ``below``, ``above`` (replicate, level); ``replicates`` (``failed``);
-    ``coverage`` (``coverage_summary``).
+    ``coverage`` (``coverage_summary``); attrs give the sizes, levels and where the study ran
+    (``devices``, ``processes``).
     """
     import xarray as xr
 
@@ -630,7 +713,7 @@ def interval_coverage(
     ):
         if not callable(fn):
             raise ValueError(f"{name}: expected a callable, got {type(fn).__name__}")
-    num_replicates, chunk_size, num_devices = _check_common(num_replicates, chunk_size, num_devices)
+    num_replicates, chunk_size, mesh = _check_common(num_replicates, chunk_size, mesh)
     levels = tuple(float(v) for v in np.atleast_1d(np.asarray(levels, dtype=np.float64)))
     if not levels or not all(0.0 < v < 1.0 for v in levels):
         raise ValueError(f"levels: expected probabilities in (0, 1), got {levels}")
@@ -690,7 +773,7 @@ def interval_coverage(
         "study": study,
     }
     arrays, _ = _run_replicates(
-        one, key, num_replicates, chunk_size, num_devices, checkpoint, meta, reduce, progress
+        one, key, num_replicates, chunk_size, mesh, checkpoint, meta, reduce, progress
     )
     failed = arrays["failed"].astype(bool)
     coords = {"replicate": np.arange(num_replicates), "level": list(levels)}
@@ -722,7 +805,7 @@ def interval_coverage(
             "num_failed": int(failed.sum()),
             "levels": list(levels),
             "chunk_size": chunk_size,
-            "num_devices": num_devices,
+            **_mesh_attrs(mesh),
             "study": json.dumps(study),
         },
     )

@@ -50,6 +50,8 @@ Public API (``__all__``), one line each:
 - ``gpb2_filter``: GPB2: M^2 Kalman updates (i -> j), then collapse over i for each j.
 - ``imm_filter``: the IMM filter: mix, then M Kalman predict-update steps.
 - ``exact_filter``: the exact filter over all M^T mode histories (small T only).
+- ``filter_batch``: one filter (IMM, GPB1, GPB2) on B series (B, T, o) of one model, the series
+  split over a mesh's devices.
 - ``imm_mixing``: IMM's mixing probabilities mu_{i|j} and predicted mode probabilities.
 - ``collapse``: moment-match a Gaussian mixture to one Gaussian.
 - ``all_histories``: every mode sequence (M^T, T), in lexicographic order.
@@ -103,6 +105,7 @@ from .filters import (
     check_filter_result,
     collapse,
     exact_filter,
+    filter_batch,
     gpb1_filter,
     gpb2_filter,
     imm_filter,
@@ -175,6 +178,7 @@ __all__ = [
     "exact_smoother",
     "exact_smoother_moments",
     "expected_durations",
+    "filter_batch",
     "fit_switching",
     "fixed_modes_smoother",
     "gpb1_filter",

@@ -78,6 +78,23 @@ Not differentiable:
 - ``check_filter_result`` and ``check_params``'s value checks run NumPy on concrete values
   only (``check_filter_result`` refuses tracers with a ``TypeError``).
 
+Batches of series: ``filter_batch(params, observations (B, T, o), method="imm", inputs=None,
+mesh=None)`` runs one filter (``"imm"``, ``"gpb1"`` or ``"gpb2"``) on B series of one model
+(the same ``params``; ``inputs`` (B, T, k) one row of inputs per series and step) and returns
+the ``FilterResult`` with a leading series axis (mode_probs (B, T, M), ..., log_likelihood
+(B,)), equal to the single-series filter on each series. The series axis is split over the
+devices of ``mesh`` (``attnbayes.sharding``: a one-axis ``jax.sharding.Mesh``, default every
+device JAX sees, every process's under ``jax.distributed``): B is padded to a multiple of the
+mesh size with copies of the last series (dropped from the result), each device vmaps the
+filter over its B / D series, and nothing moves between devices while they run (the series
+are independent: no collective at all; the inputs, B T (o + k) numbers, go out once, and the
+results, B T M d^2 for the covariances, come back). Each series is computed by the same
+program whatever the mesh, so results agree to round-off (1e-12 in float64) on any number of
+devices. Under several processes every process calls it with the same arrays, and the result
+is split over the processes: ``attnbayes.sharding.gather`` brings it to each (and
+``check_filter_result`` gathers it itself). For B series of different models, ``jax.vmap`` a
+filter over stacked ``SwitchingParams`` (one device).
+
 ``attention_as_imm_step`` is the reading of the note "Attention as GPB2/IMM message passing": one
 IMM mixing-and-collapse step, with the attention kernel in the place of the transition matrix, is
 the attention sublayer.
@@ -93,9 +110,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from ... import validation
+from ... import sharding, validation
 from ...models.switching import (
+    SwitchingParams,
+    as_float_field,
     check_params,
+    check_transition_steps,
     per_step_transitions,
     step_offsets,
     step_transition,
@@ -408,6 +428,112 @@ def one_step_log_predictive(params, observations, *, method: str = "imm", inputs
     return one_step_log_predictive_unchecked(params, obs, method, inputs)
 
 
+# ----------------------------------------------------------------------------- batches
+
+
+@functools.partial(jax.jit, static_argnames=("method", "mesh"))
+def filter_batch_unchecked(params, observations, inputs, *, method, mesh) -> FilterResult:
+    """``filter_batch`` on checked arrays: ``observations`` (B, T, o), ``inputs`` (B, T, k)
+    (k = 0 for a model without inputs), ``method`` one of "imm", "gpb1", "gpb2" and ``mesh`` a
+    one-axis mesh (both static). The series axis is padded to a multiple of the mesh size,
+    split over its devices (``sharding.shard_batch``) and cut back to B."""
+    step = _STEPS[method]
+    num_series = observations.shape[0]
+    size = sharding.padded_size(num_series, mesh)
+    padded = sharding.pad_batch((observations, inputs), size)
+
+    def local(params, observations, inputs):
+        return jax.vmap(lambda y, u: _run(step, params, y, u))(observations, inputs)
+
+    result = sharding.shard_batch(local, mesh, (False, True, True), True)(params, *padded)
+    return jax.tree.map(lambda v: v[:num_series], result)
+
+
+def _check_batch(params, observations, inputs):
+    """``check_inputs`` for B series: (params, observations (B, T, o), inputs (B, T, k)),
+    tracer-aware like it; the arrays cast to the observations' dtype."""
+    params = check_params("params", params)
+    obs = as_float_field("observations", observations)
+    o = params.emission_matrices.shape[1]
+    if obs.ndim != 3 or obs.shape[2] != o or min(obs.shape[:2]) < 1:
+        raise ValueError(
+            f"observations: expected shape (B, T, {o}) (B >= 1 series of T >= 1 steps), got "
+            f"{tuple(obs.shape)}; one series (T, {o}) goes to imm_filter, gpb1_filter or "
+            "gpb2_filter"
+        )
+    num_series, num_steps = obs.shape[:2]
+    check_transition_steps("params", params, num_steps)
+    traced = validation.is_traced(obs)
+    if not traced and np.any(np.isinf(obs)):
+        raise ValueError(
+            "observations: contain +-inf (use NaN for a missing coordinate or a missing row)"
+        )
+    k = params.emission_input_weights.shape[-1]
+    if inputs is None:
+        if k:
+            raise ValueError(
+                f"inputs: params take k = {k} input column(s) (dynamics_input_weights, "
+                f"emission_input_weights), so inputs of shape ({num_series}, {num_steps}, {k}) "
+                "are required"
+            )
+        u = np.zeros((num_series, num_steps, 0), params.emission_matrices.dtype)
+    else:
+        u = as_float_field("inputs", inputs)
+        if tuple(u.shape) != (num_series, num_steps, k):
+            raise ValueError(
+                f"inputs: expected shape ({num_series}, {num_steps}, {k}) (B series, T steps, "
+                f"k = {k} input columns of the params' input weights), got {tuple(u.shape)}"
+            )
+        if not validation.is_traced(u):
+            validation.check_finite("inputs", u)
+    dtype = jax.dtypes.canonicalize_dtype(obs.dtype)
+
+    def cast(a):
+        return a.astype(dtype) if validation.is_traced(a) else np.asarray(a, dtype)
+
+    return SwitchingParams(*(cast(a) for a in params)), cast(obs), cast(u)
+
+
+def filter_batch(
+    params, observations, *, method: str = "imm", inputs=None, mesh=None
+) -> FilterResult:
+    """One filter on B series of one model, the series split over the devices of ``mesh``.
+
+    Series b's result is ``imm_filter(params, observations[b], inputs=inputs[b])`` (or
+    ``gpb1_filter`` / ``gpb2_filter`` for ``method``), to round-off; every result field gains
+    a leading series axis. Each device runs the vmapped filter on its B / D series; the series
+    are independent, so no collective runs and the only traffic is the inputs out and the
+    results back (module docstring, "Batches of series"). The same numbers on any mesh
+    (1e-12 in float64).
+
+    Checks as the single-series filters do, before any tracing (a ``ValueError`` naming
+    ``params``, ``observations``, ``inputs``, ``method``; a ``TypeError`` or ``ValueError``
+    naming ``mesh``); on tracers only the static ones. Results are not checked: call
+    ``check_filter_result(result, params=params)``, which reads the leading axis as series
+    and names the first series that overflowed.
+
+    Args:
+        params: ``SwitchingParams`` shared by every series; ``transition_matrix`` (M, M) or
+            (T, M, M).
+        observations: (B, T, o), B series of T steps; a NaN coordinate is missing.
+        method: "imm" (default), "gpb1" or "gpb2".
+        inputs: (B, T, k) u_{1:T} of every series, required when ``params`` has input
+            weights.
+        mesh: a one-axis ``jax.sharding.Mesh`` (``attnbayes.sharding.batch_mesh``) or None
+            for every device. Static: a new mesh compiles a new program.
+
+    Returns:
+        ``FilterResult``: mode_probs (B, T, M), means (B, T, M, d), covs (B, T, M, d, d), mean
+        (B, T, d), cov (B, T, d, d), log_likelihood (B,). Under several processes its arrays
+        are split over the processes: ``attnbayes.sharding.gather`` before NumPy use.
+    """
+    if not isinstance(method, str) or method not in _STEPS:
+        raise ValueError(f"method: expected one of {list(_STEPS)}, got {method!r}")
+    mesh = sharding.check_mesh(mesh)
+    params, obs, u = _check_batch(params, observations, inputs)
+    return filter_batch_unchecked(params, obs, u, method=method, mesh=mesh)
+
+
 # ----------------------------------------------------------------------------- exact
 
 
@@ -585,6 +711,14 @@ def _series_label(index: int, batch: tuple, affected: int) -> str:
     return f" of series {label} ({affected} of {int(np.prod(batch))} series affected)"
 
 
+def _readable(value):
+    """An array split over processes (``filter_batch`` under ``jax.distributed``) gathered to
+    this one; anything else as it is."""
+    if isinstance(value, jax.Array) and not value.is_fully_addressable:
+        return sharding.gather(value)
+    return value
+
+
 def check_filter_result(result, *, name: str | None = None, params=None):
     """Raise ``FloatingPointError`` if a filter's or smoother's result holds NaN or inf.
 
@@ -602,7 +736,9 @@ def check_filter_result(result, *, name: str | None = None, params=None):
     non-finite, it says so. A smoother's backward pass carries a non-finite value to every
     earlier step, so for a ``SmootherResult`` the first bad step is usually 1: run this on the
     filter of the same series to see where the overflow began. Leading batch axes (a vmapped
-    result) are allowed: the earliest bad step over the batch is reported, with its series.
+    result, or ``filter_batch``'s) are allowed: the earliest bad step over the batch is
+    reported, with its series; arrays split over processes are gathered first (every process
+    must call it then).
 
     Args:
         result: a ``FilterResult`` (every filter and ``rbpf``) or ``SmootherResult``
@@ -641,7 +777,7 @@ def check_filter_result(result, *, name: str | None = None, params=None):
     if params is not None:
         params = check_params("params", params)
     arrays = {
-        f: np.asarray(validation.as_float_array(f"result.{f}", v))
+        f: np.asarray(validation.as_float_array(f"result.{f}", _readable(v)))
         for f, v in zip(result._fields, result, strict=True)
     }
     log_lik = arrays["log_likelihood"]
@@ -791,6 +927,8 @@ __all__ = [
     "collapse",
     "exact_filter",
     "exact_filter_unchecked",
+    "filter_batch",
+    "filter_batch_unchecked",
     "gpb1_filter",
     "gpb1_filter_unchecked",
     "gpb2_filter",

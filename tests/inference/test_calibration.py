@@ -4,6 +4,7 @@ compiles a replicate (each raises while checking or while tracing shapes abstrac
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from attnbayes.inference import calibration as cal
@@ -36,7 +37,6 @@ def targets(truth, data):
 SBC_CASES = {
     "num_replicates": ({"num_replicates": 0}, "num_replicates"),
     "chunk_size": ({"chunk_size": -1}, "chunk_size"),
-    "num_devices-too-many": ({"num_devices": 64}, "num_devices: 64 asked for"),
     "thin": ({"thin": 0}, "thin"),
     "thin-word": ({"thin": "often"}, "thin"),
     "tie_tolerance": ({"tie_tolerance": -1.0}, "tie_tolerance"),
@@ -214,3 +214,31 @@ def test_calibrate_refuses(case):
     args, kwargs, message = CALIBRATE_CASES[case]
     with pytest.raises(ValueError, match=message):
         cal.calibrate(KEY, *args, num_replicates=4, **kwargs)
+
+
+# a mesh with two axes, and something that is not a mesh (issue 39: ``mesh`` replaced
+# ``num_devices``)
+BAD_MESHES = {
+    "two-axes": (
+        jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ("a", "b")),
+        ValueError,
+        "^mesh: expected a mesh with one axis",
+    ),
+    "not-a-mesh": ("cpu", TypeError, "^mesh: expected a jax.sharding.Mesh"),
+    "devices": (jax.devices(), TypeError, "^mesh: expected a jax.sharding.Mesh"),
+}
+ENTRY_POINTS = {
+    "sbc": lambda **kw: sbc(KEY, simulate, posterior, quantities, num_replicates=4, **kw),
+    "interval_coverage": lambda **kw: interval_coverage(
+        KEY, simulate, cdf, targets, num_replicates=4, **kw
+    ),
+    "calibrate": lambda **kw: cal.calibrate(KEY, "deconvolution", "oracle", num_replicates=4, **kw),
+}
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+@pytest.mark.parametrize("case", list(BAD_MESHES))
+def test_a_bad_mesh_is_refused(entry, case):
+    mesh, error, message = BAD_MESHES[case]
+    with pytest.raises(error, match=message):
+        ENTRY_POINTS[entry](mesh=mesh)

@@ -23,6 +23,7 @@ from attnbayes.inference.switching.filters import (
     attention_as_imm_step,
     check_filter_result,
     exact_filter,
+    filter_batch,
     gpb1_filter,
     gpb2_filter,
     imm_filter,
@@ -377,6 +378,21 @@ def test_filters_batch_with_vmap_and_float32(scenario_series):
     np.testing.assert_allclose(res32.mean, res64.mean, rtol=1e-3, atol=0.05)
 
 
+def test_filter_batch_equals_the_filter_of_each_series(scenario_series):
+    """Issue 39: three series (padded to four on pytest's two devices) with a missing row,
+    GPB2, to 1e-12 against the single-series filter (IMM on 1, 2 and 4 devices:
+    ``devices_filters.py``; IMM's overflow: ``test_batched_results_name_the_series``)."""
+    params, _, _, y = scenario_series
+    batch = np.stack([y, y + 5.0, y[::-1]])
+    batch[1, 7] = np.nan
+    got = check_filter_result(filter_batch(params, batch, method="gpb2"))
+    assert got.log_likelihood.shape == (3,) and got.covs.shape == (3, 60, 2, 4, 4)
+    for k in range(3):
+        one = gpb2_filter(params, batch[k])
+        for field, a, b in zip(FilterResult._fields, got, one, strict=True):
+            np.testing.assert_allclose(a[k], b, rtol=1e-12, atol=1e-12, err_msg=field)
+
+
 def test_exact_filter_refuses_long_series(scenario_series):
     params, _, _, y = scenario_series
     with pytest.raises(ValueError, match="^observations: the exact filter needs M\\^T = 2\\^60"):
@@ -477,6 +493,8 @@ BAD_INPUT = [
     *entry_point_cases("exact_filter", exact_filter, P2),
     *entry_point_cases("kalman_filter", kalman_filter, P1),
     *entry_point_cases("one_step_log_predictive", one_step_log_predictive, P2),
+    # filter_batch: one series in a list is a batch of one (B, T, o)
+    *entry_point_cases("filter_batch", lambda p, y: filter_batch(p, [y]), P2),
     (
         "kalman_filter-params-two-modes",
         lambda: kalman_filter(P2, Y),
@@ -508,6 +526,53 @@ BAD_INPUT = [
         )
         for method in ("exact", None, 3, ["imm"])
     ),
+]
+
+# filter_batch's own arguments
+_INPUTS = P2._replace(
+    dynamics_input_weights=np.zeros((2, 2, 1)), emission_input_weights=np.ones((2, 1, 1))
+)
+_TWO_AXES = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ("a", "b"))
+BAD_INPUT += [
+    (f"filter_batch-{label}", call, error, pattern)
+    for label, (call, error, pattern) in {
+        "one-series": (
+            lambda: filter_batch(P2, Y),
+            ValueError,
+            r"^observations: expected shape \(B, T, 1\)",
+        ),
+        "no-series": (lambda: filter_batch(P2, np.zeros((0, 3, 1))), ValueError, "^observations: "),
+        "no-steps": (lambda: filter_batch(P2, np.zeros((2, 0, 1))), ValueError, "^observations: "),
+        "method": (lambda: filter_batch(P2, [Y], method="exact"), ValueError, "^method: "),
+        "method-none": (lambda: filter_batch(P2, [Y], method=None), ValueError, "^method: "),
+        "mesh-type": (lambda: filter_batch(P2, [Y], mesh="cpu"), TypeError, "^mesh: "),
+        "mesh-axes": (lambda: filter_batch(P2, [Y], mesh=_TWO_AXES), ValueError, "^mesh: "),
+        "inputs-missing": (
+            lambda: filter_batch(_INPUTS, [Y]),
+            ValueError,
+            r"^inputs: .*\(1, 3, 1\)",
+        ),
+        "inputs-one-series": (
+            lambda: filter_batch(_INPUTS, [Y], inputs=np.zeros((3, 1))),
+            ValueError,
+            r"^inputs: expected shape \(1, 3, 1\)",
+        ),
+        "inputs-nan": (
+            lambda: filter_batch(_INPUTS, [Y], inputs=np.full((1, 3, 1), np.nan)),
+            ValueError,
+            "^inputs: ",
+        ),
+        "inputs-complex": (
+            lambda: filter_batch(_INPUTS, [Y], inputs=np.zeros((1, 3, 1)) + 1j),
+            ValueError,
+            "^inputs: ",
+        ),
+        "transition-steps": (
+            lambda: filter_batch(P2._replace(transition_matrix=np.full((4, 2, 2), 0.5)), [Y]),
+            ValueError,
+            r"^params\.transition_matrix: has 4 steps",
+        ),
+    }.items()
 ]
 
 # attention_as_imm_step
@@ -844,6 +909,11 @@ def test_batched_results_name_the_series():
     message = str(excinfo.value)
     assert f"from step {STEP_10} of 200 " in message
     assert "of series 1 (1 of 2 series affected)" in message
+    # filter_batch's result, split over pytest's two devices: the same message
+    batch = filter_batch(params, np.stack([Y400[:200], missing]))
+    with pytest.raises(FloatingPointError, match="^filter: ") as again:
+        check_filter_result(batch)
+    assert str(again.value) == message
 
 
 def test_check_filter_result_refuses_traced_results():
