@@ -32,6 +32,7 @@ paper; errors are reported on that scale and as batting averages (the inverse tr
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -39,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .... import validation
+from .... import sharding, validation
 from .. import em
 from ..comparison import compare_deconvolution
 from ..estep import posterior_mean_unchecked, posterior_unchecked
@@ -52,7 +53,6 @@ from .training import (
     heldout_tasks,
     oracle_posterior_mean,
     task_mse,
-    task_regret_unchecked,
 )
 from .unrolled import (
     UnrolledEMParams,
@@ -83,9 +83,12 @@ class LearnedComparison(NamedTuple):
 # ----------------------------------------------------------------------------- estimators
 
 
-@jax.jit
-def _stack_on_tasks(params, x, mask):
-    return jax.vmap(lambda xi, mi: forward(params, xi, mi))(x, mask)
+@functools.partial(jax.jit, static_argnames=("mesh",))
+def _stack_on_tasks(params, x, mask, mesh):
+    def local(params, x, mask):
+        return jax.vmap(lambda xi, mi: forward(params, xi, mi))(x, mask)
+
+    return sharding.shard_batch(local, mesh, (False, True, True), True)(params, x, mask)
 
 
 _forward_jit = jax.jit(forward, static_argnums=3)
@@ -95,13 +98,42 @@ def _stack_streamed(params, x, block_size):
     return _forward_jit(params, x, jnp.ones(x.shape[:1], bool), block_size)
 
 
-@jax.jit
-def _em_converged(x):
+@functools.partial(jax.jit, static_argnames=("mesh",))
+def _em_converged(x, mesh):
     def one(xi):
         fit = em.fit_em(xi, 1.0, max_iters=500, tol=1e-8)
         return posterior_unchecked(xi, fit.atoms, fit.weights, jnp.ones((), xi.dtype))[0]
 
-    return jax.vmap(one)(x)
+    return sharding.shard_batch(jax.vmap(one), mesh, (True,), True)(x)
+
+
+@functools.partial(jax.jit, static_argnames=("mesh",))
+def _regret_on_tasks(params, tasks: Tasks, mesh):
+    """Per task (the stack's MSE, the oracle's MSE), as ``training.task_regret``."""
+
+    def local(params, tasks):
+        mean = jax.vmap(lambda xi, mi: forward(params, xi, mi)[0])(tasks.x, tasks.mask)
+        return task_mse(mean, tasks), task_mse(oracle_posterior_mean(tasks), tasks)
+
+    return sharding.shard_batch(local, mesh, (False, True), True)(params, tasks)
+
+
+@functools.partial(jax.jit, static_argnames=("mesh",))
+def _oracle_on_tasks(tasks: Tasks, mesh):
+    return sharding.shard_batch(oracle_posterior_mean, mesh, (True,), True)(tasks)
+
+
+def _split_tasks(kernel, mesh, shared, tasks):
+    """``kernel(*shared, *tasks, mesh)`` with the tasks (pytrees, leading axis T) padded
+    with copies of the last to a multiple of the mesh size, split over ``mesh``, and the
+    outputs gathered with the padding dropped. Host (NumPy) values in: every process passes
+    the same ones."""
+    shared, tasks = sharding.gather((shared, tasks))
+    t = jax.tree.leaves(tasks)[0].shape[0]
+    extra = sharding.padded_size(t, mesh) - t
+    padded = jax.tree.map(lambda a: np.concatenate([a, np.repeat(a[-1:], extra, axis=0)]), tasks)
+    out = kernel(*shared, *padded, mesh)
+    return jax.tree.map(lambda a: a[:t], sharding.gather(out))
 
 
 def _james_stein(x):
@@ -236,8 +268,17 @@ def compare_learned_attention(
     nuts_tasks: int = 4,
     nuts_kwargs: dict | None = None,
     prior: TaskPrior | None = None,
+    mesh=None,
 ) -> LearnedComparison:
     """Regret and coverage of every method on held-out tasks of each family (module docstring).
+
+    Where the work runs: a family's ``num_tasks`` tasks are split over ``mesh`` for the
+    batched methods ("learned", "em-steps", "em") and the oracle (padded with copies of the
+    last task to a multiple of the mesh size; each device runs its tasks, nothing is reduced
+    across devices: the tasks go in and the estimates come out, against N^2 work per task and
+    layer). Not split: "npmle" and "nuts-dp", Python loops over one fit per task (NUTS's key
+    for task i of family f is ``fold_in(fold_in(fold_in(key, index of f), 1000 + position of
+    f in families), i)`` on any mesh), and James-Stein (NumPy).
 
     Args:
         key: ``jax.random`` key (first): tasks of family f use ``fold_in(key, index of f)``.
@@ -250,6 +291,8 @@ def compare_learned_attention(
         nuts_kwargs: sampler sizes etc. for "nuts-dp" (default: the registry's).
         prior: the task prior the random families are drawn from and NUTS's DP prior
             (default ``TaskPrior()``, the pretrained stack's).
+        mesh: a one-axis ``jax.sharding.Mesh``; default ``sharding.batch_mesh()`` (every
+            device).
 
     Returns:
         ``LearnedComparison``. Eager (NumPy, pandas); not traceable. ``seconds_per_task`` of
@@ -268,18 +311,21 @@ def compare_learned_attention(
     num_tasks = validation.check_positive_int("num_tasks", num_tasks, minimum=2)
     num_points = validation.check_positive_int("num_points", num_points, minimum=4)
     nuts_tasks = validation.check_positive_int("nuts_tasks", nuts_tasks)
+    mesh = sharding.check_mesh(mesh)
     params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.zeros(()).dtype), params)
     em_params = init_unrolled_em(params.num_layers, 1)
     regret_rows, coverage_rows = [], []
     for f_index, family in enumerate(families):
         fkey = jax.random.fold_in(key, HELDOUT_FAMILIES.index(family))
         tasks = heldout_tasks(fkey, family, num_tasks, num_points, prior)
-        learned_mse, oracle_mse = task_regret_unchecked(params, tasks)
-        learned = np.asarray(learned_mse - oracle_mse)
+        learned_mse, oracle_mse = _split_tasks(_regret_on_tasks, mesh, (params,), (tasks,))
+        learned = learned_mse - oracle_mse
         for method in methods:
             if method in ("learned", "em-steps"):
                 p = params if method == "learned" else em_params
-                (mean, var), sec = _timed(_stack_on_tasks, p, tasks.x, tasks.mask)
+                (mean, var), sec = _timed(
+                    _split_tasks, _stack_on_tasks, mesh, (p,), (tasks.x, tasks.mask)
+                )
                 regret_rows.append(
                     _regret_row(family, method, mean, tasks, oracle_mse, sec, learned)
                 )
@@ -288,7 +334,7 @@ def compare_learned_attention(
                         family, method, _stack_intervals(mean, var), tasks.z
                     )
             elif method == "em":
-                mean, sec = _timed(_em_converged, tasks.x)
+                mean, sec = _timed(_split_tasks, _em_converged, mesh, (), (tasks.x,))
                 regret_rows.append(
                     _regret_row(family, method, mean, tasks, oracle_mse, sec, learned)
                 )
@@ -325,12 +371,18 @@ def length_generalisation(
     stream_from: int = 2000,
     methods=("learned", "em-steps", "npmle", "james-stein"),
     prior: TaskPrior | None = None,
+    mesh=None,
 ) -> pd.DataFrame:
     """Regret of the stack (trained at N <= 200) and of the references across N.
 
     Sizes from ``stream_from`` on run the stack streamed over blocks of ``block_size``.
     Returns a table (family, num_points, method, regret, regret_se, mse, oracle_mse,
     num_tasks, seconds_per_task). "em" and "nuts-dp" are not offered (N x N iterations).
+
+    Where the work runs: below ``stream_from`` the tasks of a size are split over ``mesh``
+    (a one-axis ``jax.sharding.Mesh``, default every device) for the stack and the oracle,
+    as in ``compare_learned_attention``; from ``stream_from`` on, the streamed stack and
+    oracle, the NPMLE and James-Stein run one task at a time (not split).
     """
     import pandas as pd
 
@@ -345,18 +397,24 @@ def length_generalisation(
     sizes = tuple(validation.check_positive_int("sizes", s, minimum=4) for s in sizes)
     num_tasks = validation.check_positive_int("num_tasks", num_tasks, minimum=2)
     block_size = validation.check_positive_int("block_size", block_size)
+    mesh = sharding.check_mesh(mesh)
     params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.zeros(()).dtype), params)
     em_params = init_unrolled_em(params.num_layers, 1)
     rows = []
     for n in sizes:
         tasks = heldout_tasks(jax.random.fold_in(key, n), family, num_tasks, n, prior)
-        oracle = oracle_posterior_mean(tasks) if n < stream_from else _streamed_oracle(tasks)
+        if n < stream_from:
+            oracle = _split_tasks(_oracle_on_tasks, mesh, (), (tasks,))
+        else:
+            oracle = _streamed_oracle(tasks)
         oracle_mse = task_mse(oracle, tasks)
         for method in methods:
             if method in ("learned", "em-steps"):
                 p = params if method == "learned" else em_params
                 if n < stream_from:
-                    (mean, _), sec = _timed(_stack_on_tasks, p, tasks.x, tasks.mask)
+                    (mean, _), sec = _timed(
+                        _split_tasks, _stack_on_tasks, mesh, (p,), (tasks.x, tasks.mask)
+                    )
                 else:
                     start = time.perf_counter()
                     mean = jnp.stack(
@@ -467,12 +525,13 @@ def batting_averages_comparison(
     xs = jnp.asarray(x)[None, :, None]
     mask = jnp.ones((1, x.shape[0]), bool)
     estimates = {"mle": x}
+    one_device = sharding.batch_mesh(jax.local_devices()[:1])  # one data set: nothing to split
     for method in methods:
         if method in ("learned", "em-steps"):
             p = params if method == "learned" else init_unrolled_em(params.num_layers, 1)
-            estimates[method] = np.asarray(_stack_on_tasks(p, xs, mask)[0])[0, :, 0]
+            estimates[method] = np.asarray(_stack_on_tasks(p, xs, mask, one_device)[0])[0, :, 0]
         elif method == "em":
-            estimates[method] = np.asarray(_em_converged(xs))[0, :, 0]
+            estimates[method] = np.asarray(_em_converged(xs, one_device))[0, :, 0]
         elif method == "james-stein":
             estimates[method] = _james_stein(xs)[0, :, 0]
         elif method == "npmle":

@@ -62,6 +62,19 @@ depend on the standard errors (theta_i = s_i^2), so no prior independent of s_i 
 data and no oracle of this model exists: as XKB do, the table reports the mean squared error
 (1/N) sum_i (theta_hat_i - theta_i)^2, averaged over replications, not a regret.
 
+Where the work runs. ``regret_versus_n`` and ``xie_kou_brown_table`` take ``mesh=None`` (a
+one-axis ``jax.sharding.Mesh``; default every device, ``attnbayes.sharding``): the batched
+methods (v2, v1, james-stein, sure and the oracle) split a cell's T tasks over its devices,
+each device running its T / D tasks (``lax.map`` within it), T padded with copies of the last
+task to a multiple of D and the padding dropped; nothing is reduced across devices, so the
+only traffic is the tasks in (T N numbers) and the estimates out, against N x K (oracle), N x
+``GRID_SIZE`` (v2) or N^2 (v1) work per task and layer. A task's estimate is the same program
+on any mesh: equal to round-off on 1, 2 or 4 devices. The tasks are drawn per cell from the
+cell's key, not per device. Not split: "em", "npmle" and "nuts" are Python loops over one fit
+per task (data-dependent iteration counts, NUTS's own chains), run one after another on
+every process; NUTS's key for task t is ``fold_in(fold_in(cell key, 1), t)`` whatever the
+mesh.
+
 ``real_data_estimates``: the Efron-Morris batting averages (``learned.comparison``: 18
 players, arcsine scale, sigma = 1, the rest-of-season average as truth) and the eight schools
 (ArviZ's example data "centered_eight": y and sigma; estimates only, no truth).
@@ -80,7 +93,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .... import validation
+from .... import sharding, validation
 from ....models.deconvolution import xie_kou_brown
 from .. import em
 from ..comparison import compare_deconvolution
@@ -180,6 +193,7 @@ class _Context(NamedTuple):
     nuts_kwargs: dict
     em_max_points: int
     warm: set
+    mesh: object
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -189,48 +203,72 @@ def _batch_size(num_tasks: int, per_task: int) -> int:
     return int(max(1, min(num_tasks, _BATCH_ELEMENTS // max(per_task, 1))))
 
 
-@functools.partial(jax.jit, static_argnames=("grid_size", "batch_size"))
-def _v2_batched(params, x, s, grid_size, batch_size):
-    mask = jnp.ones(x.shape[1:], bool)
-    return jax.lax.map(
-        lambda xs: grid_stack_moments_unchecked(params, xs[0], xs[1], mask, grid_size),
-        (x, s),
-        batch_size=batch_size,
-    )
+@functools.partial(jax.jit, static_argnames=("grid_size", "batch_size", "mesh"))
+def _v2_batched(params, x, s, grid_size, batch_size, mesh):
+    def local(params, x, s):
+        mask = jnp.ones(x.shape[1:], bool)
+        return jax.lax.map(
+            lambda xs: grid_stack_moments_unchecked(params, xs[0], xs[1], mask, grid_size),
+            (x, s),
+            batch_size=batch_size,
+        )
+
+    return sharding.shard_batch(local, mesh, (False, True, True), True)(params, x, s)
 
 
-@functools.partial(jax.jit, static_argnames=("block_size", "batch_size"))
-def _v1_batched(params, x, scale, block_size, batch_size):
-    mask = jnp.ones(x.shape[1:], bool)
+@functools.partial(jax.jit, static_argnames=("block_size", "batch_size", "mesh"))
+def _v1_batched(params, x, scale, block_size, batch_size, mesh):
+    def local(params, x, scale):
+        mask = jnp.ones(x.shape[1:], bool)
 
-    def one(args):
-        xi, si = args
-        mean, var = v1_forward(params, (xi / si)[:, None], mask, block_size)
-        return mean[:, 0] * si, var[:, 0] * si**2
+        def one(args):
+            xi, si = args
+            mean, var = v1_forward(params, (xi / si)[:, None], mask, block_size)
+            return mean[:, 0] * si, var[:, 0] * si**2
 
-    return jax.lax.map(one, (x, scale), batch_size=batch_size)
+        return jax.lax.map(one, (x, scale), batch_size=batch_size)
+
+    return sharding.shard_batch(local, mesh, (False, True, True), True)(params, x, scale)
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size",))
-def _oracle_batched(x, s, atoms, weights, batch_size):
+@functools.partial(jax.jit, static_argnames=("batch_size", "mesh"))
+def _oracle_batched(x, s, atoms, weights, batch_size, mesh):
     def one(args):
         xi, si, a, w = args
         mean, resp = posterior_unchecked(xi[:, None], a[:, None], w, si[:, None])
         ends = discrete_posterior_intervals(resp, a[:, None], COVERAGE_PROBS)
         return mean[:, 0], {p: (lo[:, 0], hi[:, 0]) for p, (lo, hi) in ends.items()}
 
-    return jax.lax.map(one, (x, s, atoms, weights), batch_size=batch_size)
+    def local(*args):
+        return jax.lax.map(one, args, batch_size=batch_size)
+
+    return sharding.shard_batch(local, mesh, (True,) * 4, True)(x, s, atoms, weights)
 
 
-@functools.partial(jax.jit, static_argnames=("kind",))
-def _shrinkage_batched(x, s, kind):
+@functools.partial(jax.jit, static_argnames=("kind", "mesh"))
+def _shrinkage_batched(x, s, kind, mesh):
     rule = james_stein_unchecked if kind == "james-stein" else sure_shrinkage_unchecked
 
     def one(xi, si):
         out = rule(xi[:, None], si[:, None])
         return out.z_hat[:, 0], out.posterior_sd[:, 0]
 
-    return jax.vmap(one)(x, s)
+    return sharding.shard_batch(jax.vmap(one), mesh, (True, True), True)(x, s)
+
+
+def _tasks_run(ctx: _Context, name, kernel, shared, tasks):
+    """(output of ``kernel(*shared, *tasks)`` on the T tasks, seconds per task): the tasks
+    (NumPy, leading axis T) padded with copies of the last to a multiple of the mesh size and
+    split over ``ctx.mesh`` (outputs gathered, padding dropped); host (NumPy) values in.
+    ``kernel`` also receives the number of tasks per device, from which it sizes its
+    ``lax.map`` batches."""
+    shared = sharding.gather(shared)  # host values: every process passes the same ones
+    t = tasks[0].shape[0]
+    size = sharding.padded_size(t, ctx.mesh)
+    padded = tuple(np.concatenate([a, np.repeat(a[-1:], size - t, axis=0)]) for a in tasks)
+    per_device = size // sharding.mesh_size(ctx.mesh)
+    out, sec = _warm_timed(ctx, name, lambda *a: kernel(per_device, *a), *shared, *padded)
+    return jax.tree.map(lambda a: a[:t], sharding.gather(out)), sec / t
 
 
 def _normal_intervals(mean, sd):
@@ -259,39 +297,50 @@ def _sigma_arg(s):
 
 
 def _v2(batch: _Batch, ctx: _Context) -> _Estimate:
-    t, n = batch.x.shape
-    b = _batch_size(t, n * GRID_SIZE)
-    args = (ctx.grid_params, jnp.asarray(batch.x), jnp.asarray(batch.sigma))
-    (mean, var), sec = _warm_timed(ctx, "v2", lambda *a: _v2_batched(*a, GRID_SIZE, b), *args)
-    return _Estimate(np.asarray(mean), _normal_intervals(mean, np.sqrt(var)), sec / t)
+    n = batch.x.shape[1]
+
+    def kernel(per_device, params, x, s):
+        b = _batch_size(per_device, n * GRID_SIZE)
+        return _v2_batched(params, x, s, GRID_SIZE, b, ctx.mesh)
+
+    (mean, var), sec = _tasks_run(ctx, "v2", kernel, (ctx.grid_params,), (batch.x, batch.sigma))
+    return _Estimate(mean, _normal_intervals(mean, np.sqrt(var)), sec)
 
 
 def _v1(batch: _Batch, ctx: _Context) -> _Estimate | str:
     if not np.all(batch.sigma == batch.sigma[:, :1]):
         return "v1 takes one sigma per data set: not run on heteroscedastic tasks"
-    t, n = batch.x.shape
+    n = batch.x.shape[1]
     block = V1_BLOCK_SIZE if n >= V1_STREAM_FROM else None
-    b = 1 if block is not None else _batch_size(t, 2 * n * n)
-    args = (ctx.v1_params, jnp.asarray(batch.x), jnp.asarray(batch.sigma[:, 0]))
-    (mean, var), sec = _warm_timed(ctx, "v1", lambda *a: _v1_batched(*a, block, b), *args)
+
+    def kernel(per_device, params, x, scale):
+        b = 1 if block is not None else _batch_size(per_device, 2 * n * n)
+        return _v1_batched(params, x, scale, block, b, ctx.mesh)
+
+    tasks = (batch.x, batch.sigma[:, 0])
+    (mean, var), sec = _tasks_run(ctx, "v1", kernel, (ctx.v1_params,), tasks)
     note = f"streamed over blocks of {block}" if block is not None else ""
-    return _Estimate(np.asarray(mean), _normal_intervals(mean, np.sqrt(var)), sec / t, note)
+    return _Estimate(mean, _normal_intervals(mean, np.sqrt(var)), sec, note)
 
 
 def _oracle(batch: _Batch, ctx: _Context) -> _Estimate:
-    t, n = batch.x.shape
-    b = _batch_size(t, 2 * n * batch.atoms.shape[1])
-    args = tuple(jnp.asarray(a) for a in (batch.x, batch.sigma, batch.atoms, batch.weights))
-    (mean, ends), sec = _warm_timed(ctx, "oracle", lambda *a: _oracle_batched(*a, b), *args)
-    intervals = {p: (np.asarray(lo), np.asarray(hi)) for p, (lo, hi) in ends.items()}
-    return _Estimate(np.asarray(mean), intervals, sec / t)
+    per_task = 2 * batch.x.shape[1] * batch.atoms.shape[1]
+
+    def kernel(per_device, *tasks):
+        return _oracle_batched(*tasks, _batch_size(per_device, per_task), ctx.mesh)
+
+    tasks = (batch.x, batch.sigma, batch.atoms, batch.weights)
+    (mean, intervals), sec = _tasks_run(ctx, "oracle", kernel, (), tasks)
+    return _Estimate(mean, intervals, sec)
 
 
 def _shrinkage(kind):
     def run(batch: _Batch, ctx: _Context) -> _Estimate:
-        args = (jnp.asarray(batch.x), jnp.asarray(batch.sigma))
-        (mean, sd), sec = _warm_timed(ctx, kind, lambda *a: _shrinkage_batched(*a, kind), *args)
-        return _Estimate(np.asarray(mean), _normal_intervals(mean, sd), sec / batch.x.shape[0])
+        def kernel(per_device, x, s):
+            return _shrinkage_batched(x, s, kind, ctx.mesh)
+
+        (mean, sd), sec = _tasks_run(ctx, kind, kernel, (), (batch.x, batch.sigma))
+        return _Estimate(mean, _normal_intervals(mean, sd), sec)
 
     return run
 
@@ -584,9 +633,10 @@ def regret_versus_n(
     prior: TaskPrior | None = None,
     noise_prior: NoisePrior | None = None,
     progress: Callable[[str], None] | None = None,
+    mesh=None,
 ) -> pd.DataFrame:
     """Regret against the oracle Bayes rule of every method, by noise kind, family and N
-    (module docstring).
+    (module docstring; "Where the work runs" for what ``mesh`` splits).
 
     Args:
         key: ``jax.random`` key (first). The tasks of (noise kind i, family f, N) come from
@@ -612,6 +662,8 @@ def regret_versus_n(
         noise_prior: the ``NoisePrior`` of the heteroscedastic tasks (default ``NoisePrior()``;
             the shipped grid stack was trained with homoscedastic_prob 0.4, see its card).
         progress: called with a short message before each cell (e.g. ``print``).
+        mesh: a one-axis ``jax.sharding.Mesh`` the batched methods split a cell's tasks over;
+            default ``sharding.batch_mesh()`` (every device).
 
     Returns:
         A pandas DataFrame, one row per (noise, family, num_points, method): num_tasks,
@@ -635,8 +687,9 @@ def regret_versus_n(
     prior = check_task_prior(TaskPrior() if prior is None else prior)
     noise_prior = check_noise_prior(NoisePrior() if noise_prior is None else noise_prior)
     progress = _check_progress(progress)
+    mesh = sharding.check_mesh(mesh)
     grid, v1 = _stacks(methods, grid_params, v1_params)
-    ctx = _Context(grid, v1, prior, nuts_tasks, nuts_kwargs, em_max_points, set())
+    ctx = _Context(grid, v1, prior, nuts_tasks, nuts_kwargs, em_max_points, set(), mesh)
     rows = []
     for kind in kinds:
         noise_i = NOISE_KINDS.index(kind)
@@ -700,6 +753,7 @@ def xie_kou_brown_table(
     methods=XKB_METHODS,
     grid_params=None,
     progress: Callable[[str], None] | None = None,
+    mesh=None,
 ) -> pd.DataFrame:
     """Mean squared error of each method on the Xie-Kou-Brown settings (module docstring).
 
@@ -714,6 +768,8 @@ def xie_kou_brown_table(
             standard errors differ).
         grid_params: the grid stack (default ``pretrained_grid_stack()``).
         progress: called before each (setting, N).
+        mesh: the mesh the batched methods ("v2", "james-stein", "sure") split the
+            replications over, as in ``regret_versus_n``; default every device.
 
     Returns:
         A pandas DataFrame, one row per (setting, num_points, method), the columns of
@@ -726,8 +782,9 @@ def xie_kou_brown_table(
     num_reps = validation.check_positive_int("num_reps", num_reps, minimum=2)
     methods = _names("methods", methods, XKB_METHODS)
     progress = _check_progress(progress)
+    mesh = sharding.check_mesh(mesh)
     grid, _ = _stacks(methods, grid_params, None)
-    ctx = _Context(grid, None, TaskPrior(), 0, {}, EM_MAX_POINTS, set())
+    ctx = _Context(grid, None, TaskPrior(), 0, {}, EM_MAX_POINTS, set(), mesh)
     rows = []
     for setting in settings:
         for n in sizes:
@@ -782,6 +839,8 @@ def real_data_estimates(
     ArviZ's "centered_eight" (no truth). "v1" takes one sigma: NaN on the eight schools.
     NUTS (the training prior's DP, as in ``regret_versus_n``) runs on x and sigma divided by
     the geometric mean of the sigma_i (the stacks' units) and is returned in the data's units.
+    One data set at a time: nothing is split over devices (no ``mesh``); under
+    ``jax.distributed`` every process computes the same table on a device of its own.
 
     Returns:
         A pandas DataFrame, one row per (dataset, unit, method): x, sigma, estimate, truth
@@ -794,7 +853,9 @@ def real_data_estimates(
     nuts_kwargs = _check_nuts_kwargs(nuts_kwargs)
     prior = check_task_prior(TaskPrior() if prior is None else prior)
     grid, v1 = _stacks(methods, grid_params, v1_params)
-    ctx = _Context(grid, v1, prior, 1, nuts_kwargs, EM_MAX_POINTS, set())
+    # one data set per batch: nothing to split, so each process runs it on a device of its own
+    one_device = sharding.batch_mesh(jax.local_devices()[:1])
+    ctx = _Context(grid, v1, prior, 1, nuts_kwargs, EM_MAX_POINTS, set(), one_device)
     hits = np.asarray(EFRON_MORRIS_HITS, np.float64) / EFRON_MORRIS_AT_BATS
     x_b = arcsine_transform(hits)
     schools, y, s = _eight_schools()

@@ -24,10 +24,9 @@ import inspect
 from typing import TYPE_CHECKING, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .... import validation
+from .... import sharding, validation
 from ....models.markov_switching import SwitchingSpec
 from ....models.switching import SwitchingParams, SwitchingPriors
 from ...diagnostics import diagnostics
@@ -56,20 +55,24 @@ def _fit_options() -> tuple:
 # ----------------------------------------------------------------------------- held-out score
 
 
-_CHUNK = 128  # draws per call of the held-out kernel: one compiled program for any S
+_CHUNK = 128  # draws per device per call of the held-out kernel: one program for any S
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _heldout_kernel(structure, likelihood, draws, fixed, obs_train, u_train, obs_all, u_all):
-    """Per draw of a chunk: (log L_T(theta), log L_{T+H}(theta) - log L_T(theta))."""
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _heldout_kernel(structure, likelihood, mesh, draws, fixed, obs_train, u_train, obs_all, u_all):
+    """Per draw of a chunk: (log L_T(theta), log L_{T+H}(theta) - log L_T(theta)), the
+    draws split over ``mesh``."""
 
-    def one(free_values):
+    def one(free_values, fixed, obs_train, u_train, obs_all, u_all):
         theta = fixed | free_values
         train = switching_log_likelihood_unchecked(structure, likelihood, theta, obs_train, u_train)
         whole = switching_log_likelihood_unchecked(structure, likelihood, theta, obs_all, u_all)
         return train, whole - train
 
-    return jax.vmap(one)(draws)
+    local = jax.vmap(one, in_axes=(0, None, None, None, None, None))
+    split = (True, False, False, False, False, False)
+    run = sharding.shard_batch(local, mesh, split, True)
+    return run(draws, fixed, obs_train, u_train, obs_all, u_all)
 
 
 class _Scorer(NamedTuple):
@@ -78,30 +81,36 @@ class _Scorer(NamedTuple):
     likelihood: str
     obs_all: np.ndarray
     u_all: np.ndarray
+    mesh: object
 
     def __call__(self, draws: dict):
         """(train log-likelihoods (S,), held-out log predictive densities (S,)) of S draws
-        {name: (S, *shape)}, vmapped over chunks of ``_CHUNK`` draws (the last one padded)."""
+        {name: (S, *shape)}, vmapped over chunks of ``_CHUNK`` draws per device of the mesh
+        (the last chunk padded with copies of the last draw), each chunk split over the
+        mesh. Host (NumPy) values in: every process passes the same ones."""
         dtype = self.spec.observations.dtype
-        fixed = {n: jnp.asarray(v, dtype) for n, v in self.spec.theta.items() if n not in self.free}
+        fixed = {n: np.asarray(v, dtype) for n, v in self.spec.theta.items() if n not in self.free}
         data = (
-            jnp.asarray(self.spec.observations),
-            jnp.asarray(self.spec.inputs, dtype),
-            jnp.asarray(self.obs_all),
-            jnp.asarray(self.u_all, dtype),
+            np.asarray(self.spec.observations),
+            np.asarray(self.spec.inputs, dtype),
+            np.asarray(self.obs_all),
+            np.asarray(self.u_all, dtype),
         )
         num = next(iter(draws.values())).shape[0]
-        padded = -(-num // _CHUNK) * _CHUNK
+        step = _CHUNK * sharding.mesh_size(self.mesh)
+        padded = -(-num // step) * step
         batch = {
             n: np.concatenate([v, np.repeat(v[-1:], padded - num, axis=0)]).astype(dtype)
             for n, v in ((n, np.asarray(draws[n])) for n in self.free)
         }
         train, heldout = [], []
-        for lo in range(0, padded, _CHUNK):
-            chunk = {n: jnp.asarray(v[lo : lo + _CHUNK]) for n, v in batch.items()}
-            a, b = _heldout_kernel(self.spec.structure, self.likelihood, chunk, fixed, *data)
-            train.append(np.asarray(a))
-            heldout.append(np.asarray(b))
+        structure = self.spec.structure
+        for lo in range(0, padded, step):
+            chunk = {n: v[lo : lo + step] for n, v in batch.items()}
+            out = _heldout_kernel(structure, self.likelihood, self.mesh, chunk, fixed, *data)
+            a, b = sharding.gather(out)
+            train.append(a)
+            heldout.append(b)
         return np.concatenate(train)[:num], np.concatenate(heldout)[:num]
 
 
@@ -158,6 +167,7 @@ def compare_switching_learning(
     em_kwargs: dict | None = None,
     nuts_kwargs: dict | None = None,
     gibbs_kwargs: dict | None = None,
+    mesh=None,
 ) -> SwitchingLearningComparison:
     """Learn theta from y_{1:T} by MLE, EM, NUTS and Gibbs; score each against the truth and on
     the held-out y_{T+1:T+H}; one tidy table.
@@ -222,6 +232,17 @@ def compare_switching_learning(
             max_tree_depth, dense_mass, init_values, chain_method); default 2 x (500 + 1000).
         gibbs_kwargs: for ``run_switching_gibbs`` (num_warmup, num_samples, num_chains,
             mode_sampler, init_modes); default 2 x (1000 + 4000).
+        mesh: a one-axis ``jax.sharding.Mesh`` the held-out scoring splits the posterior
+            draws over; default ``sharding.batch_mesh()`` (every device).
+
+    Where the work runs: the held-out scores of the samplers' S draws (two filter passes,
+    over y_{1:T} and y_{1:T+H}, per draw) are split over ``mesh``, ``_CHUNK`` draws per
+    device per call (the draws padded with copies of the last one); nothing is reduced
+    across devices: the draws go in (a few numbers each) and two numbers per draw come out,
+    against a filter pass of T + H steps per draw. Each draw's score is the same program on
+    any mesh (equal to round-off on 1, 2 or 4 devices). Not split: the four fits themselves,
+    one run each (L-BFGS and EM from their starts; NUTS and Gibbs with their chains, keys
+    from ``key`` whatever the mesh).
 
     Returns:
         ``SwitchingLearningComparison``.
@@ -233,6 +254,7 @@ def compare_switching_learning(
     15, 1593-1623 (NUTS).
     """
     validation.check_key("key", key)
+    mesh = sharding.check_mesh(mesh)
     p = learning_problem(model, observations, inputs, truth, free, priors, start)
     spec = p.spec
     kind = spec.structure.kind
@@ -281,7 +303,7 @@ def compare_switching_learning(
     num_heldout = int(np.sum(np.any(~np.isnan(heldout), axis=-1)))
     if num_heldout == 0:
         raise ValueError("heldout: every row is missing (NaN); nothing to score")
-    score = _Scorer(spec, p.free, likelihood, obs_all, u_all)
+    score = _Scorer(spec, p.free, likelihood, obs_all, u_all, mesh)
     keys = dict(zip(LEARNING_METHODS, jax.random.split(key, len(LEARNING_METHODS)), strict=True))
 
     rows, thetas, results = [], {}, {}

@@ -6,6 +6,14 @@ likelihoods on one series (and the Gibbs sampler) under the same conjugate prior
 each posterior against a reference: the exact likelihood (all M^T mode histories, short series)
 or the Gibbs sampler (long series), each reference run twice with different seeds to give the
 Monte Carlo noise floor.
+
+Where the work runs: nowhere split over devices, and ``posterior_shift`` takes no ``mesh``
+(``attnbayes.sharding``). The study is a handful of sampler runs (the reference, its repeat and
+one per method), each a different program (another likelihood, or Gibbs) on one series, run
+one after another; there is no batch of like items to split. Each run's key is
+``jax.random.split(key, number of runs)[i]``, independent of the devices; the chains within a
+run are the sampler's (``run_nuts``'s ``chain_method``). Under ``jax.distributed`` every process
+computes the same study.
 """
 
 from __future__ import annotations

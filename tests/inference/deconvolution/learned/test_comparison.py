@@ -82,3 +82,11 @@ def test_comparison_arguments_are_checked():
         lc.compare_learned_attention(key, init_unrolled_em(1, 2))
     with pytest.raises(ValueError, match="methods: 'em' and 'nuts-dp'"):
         lc.length_generalisation(key, init_unrolled_em(1), methods=("em",))
+
+
+def test_a_bad_mesh_is_refused_by_name():
+    key = jax.random.PRNGKey(0)
+    with pytest.raises(TypeError, match="^mesh: expected a jax.sharding.Mesh"):
+        lc.compare_learned_attention(key, init_unrolled_em(1), mesh="cpu")
+    with pytest.raises(TypeError, match="^mesh: expected a jax.sharding.Mesh"):
+        lc.length_generalisation(key, init_unrolled_em(1), mesh="cpu")

@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from attnbayes import sharding
 from attnbayes.inference.deconvolution import em
 from attnbayes.inference.deconvolution.kiefer_wolfowitz import npmle, npmle_posterior
 from attnbayes.inference.deconvolution.learned import (
@@ -250,3 +251,31 @@ def test_every_method_against_its_library_call_on_both_noise_kinds(params):
     assert schools.estimate.isna().all() and schools.note.str.contains("one sigma").all()
     batting = real[(real.dataset == "efron-morris") & (real.method == "mle")]
     np.testing.assert_allclose(batting.estimate, batting.x)
+
+
+def test_a_cell_is_the_same_on_one_device_as_split_over_two(table, params):
+    """The fixture's cells (4 tasks: two per device on the default mesh of two) on a mesh of
+    one device: every number equal to 1e-12 (the times aside)."""
+    one = rv.regret_versus_n(
+        KEY,
+        families=FAMILIES,
+        sizes=SIZES,
+        num_tasks=TASKS,
+        noise="heteroscedastic",
+        methods=("oracle", "v2", "james-stein"),
+        grid_params=params,
+        mesh=sharding.batch_mesh(jax.devices()[:1]),
+    )
+    split = table[table.method.isin(("oracle", "v2", "james-stein"))].reset_index(drop=True)
+    assert len(split) == len(one) == 2 * 3
+    numbers = [c for c in one.columns if one[c].dtype.kind == "f" and c != "seconds_per_task"]
+    assert "regret" in numbers and "coverage_90" in numbers
+    for column in numbers:
+        np.testing.assert_allclose(one[column], split[column], rtol=1e-12, atol=0)
+
+
+def test_a_bad_mesh_is_refused_by_name():
+    with pytest.raises(TypeError, match="^mesh: expected a jax.sharding.Mesh"):
+        rv.regret_versus_n(KEY, methods=("james-stein",), mesh=2)
+    with pytest.raises(TypeError, match="^mesh: expected a jax.sharding.Mesh"):
+        rv.xie_kou_brown_table(KEY, methods=("mle",), mesh=jax.devices())

@@ -188,6 +188,8 @@ def test_bad_input_is_refused_naming_the_argument(regression_case):
             compare_switching_learning(*args, **kwargs)
 
     refused("key:", "not a key", params, obs[:20], obs[20:])
+    with pytest.raises(TypeError, match="^mesh: expected a jax.sharding.Mesh"):
+        compare_switching_learning(key, params, obs[:20], obs[20:], mesh="cpu")
     refused("model:", key, {"transition_matrix": 1}, obs[:20], obs[20:])
     refused("observations: expected shape (T, 2)", key, params, obs[:20, :1], obs[20:])
     refused("observations: required", key, params, None, obs[20:])
