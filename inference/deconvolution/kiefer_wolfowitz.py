@@ -68,6 +68,28 @@ Solvers (all in one ``lax.while_loop``, compiled once per shape, dtype and metho
   "squarem" then. The run also stops, unconverged, when the gap has not fallen by 1% in 30
   steps (working precision reached: the usual end of a float32 run with a small ``tol``).
 
+Streamed and sharded (``block_size``, ``mesh``): the dense path holds L, N G numbers (2.4 GB
+at N = 10^6, G = 300). The solvers see L only through a likelihood operator (u = L w,
+L^T v, the working set's columns L_S with their Gram matrix Z^T Z, Z = L_S / u, and products
+L_S y, one column L_j, sums over rows); the dense operator holds L, the streamed one
+(``block_size=B``) never forms it and recomputes L_ij = exp(log phi_ij - m_i) over blocks of B
+rows (``lax.scan``) for every product: q = L^T (1 / u) / N, in one pass with u = L w for EM
+and SQUAREM; mix-SQP's Gram matrix, backtracking ratios (L_S step) / u and L_S w over the S
+working-set columns; the vertex step's column and its bisection sums; the row maxima m_i and
+the constant (one pass at the start). The rows (and per-unit scales) are sharded over the D
+devices of ``mesh`` (``attnbayes.sharding.shard_batch``; padded with copies of the last row,
+masked out of every sum) and every sum over rows is ``psum``-reduced
+(``sharding.batch_sum``), so the solver's state (w, q, the QP, the stopping tests) is the same
+on every device and process and the results come back replicated (no gather needed under
+``jax.distributed``), while the per-row vectors (x_i, s_i, m_i, u_i, the ratios, the column)
+stay on their device. Bytes against compute per mix-SQP iteration: each device computes about
+(N / D) (G + 3 S + 1) exponentials (S = ``WORKING_SET``) and moves O(G + S^2) numbers (q, the
+S x S Gram matrix, 30 backtracking sums, one number per bisection step of the vertex step);
+per EM step (N / D) G exponentials against G + 1 numbers. Memory per device: a few numbers per
+row and one B x G block, never N G. The results equal the dense path's, and each other's on
+any number of devices, to round-off (sums taken in another order; SQUAREM's extrapolation
+amplifies that round-off before convergence, the other solvers do not).
+
 Weights below 1e-250 (1e-30 in float32) are flushed to exactly zero: subnormal weights make
 every later pass over L about 20 times slower and carry no likelihood.
 
@@ -96,7 +118,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import validation
+from ... import sharding, validation
 from .checks import check_sigma, checked_problem
 from .estep import posterior_unchecked
 from .intervals import discrete_posterior_intervals
@@ -154,6 +176,21 @@ def _log_phi(x, grid, sigma):
     return -0.5 * jnp.sum(diff**2, axis=-1) / sigma**2
 
 
+def _log_phi_by_coordinate(x, grid, sigma):
+    """``_log_phi`` summed coordinate by coordinate: the same numbers for p <= 2 (round-off
+    apart for p > 2), each term an (N, G) elementwise expression that XLA fuses, where the
+    reduction over a short trailing axis of ``_log_phi`` is many times slower (the streamed
+    path's kernel, which recomputes it every pass)."""
+    per_coordinate = jnp.ndim(sigma) == 2 and sigma.shape[1] > 1
+    total = None
+    for c in range(x.shape[1]):
+        d = x[:, c, None] - grid[None, :, c]
+        if per_coordinate:
+            d = d / sigma[:, c, None]
+        total = d * d if total is None else total + d * d
+    return -0.5 * total if per_coordinate else -0.5 * total / sigma**2
+
+
 def _log_normaliser(sigma, n, p):
     """sum_i sum_c log(2 pi s_ic^2) / 2: the terms of log p(x) in the data only."""
     if jnp.ndim(sigma) == 0:
@@ -179,6 +216,203 @@ def _evaluate(lik, w):
     return jnp.sum(jnp.log(u)), (1.0 / u) @ lik / lik.shape[0], u
 
 
+# ----------------------------------------------------------------------------- likelihood operators
+#
+# The solvers see L only through a small operator: ``n`` (rows), ``g`` (grid points), ``dtype``,
+# ``evaluate(w)`` = (sum_i log (L w)_i, L^T (1 / L w) / n), ``matvec(w)`` = L w (per row),
+# ``rmatvec(v)`` = L^T v, ``column(j)`` = L_:j (per row), ``row_sum`` (over the rows),
+# ``line_search(ratio, steps)`` (mix-SQP's backtracking sums), ``positive(u)`` (no u_i
+# underflows) and ``restrict(ws)``, the columns L_S of a working set S, with ``gram(u)`` =
+# Z^T Z (Z = L_S / u), ``matvec(y)`` = L_S y and ``weights_matvec(w)`` = L w for w supported
+# on S. ``_DenseLikelihood`` holds L (its programs are the ones the solvers compiled before the
+# operator existed); ``_StreamedLikelihood`` recomputes L's entries over blocks of rows, the
+# rows sharded over a mesh.
+
+
+class _DenseLikelihood:
+    """L held as an (N, G) matrix; ``columns(idx)`` gives L[:, idx] (recomputed by ``_solve``:
+    cheaper than a strided gather)."""
+
+    def __init__(self, lik, columns):
+        self.lik, self.columns = lik, columns
+        self.n, self.g = lik.shape
+        self.dtype = lik.dtype
+
+    def evaluate(self, w):
+        return _evaluate(self.lik, w)[:2]
+
+    def matvec(self, w):
+        return self.lik @ w
+
+    def rmatvec(self, v):
+        return v @ self.lik
+
+    def column(self, j):
+        return self.lik[:, j]
+
+    def row_sum(self, v):
+        return jnp.sum(v, axis=-1)
+
+    def line_search(self, ratio, steps):
+        arg = steps[:, None] * ratio[None, :]
+        decrease = -jnp.mean(jnp.log1p(jnp.where(arg > -1, arg, 0.0)), axis=1)
+        return decrease, jnp.all(arg > -1, axis=1)
+
+    def positive(self, u):
+        """Whether every u_i is a normal number (no likelihood underflowed)."""
+        return jnp.min(u) >= jnp.finfo(self.dtype).tiny
+
+    def restrict(self, ws):
+        return _DenseColumns(self.columns(ws), self.lik)
+
+
+class _DenseColumns:
+    def __init__(self, lik_s, lik):
+        self.lik_s, self.lik = lik_s, lik
+
+    def gram(self, u):
+        z = self.lik_s / u[:, None]
+        return z.T @ z
+
+    def matvec(self, y):
+        return self.lik_s @ y
+
+    def weights_matvec(self, w):
+        return self.lik @ w
+
+
+def _weighted_rows(block, w):
+    """block @ w as an elementwise product and a row sum: XLA fuses it with the exponentials
+    that make the block (about twice as fast as a matrix-vector product of the stored block)."""
+    return jnp.sum(block * w[None, :], axis=1)
+
+
+def _weighted_columns(block, v):
+    """v @ block, fused likewise (a column sum)."""
+    return jnp.sum(v[:, None] * block, axis=0)
+
+
+class _StreamedLikelihood:
+    """L never formed: every product recomputes L_ij = exp(log phi_ij - m_i) over blocks of
+    ``block`` rows (``lax.scan``), on this device's rows of x. Use inside
+    ``sharding.shard_batch``'s function: ``x`` (R, p), ``valid`` (R,) and ``sigma`` ((R, r), or
+    () for one scale) are the device's rows, R a multiple of ``block``, padded rows marked
+    False in ``valid`` and left out of every sum; sums over rows are ``psum``-reduced over
+    ``mesh`` (``sharding.batch_sum``), so they, and all the solver's replicated state, are the
+    same on every device, while per-row vectors (u = L w, ratios, columns) stay on their
+    device. ``n`` is the number of real rows over all devices. The row maxima m_i are computed
+    once (one pass), with ``max_sum`` = sum_i m_i."""
+
+    def __init__(self, x, valid, sigma, grid, block, mesh, n):
+        self.grid, self.mesh, self.n = grid, mesh, n
+        self.g, self.dtype = grid.shape[0], x.dtype
+        self.blocks = x.shape[0] // block
+        self.x, self.valid, self.sigma = x, valid, sigma
+        self.per_row = jnp.ndim(sigma) > 0
+        self.row_max = self.map_rows(lambda b: jnp.max(self._log_phi(b, grid), axis=1))
+        self.max_sum = self.row_sum(self.row_max)
+
+    def _split(self, *rows):
+        """(x, valid, sigma, m and ``rows``) as (blocks, block, ...) arrays, for ``lax.scan``."""
+        tree = (self.x, self.valid, self.sigma if self.per_row else None, *rows)
+        return jax.tree.map(lambda a: a.reshape(self.blocks, -1, *a.shape[1:]), tree)
+
+    def _log_phi(self, b, atoms):
+        return _log_phi_by_coordinate(b[0], atoms, b[2] if self.per_row else self.sigma)
+
+    def _exp(self, b, atoms):
+        """A block's (block, len(atoms)) entries of L: exp(log phi - m), m the block's b[3]."""
+        return jnp.exp(self._log_phi(b, atoms) - b[3][:, None])
+
+    def map_rows(self, fn, *rows):
+        """fn(block) for each block of rows, concatenated: a per-row array of this device."""
+        out = jax.lax.map(fn, self._split(*rows))
+        return out.reshape(-1, *out.shape[2:])
+
+    def sum_rows(self, fn, init, *rows):
+        """sum over blocks of fn(block) (a pytree like ``init``), psum-reduced over the mesh."""
+
+        def body(total, b):
+            return jax.tree.map(jnp.add, total, fn(b)), None
+
+        total, _ = jax.lax.scan(body, init, self._split(*rows))
+        return sharding.batch_sum(total, self.mesh)
+
+    def evaluate(self, w):
+        # one pass: u = L w and L^T (1 / u) from the same block of exponentials
+        def block(b):
+            lik = self._exp(b, self.grid)
+            u = _weighted_rows(lik, w)
+            ll = jnp.sum(jnp.where(b[1], jnp.log(u), 0.0))
+            return ll, _weighted_columns(lik, jnp.where(b[1], 1.0 / u, 0.0))
+
+        zero = jnp.zeros((), self.dtype)
+        ll, q = self.sum_rows(block, (zero, jnp.zeros((self.g,), self.dtype)), self.row_max)
+        return ll, q / self.n
+
+    def matvec(self, w):
+        return self.map_rows(lambda b: _weighted_rows(self._exp(b, self.grid), w), self.row_max)
+
+    def rmatvec(self, v):
+        def block(b):
+            return _weighted_columns(self._exp(b, self.grid), jnp.where(b[1], b[4], 0.0))
+
+        return self.sum_rows(block, jnp.zeros((self.g,), self.dtype), self.row_max, v)
+
+    def column(self, j):
+        # one number per row: no blocks needed
+        log_phi = _log_phi_by_coordinate(self.x, self.grid[j][None, :], self.sigma)
+        return jnp.exp(log_phi[:, 0] - self.row_max)
+
+    def row_sum(self, v):
+        return sharding.batch_sum(jnp.sum(jnp.where(self.valid, v, 0.0), axis=-1), self.mesh)
+
+    def line_search(self, ratio, steps):
+        # over blocks of rows: the (steps, rows) terms are never held for all rows at once
+        def block(b):
+            arg = steps[:, None] * b[3][None, :]
+            inside = arg > -1
+            terms = jnp.where(b[1] & inside, jnp.log1p(jnp.where(inside, arg, 0.0)), 0.0)
+            outside = jnp.sum(b[1] & ~inside, axis=1, dtype=jnp.int32)
+            return jnp.sum(terms, axis=1), outside
+
+        init = (jnp.zeros_like(steps), jnp.zeros(steps.shape, jnp.int32))
+        total, outside = self.sum_rows(block, init, ratio)
+        return -total / self.n, outside == 0
+
+    def positive(self, u):
+        bad = jnp.sum(self.valid & (u < jnp.finfo(self.dtype).tiny), dtype=jnp.int32)
+        return sharding.batch_sum(bad, self.mesh) == 0
+
+    def restrict(self, ws):
+        return _StreamedColumns(self, ws)
+
+
+class _StreamedColumns:
+    """The working set's columns L_S, recomputed for each product (one exponential per row and
+    column of S)."""
+
+    def __init__(self, op, ws):
+        self.op, self.ws, self.atoms = op, ws, op.grid[ws]
+
+    def gram(self, u):
+        op = self.op
+
+        def block(b):
+            z = jnp.where(b[1][:, None], op._exp(b, self.atoms) / b[4][:, None], 0.0)
+            return z.T @ z
+
+        size = self.atoms.shape[0]
+        return op.sum_rows(block, jnp.zeros((size, size), op.dtype), op.row_max, u)
+
+    def matvec(self, y):
+        op = self.op
+        return op.map_rows(lambda b: _weighted_rows(op._exp(b, self.atoms), y), op.row_max)
+
+    def weights_matvec(self, w):
+        return self.matvec(w[self.ws])
+
+
 def _flush(w):
     """Zero the weights below the flush threshold, then renormalise to the simplex."""
     w = jnp.where(w < _flush_threshold(w.dtype), 0.0, w)
@@ -194,23 +428,23 @@ def _em_map(w, q):
     return _flush(w * q)
 
 
-def _em_loop(lik, w, tol, max_iters, target):
+def _em_loop(op, w, tol, max_iters, target):
     def body(state):
         t, w, _, _, _ = state
-        ll, q, _ = _evaluate(lik, w)
+        ll, q = op.evaluate(w)
         gap = jnp.max(q) - 1.0
         stop = (gap <= tol) | (t >= max_iters) | (ll >= target)
         w = jnp.where(stop, w, _em_map(w, q))
         return t + jnp.where(stop, 0, 1), w, ll, gap, stop
 
-    zero = jnp.zeros((), lik.dtype)
+    zero = jnp.zeros((), op.dtype)
     state = (jnp.asarray(0, jnp.int32), w, zero, zero, jnp.asarray(False))
     t, w, ll, gap, _ = jax.lax.while_loop(lambda s: ~s[4], body, state)
     return t, w, ll, gap
 
 
-def _squarem_loop(lik, w, tol, max_iters, target):
-    dtype = lik.dtype
+def _squarem_loop(op, w, tol, max_iters, target):
+    dtype = op.dtype
     # extrapolation lengths tried: alpha, then halfway back to -1 each time, ending at -1
     shrink = jnp.concatenate(
         [0.5 ** jnp.arange(_SQUAREM_BACKTRACKS, dtype=dtype), jnp.zeros((1,), dtype)]
@@ -218,11 +452,11 @@ def _squarem_loop(lik, w, tol, max_iters, target):
 
     def body(state):
         t, w0, step_max, _, _, _ = state
-        ll0, q0, _ = _evaluate(lik, w0)
+        ll0, q0 = op.evaluate(w0)
         gap = jnp.max(q0) - 1.0
         stop = (gap <= tol) | (t >= max_iters) | (ll0 >= target)
         w1 = _em_map(w0, q0)
-        w2 = _em_map(w1, _evaluate(lik, w1)[1])
+        w2 = _em_map(w1, op.evaluate(w1)[1])
         r, v = w1 - w0, w2 - 2.0 * w1 + w0
         vv = jnp.sum(v * v)
         alpha = jnp.where(vv > 0, -jnp.sqrt(jnp.sum(r * r) / jnp.where(vv > 0, vv, 1.0)), -1.0)
@@ -233,7 +467,7 @@ def _squarem_loop(lik, w, tol, max_iters, target):
         feasible = jnp.all((cands >= 0) & ((cands > 0) | (w2 <= 0)), axis=1)
         k = jnp.argmax(feasible)
         w_ext = _flush(jnp.maximum(cands[k], 0.0))
-        ll_ext, q_ext, _ = _evaluate(lik, w_ext)
+        ll_ext, q_ext = op.evaluate(w_ext)
         ok = jnp.isfinite(ll_ext) & (ll_ext >= ll0) & (k < _SQUAREM_BACKTRACKS)
         w_new = jnp.where(ok, _em_map(w_ext, q_ext), w2)
         at_max = alphas[k] <= -step_max
@@ -297,8 +531,13 @@ def mixsqp_loop(lik, columns, w, tol, max_iters, target):
     leaves the optimum unchanged: callers mark padded rows that way (the learned grid stack).
     Traceable (one ``lax.while_loop``); the caller jits.
     """
-    n, g = lik.shape
-    dtype = lik.dtype
+    return _mixsqp(_DenseLikelihood(lik, columns), w, tol, max_iters, target)
+
+
+def _mixsqp(op, w, tol, max_iters, target):
+    """mix-SQP on a likelihood operator (``_DenseLikelihood``, ``_StreamedLikelihood``)."""
+    n, g = op.n, op.g
+    dtype = op.dtype
     size = min(g, WORKING_SET)
     f64 = jnp.dtype(dtype) == jnp.float64
     ridge = 1e-10 if f64 else 1e-5  # relative to each diagonal entry of H
@@ -309,9 +548,8 @@ def mixsqp_loop(lik, columns, w, tol, max_iters, target):
         # working set: the support (|support| <= size always), then the largest q_j
         key = jnp.where(w > 0, jnp.inf, q)
         _, ws = jax.lax.top_k(key, size)
-        lik_s = columns(ws)  # (N, size), recomputed: cheaper than a strided gather from L
-        z = lik_s / u[:, None]
-        hess = z.T @ z / n
+        lik_s = op.restrict(ws)  # (N, size), recomputed: cheaper than a strided gather from L
+        hess = lik_s.gram(u) / n  # Z^T Z / N, Z = L_S / u
         # Levenberg damping relative to each diagonal entry: the entries span many decades
         # (an x_i with a tiny (L w)_i inflates its columns' curvature)
         hess = hess + ridge * jnp.diag(jnp.diag(hess))
@@ -322,30 +560,27 @@ def mixsqp_loop(lik, columns, w, tol, max_iters, target):
         slope = jnp.dot(grad, step)
         # phi(w + a step) - phi(w) = -mean_i log1p(a (L step)_i / u_i) + a sum(step), formed
         # directly so that steps whose gain is below the resolution of phi are still judged
-        ratio = (lik_s @ step) / u
-        arg = steps[:, None] * ratio[None, :]
-        decrease = -jnp.mean(jnp.log1p(jnp.where(arg > -1, arg, 0.0)), axis=1)
+        decrease, inside = op.line_search(lik_s.matvec(step) / u, steps)
         decrease = decrease + steps * jnp.sum(step)
         accept = (
-            jnp.all(arg > -1, axis=1)
-            & (decrease <= _ARMIJO * steps * slope)
-            & jnp.all(jnp.isfinite(y))
-            & (slope < 0)
+            inside & (decrease <= _ARMIJO * steps * slope) & jnp.all(jnp.isfinite(y)) & (slope < 0)
         )
         k = jnp.argmax(accept)
         w_sqp = _flush(jnp.maximum(w.at[ws].add(steps[k] * step), 0.0))
         # no acceptable SQP step (the QP model failed, or the gain is below round-off): EM
-        return jax.lax.cond(accept[k], lambda: w_sqp, lambda: _em_map(w, q))
+        w = jax.lax.cond(accept[k], lambda: w_sqp, lambda: _em_map(w, q))
+        # either way the support of w lies in the working set
+        return w, lik_s.weights_matvec(w)
 
     def vertex_step(w, u, j):
         # the vertex-direction step towards grid point j: maximise sum_i log((1 - a) u_i + a L_ij)
         # over a in [0, 1) by bisection on its derivative. It restores in one move an x_i whose
         # likelihood an SQP step left tiny (Newton steps on -log u only double u_i each time).
-        col = lik[:, j]
+        col = op.column(j)
         diff = col - u
 
         def slope(a):
-            return jnp.sum(diff / (u + a * diff))
+            return op.row_sum(diff / (u + a * diff))
 
         def bisect(_, bounds):
             lo, hi = bounds
@@ -361,7 +596,7 @@ def mixsqp_loop(lik, columns, w, tol, max_iters, target):
 
     def body(state):
         t, w, u, _, _, best, since, _ = state
-        ll, q = jnp.sum(jnp.log(u)), (1.0 / u) @ lik / n
+        ll, q = op.row_sum(jnp.log(u)), op.rmatvec(1.0 / u) / n
         gap = jnp.max(q) - 1.0
         better = gap < best - 0.01 * jnp.abs(best)
         since = jnp.where(better, 0, since + 1)
@@ -370,19 +605,38 @@ def mixsqp_loop(lik, columns, w, tol, max_iters, target):
         stop = (gap <= tol) | (t >= max_iters) | (ll >= target) | (since >= _PATIENCE)
 
         def advance():
-            w1 = sqp_step(w, q, u)
-            return vertex_step(w1, lik @ w1, jnp.argmax(q))
+            w1, u1 = sqp_step(w, q, u)
+            return vertex_step(w1, u1, jnp.argmax(q))
 
         w, u = jax.lax.cond(stop, lambda: (w, u), advance)
         return t + jnp.where(stop, 0, 1), w, u, ll, gap, best, since, stop
 
-    u0 = lik @ w
-    start_ok = jnp.min(u0) >= jnp.finfo(dtype).tiny
+    u0 = op.matvec(w)
+    start_ok = op.positive(u0)
     zero = jnp.zeros((), dtype)
     huge = jnp.full((), jnp.finfo(dtype).max, dtype)  # finite: best - 1% of best is defined
     state = (jnp.asarray(0, jnp.int32), w, u0, zero, zero, huge, jnp.asarray(0), ~start_ok)
     t, w, _, ll, gap, _, _, _ = jax.lax.while_loop(lambda s: ~s[7], body, state)
     return t, w, ll, gap, start_ok
+
+
+def _run(op, w0, tol, max_iters, target, method):
+    """The solver ``method`` on a likelihood operator: (iterations, w, shifted log p, kkt_gap,
+    start_ok)."""
+    if method == "em":
+        return *_em_loop(op, w0, tol, max_iters, target), jnp.asarray(True)
+    if method == "squarem":
+        return *_squarem_loop(op, w0, tol, max_iters, target), jnp.asarray(True)
+    return _mixsqp(op, w0, tol, max_iters, target)
+
+
+def _finish(t, w, ll, gap, start_ok, const, tol):
+    """(w, log p(x), iterations, kkt_gap, converged, start_ok), NaN where the start failed."""
+    nan = jnp.asarray(jnp.nan, w.dtype)
+    w = jnp.where(start_ok, w, nan)
+    ll = jnp.where(start_ok, ll + const, nan)
+    gap = jnp.where(start_ok, gap, nan)
+    return w, ll, t, gap, gap <= tol, start_ok
 
 
 @functools.partial(jax.jit, static_argnames=("method",))
@@ -393,29 +647,64 @@ def _solve(x, grid, sigma, w0, tol, max_iters, target, method):
     ``npmle`` on concrete inputs) gives NaN weights, log-likelihood and gap.
     """
     lik, row_max, const = _likelihood_matrix(x, grid, sigma)
-    target = target - const
-    start_ok = jnp.asarray(True)
-    if method == "em":
-        t, w, ll, gap = _em_loop(lik, w0, tol, max_iters, target)
-    elif method == "squarem":
-        t, w, ll, gap = _squarem_loop(lik, w0, tol, max_iters, target)
-    else:
 
-        def columns(idx):
-            return jnp.exp(_log_phi(x, grid[idx], sigma) - row_max[:, None])
+    def columns(idx):
+        return jnp.exp(_log_phi(x, grid[idx], sigma) - row_max[:, None])
 
-        t, w, ll, gap, start_ok = mixsqp_loop(lik, columns, w0, tol, max_iters, target)
-    nan = jnp.asarray(jnp.nan, lik.dtype)
-    w = jnp.where(start_ok, w, nan)
-    ll = jnp.where(start_ok, ll + const, nan)
-    gap = jnp.where(start_ok, gap, nan)
-    return w, ll, t, gap, gap <= tol, start_ok
+    op = _DenseLikelihood(lik, columns)
+    t, w, ll, gap, start_ok = _run(op, w0, tol, max_iters, target - const, method)
+    return _finish(t, w, ll, gap, start_ok, const, tol)
+
+
+def _streamed(x, grid, sigma, block_size, mesh, fn):
+    """``fn(op, const)`` on the streamed likelihood operator of (x, grid, sigma), the rows
+    sharded over ``mesh`` (None: one device); ``fn``'s outputs are replicated.
+
+    The rows (and per-unit scales) are padded (``sharding.pad_batch``: copies of the last
+    row) to a multiple of D B (D devices, B = min(block_size, ceil(N / D)) rows a block) and
+    split into D equal slices (``sharding.shard_batch``); padded rows are masked out of every
+    sum. ``const`` = sum_i m_i - sum_ic log(2 pi s_ic^2) / 2, so that log p(x) = sum_i log
+    (L w)_i + const.
+    """
+    n, p = x.shape
+    if mesh is None:
+        mesh = sharding.batch_mesh(jax.devices()[:1])
+    devices = sharding.mesh_size(mesh)
+    block = min(block_size, -(-n // devices))
+    size = sharding.padded_size(n, mesh, block)
+    per_row = jnp.ndim(sigma) > 0
+    rows = sharding.pad_batch((x, sigma if per_row else None), size)
+    valid = jnp.arange(size) < n
+    normaliser = _log_normaliser(sigma, n, p)
+
+    def on_rows(x, valid, sigma_rows, sigma, grid, normaliser):
+        op = _StreamedLikelihood(x, valid, sigma_rows if per_row else sigma, grid, block, mesh, n)
+        return fn(op, op.max_sum - normaliser)
+
+    shard = sharding.shard_batch(on_rows, mesh, (True, True, per_row, False, False, False), False)
+    return shard(rows[0], valid, rows[1], None if per_row else sigma, grid, normaliser)
+
+
+@functools.partial(jax.jit, static_argnames=("method", "block_size", "mesh"))
+def _solve_streamed(x, grid, sigma, w0, tol, max_iters, target, method, block_size, mesh):
+    """``_solve`` with L streamed over blocks of ``block_size`` rows, sharded over ``mesh``."""
+
+    def fn(op, const):
+        t, w, ll, gap, start_ok = _run(op, w0, tol, max_iters, target - const, method)
+        return _finish(t, w, ll, gap, start_ok, const, tol)
+
+    return _streamed(x, grid, sigma, block_size, mesh, fn)
 
 
 @jax.jit
 def _gradient(x, grid, sigma, w):
     lik = _likelihood_matrix(x, grid, sigma)[0]
     return _evaluate(lik, w)[1]
+
+
+@functools.partial(jax.jit, static_argnames=("block_size", "mesh"))
+def _gradient_streamed(x, grid, sigma, w, block_size, mesh):
+    return _streamed(x, grid, sigma, block_size, mesh, lambda op, _: op.evaluate(w)[1])
 
 
 # ----------------------------------------------------------------------------- validation
@@ -459,6 +748,25 @@ def _check_tol(tol, dtype):
     if value <= 0:
         raise ValueError(f"tol: must be > 0, got {tol!r}")
     return value
+
+
+def _check_stream(block_size, mesh):
+    """(block_size, mesh for the kernels): ``block_size`` None or an int >= 1; with it, ``mesh``
+    None means every device (``sharding.batch_mesh()``); the dense path (``block_size=None``)
+    is not sharded and takes ``mesh`` None or a one-device mesh. A one-device mesh reaches the
+    kernels as None (one plain program, compiled once)."""
+    if block_size is not None:
+        block_size = validation.check_positive_int("block_size", block_size)
+    if block_size is None and mesh is None:
+        return None, None
+    mesh = sharding.check_mesh(mesh)
+    devices = sharding.mesh_size(mesh)
+    if block_size is None and devices > 1:
+        raise ValueError(
+            f"mesh: the dense path (block_size=None) runs on one device, got a mesh of "
+            f"{devices} devices; set block_size to stream the rows and shard them over it"
+        )
+    return block_size, (mesh if devices > 1 else None)
 
 
 def _check_target(target):
@@ -580,6 +888,8 @@ def npmle(
     tol: float | None = None,
     max_iters: int | None = None,
     target_log_likelihood: float | None = None,
+    block_size: int | None = None,
+    mesh=None,
 ) -> NPMLEResult:
     """Kiefer-Wolfowitz NPMLE of nu on a fixed grid: the weights w maximising log p(x).
 
@@ -602,6 +912,15 @@ def npmle(
         max_iters: iteration cap; default 1,000 (mixsqp), 20,000 (squarem), 200,000 (em).
         target_log_likelihood: also stop once log p(x) reaches this value (for benchmarks:
             the time a solver takes to come within a given gap of a known optimum).
+        block_size: stream L (every method): it is never formed, and each product with it
+            recomputes its entries over blocks of ``block_size`` rows (memory one block of
+            block_size x G plus a few numbers per row; module docstring). ``None`` (default):
+            the dense path, the N x G matrix L in memory.
+        mesh: with ``block_size``, a one-axis ``jax.sharding.Mesh`` whose devices the rows are
+            sharded over (``attnbayes.sharding``), or None for every device
+            (``sharding.batch_mesh()``; under ``jax.distributed`` every process's). The
+            results are the same to round-off on any mesh and come back replicated on every
+            device and process. The dense path is not sharded: None or a one-device mesh.
 
     Returns:
         ``NPMLEResult`` (a pytree of arrays); ``converged`` is False when the cap was hit
@@ -611,7 +930,7 @@ def npmle(
     Tracing. Every solver runs in one ``lax.while_loop``, so ``npmle`` is traceable under
     ``jax.jit`` and ``jax.vmap`` over ``x``, ``sigma`` (a number or an array, traced as
     such), ``grid``, ``tol`` and ``target_log_likelihood`` (``method``, ``grid_size``,
-    ``max_iters`` and the shapes are static). On
+    ``max_iters``, ``block_size``, ``mesh`` and the shapes are static). On
     tracers only the static checks run: inputs that the eager call refuses (see Raises; call
     ``attnbayes.inference.deconvolution.em.check_problem(x, sigma, atoms=grid)`` and this
     function on concrete values first) give NaN weights, log-likelihood and ``kkt_gap`` and
@@ -628,7 +947,10 @@ def npmle(
             where the squared distances overflow
             (``attnbayes.inference.deconvolution.em.check_problem`` runs the same checks); for
             "mixsqp" also when the grid is so coarse for ``sigma`` that the start leaves some x_i
-            with an underflowing likelihood (use "squarem" then).
+            with an underflowing likelihood (use "squarem" then); ``block_size`` not an
+            integer >= 1; ``mesh`` with more than one axis, or of several devices without
+            ``block_size``.
+        TypeError: ``mesh`` neither None nor a ``jax.sharding.Mesh``.
     """
     points, scalar = validation.as_points("x", x)
     dtype, sigma = check_sigma(points, sigma, scalar=scalar)
@@ -640,6 +962,7 @@ def npmle(
         max_iters = DEFAULT_MAX_ITERS[method]
     max_iters = min(validation.check_positive_int("max_iters", max_iters, minimum=0), 2**31 - 1)
     target = _check_target(target_log_likelihood)
+    block_size, mesh = _check_stream(block_size, mesh)
     # the grid lies inside the data's range, so the data's spread bounds every distance
     validation.check_scaled_spread("x", points, sigma, dtype)
     if grid is None:
@@ -649,7 +972,7 @@ def npmle(
     grid2 = jnp.asarray(grid2, dtype) if validation.is_traced(grid2) else np.asarray(grid2, dtype)
     g = grid2.shape[0]
     w0 = mixsqp_start(grid2) if method == "mixsqp" else np.full(g, 1.0 / g, dtype=dtype)
-    w, ll, t, gap, converged, start_ok = _solve(
+    args = (
         jnp.asarray(points, dtype),
         jnp.asarray(grid2),
         jnp.asarray(sigma, dtype),
@@ -659,6 +982,10 @@ def npmle(
         jnp.asarray(target, dtype),
         method,
     )
+    if block_size is None:
+        w, ll, t, gap, converged, start_ok = _solve(*args)
+    else:
+        w, ll, t, gap, converged, start_ok = _solve_streamed(*args, block_size, mesh)
     if not validation.is_traced(start_ok) and not bool(start_ok):
         raise ValueError(
             "grid: too coarse for sigma: mix-SQP's start (the uniform measure on "
@@ -675,7 +1002,9 @@ def npmle(
     )
 
 
-def npmle_gradient(x, sigma, grid, weights) -> jax.Array:
+def npmle_gradient(
+    x, sigma, grid, weights, *, block_size: int | None = None, mesh=None
+) -> jax.Array:
     """q_j = (1 / N) sum_i phi_ij / sum_k w_k phi_ik, (G,), phi_ij = prod_c N(x_ic; g_jc, s_ic^2).
 
     The KKT vector of the NPMLE: w is optimal on the grid iff q_j <= 1 for all j, with
@@ -686,19 +1015,25 @@ def npmle_gradient(x, sigma, grid, weights) -> jax.Array:
     may be any (G,) / (G, p) array in the convention of ``x`` (no range restriction here),
     as long as the spread (max - min) / sigma of the data and the grid stays within
     sqrt(finfo.max / (4 N p)), beyond which the squared distances overflow (refused with a
-    ValueError naming ``x`` or ``grid``).
+    ValueError naming ``x`` or ``grid``). ``block_size`` and ``mesh`` as in ``npmle``: with
+    ``block_size`` the likelihood matrix is streamed over blocks of rows, sharded over
+    ``mesh``, in one pass; q comes back replicated.
     """
     points, scalar = validation.as_points("x", x)
     dtype, sigma = check_sigma(points, sigma, scalar=scalar)
     grid2 = _check_grid(grid, points, scalar, inside=False)
     weights = validation.check_weights("weights", weights, size=grid2.shape[0])
+    block_size, mesh = _check_stream(block_size, mesh)
     validation.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
-    return _gradient(
+    args = (
         jnp.asarray(points, dtype),
         jnp.asarray(grid2, dtype),
         jnp.asarray(sigma, dtype),
         jnp.asarray(weights, dtype),
     )
+    if block_size is None:
+        return _gradient(*args)
+    return _gradient_streamed(*args, block_size, mesh)
 
 
 def npmle_posterior(x, sigma, result: NPMLEResult, *, probs=(0.5, 0.9)):

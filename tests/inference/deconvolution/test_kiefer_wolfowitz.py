@@ -10,12 +10,13 @@ import jax
 import numpy as np
 import pytest
 from bad_values import all_finite, spread_limit_problem
+from jax.sharding import Mesh
 from raising import check_refused
 from scipy.special import logsumexp
 from scipy.stats import norm
 from simplex_reference import slsqp_simplex
 
-from attnbayes import validation
+from attnbayes import sharding, validation
 from attnbayes.inference.deconvolution import em
 from attnbayes.inference.deconvolution.kiefer_wolfowitz import (
     NPMLEResult,
@@ -246,6 +247,47 @@ def test_float32(data1, fits1):
     stuck = npmle(data1.astype(np.float32), SIGMA1, grid_size=G, tol=1e-9, max_iters=1000)
     assert not stuck.converged and stuck.num_iters < 1000
     assert 0 < stuck.kkt_gap <= 1e-4
+
+
+# ----------------------------------------------------------------------------- streamed, sharded
+
+
+def _check_streamed_loop(data1, method, iters):
+    """``method`` with ``block_size`` (L never formed; the rows sharded over the default mesh,
+    two devices in the tests) stopped after ``iters`` iterations: the dense loop's numbers
+    (whose program ``test_iterations_never_lower_the_likelihood`` compiled) and the independent
+    log-likelihood. Returns the streamed weights."""
+    args = dict(grid_size=G, method=method, tol=1e-14, max_iters=iters)
+    dense = npmle(data1, SIGMA1, **args)
+    streamed = npmle(data1, SIGMA1, block_size=48, **args)
+    assert int(streamed.num_iters) == int(dense.num_iters) == iters
+    np.testing.assert_allclose(streamed.weights, dense.weights, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(streamed.kkt_gap, dense.kkt_gap, rtol=0, atol=1e-12)
+    w = np.asarray(streamed.weights)
+    ll = ref_log_likelihood(data1, streamed.atoms, w, SIGMA1)
+    np.testing.assert_allclose(streamed.log_likelihood, ll, rtol=1e-12)
+    return streamed.atoms, w
+
+
+def test_streamed_em_and_gradient_match_the_dense_path_and_references(data1):
+    atoms, w = _check_streamed_loop(data1, "em", 8)
+    q = npmle_gradient(data1, SIGMA1, atoms, w, block_size=48)
+    np.testing.assert_allclose(q, ref_kkt(data1, atoms, w, SIGMA1), rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_streamed_squarem_and_mixsqp_match_the_dense_path(data1, fits1):
+    """SQUAREM as EM above; mix-SQP streamed over two devices (one sigma; ``devices_npmle``
+    checks per-unit sigma on 1, 2 and 4 devices) to the dense fit's iterations, weights and
+    certificate."""
+    _check_streamed_loop(data1, "squarem", 3)
+    fit = npmle(data1, SIGMA1, grid_size=G, tol=1e-10, block_size=32)
+    dense = fits1["mixsqp"]
+    assert int(fit.num_iters) == int(dense.num_iters) and bool(fit.converged)
+    np.testing.assert_allclose(fit.weights, dense.weights, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(fit.log_likelihood, dense.log_likelihood, rtol=1e-13)
+    np.testing.assert_allclose(fit.kkt_gap, dense.kkt_gap, rtol=0, atol=1e-12)
+    _check_kkt(data1, fit, SIGMA1, 1e-10)
 
 
 # ----------------------------------------------------------------------------- grid
@@ -531,6 +573,31 @@ def _bad_input_cases():
         "^probs: ",
     )
     add("npmle_posterior-result-none", lambda: npmle_posterior(X1, 1.0, None), "^result: ")
+    # streaming and sharding: block_size an int >= 1; mesh a one-axis Mesh, one device if dense
+    for label, b in (("zero", 0), ("negative", -8), ("float", 8.0), ("bool", True), ("str", "8")):
+        add(f"npmle-block_size-{label}", lambda b=b: npmle(X1, 1.0, block_size=b), "^block_size: ")
+        add(
+            f"npmle_gradient-block_size-{label}",
+            lambda b=b: npmle_gradient(X1, 1.0, GRID1, np.full(5, 0.2), block_size=b),
+            "^block_size: ",
+        )
+    add(
+        "npmle-mesh-dense-two-devices",
+        lambda: npmle(X1, 1.0, mesh=sharding.batch_mesh(jax.devices()[:2])),
+        r"^mesh: the dense path \(block_size=None\) runs on one device, got a mesh of 2",
+    )
+    add(
+        "npmle_gradient-mesh-dense-two-devices",
+        lambda: npmle_gradient(X1, 1.0, GRID1, np.full(5, 0.2), mesh=sharding.batch_mesh()),
+        "^mesh: the dense path",
+    )
+    add(
+        "npmle-mesh-two-axes",
+        lambda: npmle(
+            X1, 1.0, block_size=2, mesh=Mesh(np.array(jax.devices()[:1])[:, None], ("a", "b"))
+        ),
+        "^mesh: expected a mesh with one axis",
+    )
     for label, sigma in BAD_SIGMAS.items():
         add(
             f"npmle_gradient-sigma-{label}",
@@ -554,6 +621,13 @@ BAD_INPUT_CASES = _bad_input_cases()
 )
 def test_bad_input_is_refused_before_jax(call, pattern):
     check_refused(call, ValueError, pattern)
+
+
+@pytest.mark.usefixtures("full_tracebacks")
+@pytest.mark.parametrize("mesh", ["cpu", 2, jax.devices()[:1]], ids=["str", "int", "list"])
+def test_mesh_not_a_mesh_is_a_type_error(mesh):
+    check_refused(lambda: npmle(X1, 1.0, block_size=2, mesh=mesh), TypeError, "^mesh: expected")
+    check_refused(lambda: npmle(X1, 1.0, mesh=mesh), TypeError, "^mesh: expected")
 
 
 def test_bad_input_case_ids_are_unique():
