@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import validation
+from ... import sharding, validation
 
 
 def check_data(x, sigma):
@@ -128,4 +128,27 @@ def checked_problem(x, atoms, weights, sigma, *, names=("atoms", "weights")):
     )
 
 
-__all__ = ["check_data", "check_sigma", "checked_problem", "noise_precisions"]
+def check_streaming(block_size, mesh):
+    """Validate (block_size, mesh) of a streamed entry point (``em``, ``kiefer_wolfowitz``):
+    ``(block_size, mesh for the kernels)``.
+
+    ``block_size`` None (dense) or an int >= 1. Streamed, ``mesh`` None means every device
+    (``sharding.batch_mesh()``); the dense path is never sharded, so it takes None or a
+    one-device mesh and refuses more, naming ``mesh``. A one-device mesh reaches the kernels as
+    None (the same plain program, compiled once).
+    """
+    if block_size is not None:
+        block_size = validation.check_positive_int("block_size", block_size)
+    if block_size is None and mesh is None:
+        return None, None
+    mesh = sharding.check_mesh(mesh)
+    size = sharding.mesh_size(mesh)
+    if block_size is None and size > 1:
+        raise ValueError(
+            f"mesh: the dense path (block_size=None) runs on one device, got a mesh of {size} "
+            "devices; set block_size to stream the rows and shard them over it"
+        )
+    return block_size, (mesh if size > 1 else None)
+
+
+__all__ = ["check_data", "check_sigma", "check_streaming", "checked_problem", "noise_precisions"]

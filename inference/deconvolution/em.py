@@ -68,7 +68,7 @@ import numpy as np
 
 from ... import sharding, validation
 from ..attention import Attention
-from .checks import check_data, check_sigma, checked_problem
+from .checks import check_data, check_sigma, check_streaming, checked_problem
 from .estep import (
     centred_sums_allowed,
     e_step_attention_unchecked,
@@ -202,27 +202,6 @@ def _chunk_passes(n: int, k: int, p: int, block_size: int | None, max_iters: int
     whole loop (max_iters + 1): small fits run as one chunk."""
     entries = n * k * (p + 1) * (1 if block_size is None else 2)
     return int(min(max_iters + 1, max(1, _CHUNK_ENTRIES // entries)))
-
-
-def _check_streaming(block_size, mesh):
-    """Validate (block_size, mesh): ``(block_size, mesh for the kernels)``.
-
-    Streamed, ``mesh`` None means every device (``sharding.batch_mesh()``); the dense path is
-    never sharded, so it takes None or a one-device mesh and refuses more. A one-device mesh
-    reaches the kernels as None (the same plain program, compiled once).
-    """
-    if block_size is not None:
-        block_size = validation.check_positive_int("block_size", block_size)
-    if block_size is None and mesh is None:
-        return None, None
-    mesh = sharding.check_mesh(mesh)
-    size = sharding.mesh_size(mesh)
-    if block_size is None and size > 1:
-        raise ValueError(
-            f"mesh: the dense path (block_size=None) runs on one device, got a mesh of {size} "
-            "devices; set block_size to shard the rows over them"
-        )
-    return block_size, (mesh if size > 1 else None)
 
 
 def _whole(rows):
@@ -394,7 +373,7 @@ def em_step(
     """
     xs, mus, ws, s, scalar = checked_problem(x, atoms, weights, sigma)
     update_weights = _check_flag("update_weights", update_weights)
-    block_size, mesh = _check_streaming(block_size, mesh)
+    block_size, mesh = check_streaming(block_size, mesh)
     centred = block_size is not None and centred_sums_allowed(xs, mus, s)
     new_atoms, new_weights = em_step_unchecked(
         xs, mus, ws, s, update_weights, block_size, mesh, centred
@@ -411,7 +390,7 @@ def log_likelihood(
     Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
     """
     problem = checked_problem(x, atoms, weights, sigma)[:4]
-    block_size, mesh = _check_streaming(block_size, mesh)
+    block_size, mesh = check_streaming(block_size, mesh)
     return log_likelihood_unchecked(*problem, block_size=block_size, mesh=mesh)
 
 
@@ -429,7 +408,7 @@ def posterior_mean(
     Under ``jax.jit`` (tracers: no value checks) inputs that ``check_problem`` refuses give NaN.
     """
     xs, mus, ws, s, scalar = checked_problem(x, atoms, weights, sigma)
-    block_size, mesh = _check_streaming(block_size, mesh)
+    block_size, mesh = check_streaming(block_size, mesh)
     if block_size is None:
         return validation.restore_shape(posterior_unchecked(xs, mus, ws, s)[0], scalar)
     z_mean = _whole(posterior_mean_unchecked(xs, mus, ws, s, block_size, mesh))
@@ -564,7 +543,7 @@ def fit_em(
     if not isinstance(init, str):  # the data's own atoms stay inside the data's range
         others = (("init", start),)
         validation.check_scaled_spread("x", points, sigma, dtype, others=others)
-    block_size, mesh = _check_streaming(block_size, mesh)
+    block_size, mesh = check_streaming(block_size, mesh)
     # EM's atoms stay in the range of the data and the starting atoms
     # decided in the run's dtype (float32 when x64 is off: never centred)
     centred = block_size is not None and centred_sums_allowed(

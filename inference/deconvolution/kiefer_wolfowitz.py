@@ -119,7 +119,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import sharding, validation
-from .checks import check_sigma, checked_problem
+from .checks import check_sigma, check_streaming, checked_problem
 from .estep import posterior_unchecked
 from .intervals import discrete_posterior_intervals
 
@@ -750,25 +750,6 @@ def _check_tol(tol, dtype):
     return value
 
 
-def _check_stream(block_size, mesh):
-    """(block_size, mesh for the kernels): ``block_size`` None or an int >= 1; with it, ``mesh``
-    None means every device (``sharding.batch_mesh()``); the dense path (``block_size=None``)
-    is not sharded and takes ``mesh`` None or a one-device mesh. A one-device mesh reaches the
-    kernels as None (one plain program, compiled once)."""
-    if block_size is not None:
-        block_size = validation.check_positive_int("block_size", block_size)
-    if block_size is None and mesh is None:
-        return None, None
-    mesh = sharding.check_mesh(mesh)
-    devices = sharding.mesh_size(mesh)
-    if block_size is None and devices > 1:
-        raise ValueError(
-            f"mesh: the dense path (block_size=None) runs on one device, got a mesh of "
-            f"{devices} devices; set block_size to stream the rows and shard them over it"
-        )
-    return block_size, (mesh if devices > 1 else None)
-
-
 def _check_target(target):
     """``target_log_likelihood``: None (no target), a number (not NaN) or a 0-d tracer."""
     if target is None:
@@ -962,7 +943,7 @@ def npmle(
         max_iters = DEFAULT_MAX_ITERS[method]
     max_iters = min(validation.check_positive_int("max_iters", max_iters, minimum=0), 2**31 - 1)
     target = _check_target(target_log_likelihood)
-    block_size, mesh = _check_stream(block_size, mesh)
+    block_size, mesh = check_streaming(block_size, mesh)
     # the grid lies inside the data's range, so the data's spread bounds every distance
     validation.check_scaled_spread("x", points, sigma, dtype)
     if grid is None:
@@ -1023,7 +1004,7 @@ def npmle_gradient(
     dtype, sigma = check_sigma(points, sigma, scalar=scalar)
     grid2 = _check_grid(grid, points, scalar, inside=False)
     weights = validation.check_weights("weights", weights, size=grid2.shape[0])
-    block_size, mesh = _check_stream(block_size, mesh)
+    block_size, mesh = check_streaming(block_size, mesh)
     validation.check_scaled_spread("x", points, sigma, dtype, others=(("grid", grid2),))
     args = (
         jnp.asarray(points, dtype),
