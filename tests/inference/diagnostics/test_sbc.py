@@ -345,6 +345,8 @@ def test_nuts_ranks_are_uniform_on_a_small_deconvolution_model():
     azp.plot_ecdf_pit(tree, sample_dims=["replicate"], backend="none")
 
 
+# a statistical check (14 s); test_powered_ranks_are_uniform[gibbs] is its powered form
+@pytest.mark.slow
 def test_gibbs_ranks_are_uniform_on_a_small_deconvolution_model():
     tree = cal.calibrate(
         KEY,
