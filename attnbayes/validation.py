@@ -114,6 +114,13 @@ def check_positive_scalar(name: str, value) -> float:
     return v
 
 
+def check_flag(name: str, value) -> bool:
+    """``True`` or ``False`` (NumPy's bools too); anything else is refused, 0 and 1 included."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+    return bool(value)
+
+
 def check_positive_int(name: str, value, *, minimum: int = 1) -> int:
     """An integer >= ``minimum`` (bools refused)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

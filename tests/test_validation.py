@@ -43,3 +43,16 @@ def test_check_real_scalar_and_any_traced():
     assert not validation.any_traced(1.0, (np.zeros(2), {"t": jnp.ones(2)}))
     with pytest.raises(ValueError, match="^tol: expected a number, got a traced array"):
         jax.jit(lambda t: validation.check_real_scalar("tol", t, "a number"))(jnp.ones(2))
+
+
+def test_check_flag_takes_bools_only():
+    """``True``/``False`` and NumPy's bools pass as Python bools; 0, 1, strings, None and
+    arrays are refused with the argument's name (em's ``update_weights``, the switching
+    constructors' ``switching_variance`` and the like go through it)."""
+    from attnbayes import validation
+
+    assert validation.check_flag("update_weights", True) is True
+    assert validation.check_flag("update_weights", np.bool_(False)) is False
+    for bad in (0, 1, "True", None, np.ones(1, bool)):
+        with pytest.raises(ValueError, match="^update_weights: expected True or False"):
+            validation.check_flag("update_weights", bad)

@@ -285,12 +285,6 @@ def estep_memory_bytes(
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_flag(name: str, value) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name}: expected True or False, got {value!r}")
-    return bool(value)
-
-
 def check_problem(x, sigma, *, atoms=None, weights=None) -> None:
     """Run every value check of this module's entry points on concrete inputs; raise or pass.
 
@@ -372,7 +366,7 @@ def em_step(
         call ``check_problem`` on the concrete inputs first.
     """
     xs, mus, ws, s, scalar = checked_problem(x, atoms, weights, sigma)
-    update_weights = _check_flag("update_weights", update_weights)
+    update_weights = validation.check_flag("update_weights", update_weights)
     block_size, mesh = check_streaming(block_size, mesh)
     centred = block_size is not None and centred_sums_allowed(xs, mus, s)
     new_atoms, new_weights = em_step_unchecked(
@@ -535,7 +529,7 @@ def fit_em(
     k = start.shape[0]
     max_iters = validation.check_positive_int("max_iters", max_iters, minimum=0)
     tol = _check_tol(tol)
-    update_weights = _check_flag("update_weights", update_weights)
+    update_weights = validation.check_flag("update_weights", update_weights)
     if weights is None:
         weights = np.full((k,), 1.0 / k)
     else:

@@ -167,10 +167,6 @@ def as_dtype(a, dtype):
     return a.astype(dtype) if validation.is_traced(a) else np.asarray(a, dtype)
 
 
-def any_traced(*values) -> bool:
-    return any(validation.is_traced(x) for x in values)
-
-
 __all__ = [
     "KERNELS",
     "LOG_KERNEL_SCORES",

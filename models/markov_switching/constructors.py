@@ -120,12 +120,6 @@ def _ols(y, x):
     return coef, var, se
 
 
-def _check_flag(name: str, value) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name}: expected True or False, got {value!r}")
-    return bool(value)
-
-
 def _check_trend(trend) -> str:
     if not isinstance(trend, str) or trend not in TRENDS:
         raise ValueError(
@@ -288,7 +282,7 @@ def markov_switching_regression(
     x = _exog(exog, t)
     k = x.shape[1]
     flags = _switching_flags("switching_coefficients", switching_coefficients, k, "exog column")
-    switching_variance = _check_flag("switching_variance", switching_variance)
+    switching_variance = validation.check_flag("switching_variance", switching_variance)
     if trend == "n" and k == 0:
         raise ValueError("exog: required with trend='n' (the model would have no mean at all)")
     label = _label_by(trend, flags, switching_variance, m)
@@ -372,7 +366,7 @@ def markov_switching_ar(
     m = _check_regimes(num_regimes)
     trend = _check_trend(trend)
     flags = _switching_flags("switching_ar", switching_ar, p, "lag")
-    switching_variance = _check_flag("switching_variance", switching_variance)
+    switching_variance = validation.check_flag("switching_variance", switching_variance)
     label = _label_by(trend, flags, switching_variance, m)
     t = y.shape[0]
     if t <= p + 2:
@@ -456,8 +450,8 @@ def markov_switching_var(
     validation.check_finite("endog", y)
     p = validation.check_positive_int("order", order)
     m = _check_regimes(num_regimes)
-    switching_ar = _check_flag("switching_ar", switching_ar)
-    switching_covariance = _check_flag("switching_covariance", switching_covariance)
+    switching_ar = validation.check_flag("switching_ar", switching_ar)
+    switching_covariance = validation.check_flag("switching_covariance", switching_covariance)
     t, o = y.shape
     if t - p - (1 + o * p) < o:  # the OLS start's residual covariance needs o degrees of freedom
         raise ValueError(

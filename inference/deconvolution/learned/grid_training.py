@@ -27,7 +27,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from .... import sharding, validation
@@ -48,14 +47,11 @@ from .training import (
     TrainResult,
     check_task_prior,
     family_sampler,
-    host_copy,
-    key_from_host,
-    key_to_host,
     named_measure,
-    replicated,
     sample_measure,
     strong_types,
-    task_mean,
+    train_over_tasks,
+    training_optimizer,
 )
 
 
@@ -318,21 +314,13 @@ def train_grid_stack(
     if prior.min_points < 2:
         raise ValueError(f"prior.min_points: the grid stack needs >= 2, got {prior.min_points}")
     num_chunks = -(-num_steps // callback_every)
-    step_size = "learning_rate" if optimizer is None else "the optimizer's step size"
-    if optimizer is None:
-        lr = validation.check_positive_scalar("learning_rate", learning_rate)
-        schedule = optax.cosine_decay_schedule(lr, num_chunks * callback_every)
-        optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
+    optimizer, step_size = training_optimizer(optimizer, learning_rate, num_chunks * callback_every)
     if callback is not None and not callable(callback):
         raise ValueError(f"callback: expected a callable, got {callback!r}")
-
     mesh = sharding.check_mesh(mesh)
 
     heldout = _sample_jit(jax.random.fold_in(key, 0), prior, noise, num_heldout)
     held_start = float(jnp.mean(grid_task_regret_unchecked(params, heldout, grid_size)[0]))
-    # host values, placed by the chunk's in_shardings: every process passes the same ones
-    params, heldout = sharding.gather((params, heldout))
-    train_key, impl = key_to_host(jax.random.fold_in(key, 1))
 
     def per_task(params, keys):
         tasks = jax.vmap(lambda k: _task_from_key(k, prior, noise))(keys)
@@ -341,47 +329,22 @@ def train_grid_stack(
     def heldout_mse(params, tasks):
         return noisy_task_mse(_moments(params, tasks, grid_size)[0], tasks)
 
-    def step(carry, step_key):
-        params, opt_state = carry
-        # the tasks' keys of the whole batch, then split over the mesh: the same draws on any
-        keys = jax.random.split(step_key, batch_size)
-        loss, grads = task_mean(per_task, params, keys, mesh, with_grad=True)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), loss
-
-    @functools.partial(jax.jit, in_shardings=replicated(mesh), out_shardings=replicated(mesh))
-    def chunk(params, opt_state, heldout, train_key, chunk_index):
-        chunk_key = jax.random.fold_in(key_from_host(train_key, impl), chunk_index)
-        keys = jax.random.split(chunk_key, callback_every)
-        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), keys)
-        held_loss = task_mean(heldout_mse, params, heldout, mesh)
-        # strong types out as in: the next chunk reuses this program
-        return (*strong_types((params, opt_state)), losses, held_loss)
-
-    # on the mesh from the start, as the chunk's outputs are (else the second chunk compiles
-    # again for inputs typed with the mesh)
-    state = sharding.gather(optimizer.init(params))
-    params, opt_state, heldout, train_key = jax.device_put(
-        (params, state, heldout, train_key), replicated(mesh)
+    return train_over_tasks(
+        "train_grid_stack",
+        jax.random.fold_in(key, 1),
+        params,
+        heldout,
+        held_start,
+        per_task,
+        heldout_mse,
+        optimizer=optimizer,
+        step_size=step_size,
+        batch_size=batch_size,
+        num_chunks=num_chunks,
+        callback_every=callback_every,
+        callback=callback,
+        mesh=mesh,
     )
-    losses, held = [], [held_start]
-    for c in range(num_chunks):
-        params, opt_state, chunk_losses, held_loss = chunk(
-            params, opt_state, heldout, train_key, np.int32(c)
-        )
-        chunk_losses, held_loss = sharding.gather((chunk_losses, held_loss))
-        if not np.all(np.isfinite(chunk_losses)) or not np.isfinite(float(held_loss)):
-            raise FloatingPointError(
-                f"train_grid_stack: the loss became non-finite in steps "
-                f"{c * callback_every}..{(c + 1) * callback_every}; lower {step_size}"
-            )
-        losses.append(chunk_losses)
-        held.append(float(held_loss))
-        if callback is not None:
-            step_done, mean_loss = (c + 1) * callback_every, float(chunk_losses.mean())
-            callback(TrainProgress(step_done, host_copy(params), mean_loss, held[-1]))
-    steps = np.arange(num_chunks + 1) * callback_every
-    return TrainResult(host_copy(params), np.concatenate(losses), steps, np.asarray(held))
 
 
 __all__ = [

@@ -459,6 +459,93 @@ def _check_loss_range(prior: TaskPrior, second_moment_weight: float, dim: int, d
         )
 
 
+def training_optimizer(optimizer, learning_rate, total_steps: int):
+    """The optimizer a trainer runs and the name of its step size for error messages: the
+    user's optax optimizer as given, else Adam (Kingma and Ba 2015) on a cosine-decayed
+    ``learning_rate`` over ``total_steps``, after clipping the gradient's global norm at 1."""
+    if optimizer is not None:
+        return optimizer, "the optimizer's step size"
+    lr = validation.check_positive_scalar("learning_rate", learning_rate)
+    schedule = optax.cosine_decay_schedule(lr, total_steps)
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule)), "learning_rate"
+
+
+def train_over_tasks(
+    trainer: str,
+    key,
+    params,
+    heldout,
+    held_start: float,
+    task_loss: Callable,
+    heldout_mse: Callable,
+    *,
+    optimizer,
+    step_size: str,
+    batch_size: int,
+    num_chunks: int,
+    callback_every: int,
+    callback,
+    mesh,
+) -> TrainResult:
+    """The training loop both trainers share (``train_unrolled_em`` here, ``train_grid_stack``
+    in ``grid_training``), for arguments they have checked.
+
+    Each step draws ``batch_size`` tasks from their own keys (``task_loss(params, keys)`` gives
+    their losses), averages the loss over them (``task_mean``: the tasks split over ``mesh``,
+    the gradient summed over its devices) and applies ``optimizer``. The steps run in compiled
+    chunks of ``callback_every`` (``lax.scan``); chunk c's keys come from ``fold_in(key, c)``,
+    so the draws are the same on any mesh. After each chunk the held-out loss
+    ``heldout_mse(params, heldout)`` is recorded and ``callback`` gets a ``TrainProgress``.
+    ``trainer`` names the caller in the ``FloatingPointError`` raised when a loss becomes
+    non-finite, which tells the user to lower ``step_size``.
+    """
+    # host values, placed by the chunk's in_shardings: every process passes the same ones
+    params, heldout = sharding.gather((params, heldout))
+    train_key, impl = key_to_host(key)
+
+    def step(carry, step_key):
+        params, opt_state = carry
+        # the tasks' keys of the whole batch, then split over the mesh: the same draws on any
+        keys = jax.random.split(step_key, batch_size)
+        loss, grads = task_mean(task_loss, params, keys, mesh, with_grad=True)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), loss
+
+    @functools.partial(jax.jit, in_shardings=replicated(mesh), out_shardings=replicated(mesh))
+    def chunk(params, opt_state, heldout, train_key, chunk_index):
+        chunk_key = jax.random.fold_in(key_from_host(train_key, impl), chunk_index)
+        keys = jax.random.split(chunk_key, callback_every)
+        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), keys)
+        held_loss = task_mean(heldout_mse, params, heldout, mesh)
+        # strong types out as in: the next chunk reuses this program
+        return (*strong_types((params, opt_state)), losses, held_loss)
+
+    # on the mesh from the start, as the chunk's outputs are (else the second chunk compiles
+    # again for inputs typed with the mesh)
+    state = sharding.gather(optimizer.init(params))
+    params, opt_state, heldout, train_key = jax.device_put(
+        (params, state, heldout, train_key), replicated(mesh)
+    )
+    losses, held = [], [held_start]
+    for c in range(num_chunks):
+        params, opt_state, chunk_losses, held_loss = chunk(
+            params, opt_state, heldout, train_key, np.int32(c)
+        )
+        chunk_losses, held_loss = sharding.gather((chunk_losses, held_loss))
+        if not np.all(np.isfinite(chunk_losses)) or not np.isfinite(float(held_loss)):
+            raise FloatingPointError(
+                f"{trainer}: the loss became non-finite in steps "
+                f"{c * callback_every}..{(c + 1) * callback_every}; lower {step_size}"
+            )
+        losses.append(chunk_losses)
+        held.append(float(held_loss))
+        if callback is not None:
+            step_done, mean_loss = (c + 1) * callback_every, float(chunk_losses.mean())
+            callback(TrainProgress(step_done, host_copy(params), mean_loss, held[-1]))
+    steps = np.arange(num_chunks + 1) * callback_every
+    return TrainResult(host_copy(params), np.concatenate(losses), steps, np.asarray(held))
+
+
 def train_unrolled_em(
     key,
     params: UnrolledEMParams | None = None,
@@ -536,20 +623,13 @@ def train_unrolled_em(
     num_heldout = validation.check_positive_int("num_heldout", num_heldout)
     callback_every = validation.check_positive_int("callback_every", callback_every)
     num_chunks = -(-num_steps // callback_every)
-    step_size = "learning_rate" if optimizer is None else "the optimizer's step size"
-    if optimizer is None:
-        lr = validation.check_positive_scalar("learning_rate", learning_rate)
-        schedule = optax.cosine_decay_schedule(lr, num_chunks * callback_every)
-        optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
+    optimizer, step_size = training_optimizer(optimizer, learning_rate, num_chunks * callback_every)
     if callback is not None and not callable(callback):
         raise ValueError(f"callback: expected a callable, got {callback!r}")
     mesh = sharding.check_mesh(mesh)
 
     heldout = _sample_tasks_jit(jax.random.fold_in(key, 0), prior, num_heldout, dim)
     held_start = float(jnp.mean(task_regret_unchecked(params, heldout)[0]))
-    # host values, placed by the chunk's in_shardings: every process passes the same ones
-    params, heldout = sharding.gather((params, heldout))
-    train_key, impl = key_to_host(jax.random.fold_in(key, 1))
 
     def per_task(params, keys):
         tasks = jax.vmap(lambda k: _task_from_key(k, prior, dim))(keys)
@@ -558,44 +638,19 @@ def train_unrolled_em(
     def heldout_mse(params, tasks):
         return task_mse(_stack_moments(params, tasks)[0], tasks)
 
-    def step(carry, step_key):
-        params, opt_state = carry
-        # the tasks' keys of the whole batch, then split over the mesh: the same draws on any
-        keys = jax.random.split(step_key, batch_size)
-        loss, grads = task_mean(per_task, params, keys, mesh, with_grad=True)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), loss
-
-    @functools.partial(jax.jit, in_shardings=replicated(mesh), out_shardings=replicated(mesh))
-    def chunk(params, opt_state, heldout, train_key, chunk_index):
-        chunk_key = jax.random.fold_in(key_from_host(train_key, impl), chunk_index)
-        keys = jax.random.split(chunk_key, callback_every)
-        (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), keys)
-        held_loss = task_mean(heldout_mse, params, heldout, mesh)
-        # strong types out as in: the next chunk reuses this program
-        return (*strong_types((params, opt_state)), losses, held_loss)
-
-    # on the mesh from the start, as the chunk's outputs are (else the second chunk compiles
-    # again for inputs typed with the mesh)
-    state = sharding.gather(optimizer.init(params))
-    params, opt_state, heldout, train_key = jax.device_put(
-        (params, state, heldout, train_key), replicated(mesh)
+    return train_over_tasks(
+        "train_unrolled_em",
+        jax.random.fold_in(key, 1),
+        params,
+        heldout,
+        held_start,
+        per_task,
+        heldout_mse,
+        optimizer=optimizer,
+        step_size=step_size,
+        batch_size=batch_size,
+        num_chunks=num_chunks,
+        callback_every=callback_every,
+        callback=callback,
+        mesh=mesh,
     )
-    losses, held = [], [held_start]
-    for c in range(num_chunks):
-        params, opt_state, chunk_losses, held_loss = chunk(
-            params, opt_state, heldout, train_key, np.int32(c)
-        )
-        chunk_losses, held_loss = sharding.gather((chunk_losses, held_loss))
-        if not np.all(np.isfinite(chunk_losses)) or not np.isfinite(float(held_loss)):
-            raise FloatingPointError(
-                f"train_unrolled_em: the loss became non-finite in steps "
-                f"{c * callback_every}..{(c + 1) * callback_every}; lower {step_size}"
-            )
-        losses.append(chunk_losses)
-        held.append(float(held_loss))
-        if callback is not None:
-            step_done, mean_loss = (c + 1) * callback_every, float(chunk_losses.mean())
-            callback(TrainProgress(step_done, host_copy(params), mean_loss, held[-1]))
-    steps = np.arange(num_chunks + 1) * callback_every
-    return TrainResult(host_copy(params), np.concatenate(losses), steps, np.asarray(held))
