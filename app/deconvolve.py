@@ -31,6 +31,10 @@ refused with the alternatives (``check_em_memory``). ``--method learned`` runs t
 stack (version 2, ``pretrained_grid_stack``) on scalar data only (several columns are refused
 naming p); the terminal and the page say which stack ran and the prior it was trained on.
 Publishing is ``attnbayes.app.runs``'s.
+
+Over 800 lines: one command, ``attnbayes deconvolve``: its checks (all before any
+computation, the memory check included), the run of one method with its warnings, and the
+outputs (table, DataTree, figures, page) of every method it can run.
 """
 
 from __future__ import annotations

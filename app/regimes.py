@@ -59,6 +59,11 @@ complete); those it does not read are said.
 
 Bad input is refused (``InputError``, exit status 2) before any JAX work, naming the file,
 line and column or the option (``read_regimes_data``, ``check_regimes``).
+
+Over 800 lines: one command, ``attnbayes regimes``, in the order a user meets it: reading the
+series and its time axis, checking every option against the data before any fit (one line,
+file/line/column, exit 2), then the run (fit, table, forecasts). Its page is
+``attnbayes.app.regimes_page``.
 """
 
 from __future__ import annotations

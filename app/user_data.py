@@ -37,6 +37,10 @@ optional emission offsets and input weights (``PARAMS_OPTIONAL_FIELDS``), and th
 
 This module reads with the standard library and NumPy only; ``read_params`` imports
 ``attnbayes.models.switching`` (and so JAX) for ``check_params``.
+
+Over 800 lines: every file a user hands the CLI (CSV tables, a text column, standard errors,
+counts, parameter JSON), read by shared private readers so that every error names the file,
+line and column the same way.
 """
 
 from __future__ import annotations

@@ -29,6 +29,10 @@ the scales of Q_j and R_j. (NumPyro's own enumeration cannot do this inside ``sc
 continuous site or a factor under an enumerated scan is refused.) A density over the states
 needs positive definite Q_j, so a singular Q_j needs ``jitter > 0`` (Q_j + jitter I).
 The filters live in ``attnbayes.inference.switching.filters``.
+
+Over 800 lines: one model family's parameters (``SwitchingParams`` and its check), its
+scenarios, simulator, log joint and NumPyro program, which share the parameter checks and the
+time-varying transition helpers; dynamax keeps a model's parameters with its log joint likewise.
 """
 
 from __future__ import annotations

@@ -326,3 +326,44 @@ def test_the_algorithms_import_without_arviz_xarray_or_pandas():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "", f"imported at import time: {result.stdout.strip()}"
+
+
+LONG_MODULE_LINES = 800
+
+
+def test_a_module_over_800_lines_says_why():
+    """No module over 800 lines without a reason in its docstring ("Over 800 lines: ...")."""
+    unexplained = []
+    for name, (_, path) in MODULES.items():
+        source = path.read_text(encoding="utf-8")
+        if source.count("\n") <= LONG_MODULE_LINES:
+            continue
+        doc = ast.get_docstring(ast.parse(source)) or ""
+        if not re.search(r"\bover [\d,]+ lines\b", doc, re.IGNORECASE):
+            unexplained.append(f"{name} ({source.count(chr(10))} lines)")
+    assert not unexplained, unexplained
+
+
+def _function_bodies():
+    """(module, function name, its body as an AST dump without the docstring) for every
+    top-level function of the package with two statements or more."""
+    for name, (_, path) in MODULES.items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            body = node.body
+            if ast.get_docstring(node) is not None:
+                body = body[1:]
+            if len(body) >= 2:
+                yield name, node.name, ast.dump(ast.Module(body=body, type_ignores=[]))
+
+
+def test_no_function_is_defined_twice():
+    """A helper two modules need lives once, under a plain name (a second copy with the
+    same statements, whatever its name, is refused)."""
+    seen, copies = {}, []
+    for module, function, body in _function_bodies():
+        first = seen.setdefault(body, (module, function))
+        if first[0] != module:
+            copies.append((first, (module, function)))
+    assert not copies, copies

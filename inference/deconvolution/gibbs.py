@@ -38,6 +38,10 @@ a preconditioned gradient-ascent step on the log-likelihood l(mu) (update_kc - m
 grad_{mu_kc} l / sum_i A_ik b_ic, i.e. sigma^2 / N_k * grad_{mu_k} l with one sigma,
 N_k = sum_i A_ik), and ``relaxation_stability`` gives the step sizes for which the fixed point
 survives.
+
+Over 800 lines: the exact sampler and the note's approximate Gibbs (with the stability of its
+relaxation) stay together because the second is derived from the first: approximate Gibbs is
+the flat-prior limit of the exact conditional means above, with expected counts for counts.
 """
 
 from __future__ import annotations

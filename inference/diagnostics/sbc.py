@@ -45,6 +45,10 @@ Process 0 alone (``sharding.is_writer``) writes the checkpoint: a long study sav
 finished chunk to ``checkpoint`` (an ``.npz`` written atomically) and resumes from it; with
 several processes it must be on a file system every process reads (they check that they
 resume from the same replicate).
+
+Over 800 lines: simulation-based calibration and interval coverage share one replicate
+runner (a chunk program vmapped over replicates, sharded over the mesh, checkpointed and
+resumed); the uniformity tests and the coverage summary read their outputs.
 """
 
 from __future__ import annotations

@@ -98,6 +98,12 @@ filter over stacked ``SwitchingParams`` (one device).
 ``attention_as_imm_step`` is the reading of the note "Attention as GPB2/IMM message passing": one
 IMM mixing-and-collapse step, with the attention kernel in the place of the transition matrix, is
 the attention sublayer.
+
+Over 800 lines: the approximate filters (GPB1, GPB2, IMM) built from one set of private
+recursion pieces (prediction, update, collapse, the scan), the exact filter, batched filtering
+over a mesh, the attention-as-IMM step (the note's reading of an IMM step), and
+``check_filter_result``, the eager check every front recommends after a traced run. The
+smoothers live apart (``smoothers``).
 """
 
 from __future__ import annotations
