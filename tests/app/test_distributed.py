@@ -97,6 +97,13 @@ def _attnbayes() -> list[str]:
     return [script] if script else [sys.executable, "-P", "-m", "attnbayes.app.cli"]
 
 
+def _calibrate_on_two(out: Path):
+    """The command line of process i of ``attnbayes calibrate`` on two processes into ``out``."""
+    coordinator = f"127.0.0.1:{_free_port()}"
+    launch = ["--coordinator", coordinator, "--num-processes", "2"]
+    return lambda i: [*_attnbayes(), *CALIBRATE, "--out", str(out), *launch, "--process-id", str(i)]
+
+
 @pytest.mark.slow
 def test_two_processes_give_the_sharded_estep_and_npmle_of_one_device(tmp_path):
     port = _free_port()
@@ -120,22 +127,7 @@ def test_two_processes_give_the_sharded_estep_and_npmle_of_one_device(tmp_path):
 def test_calibrate_on_two_processes_writes_once_the_ranks_of_one(tmp_path, run_cli):
     status, _, err = run_cli([*CALIBRATE, "--out", tmp_path / "one"])
     assert status == 0, err
-    port = _free_port()
-    runs = _run_pair(
-        lambda i: [
-            *_attnbayes(),
-            *CALIBRATE,
-            "--out",
-            str(tmp_path / "two"),
-            "--coordinator",
-            f"127.0.0.1:{port}",
-            "--num-processes",
-            "2",
-            "--process-id",
-            str(i),
-        ],
-        tmp_path,
-    )
+    runs = _run_pair(_calibrate_on_two(tmp_path / "two"), tmp_path)
     (status0, out0, err0), (status1, out1, err1) = runs
     assert (status0, status1) == (0, 0), err0 + err1
     written = tmp_path / "two" / "calibrate-deconvolution"
@@ -155,22 +147,7 @@ def test_a_folder_process_0_refuses_stops_both_processes(tmp_path):
     foreign = tmp_path / "two" / "calibrate-deconvolution"
     foreign.mkdir(parents=True)
     (foreign / "notes.txt").write_text("not attnbayes's")
-    port = _free_port()
-    runs = _run_pair(
-        lambda i: [
-            *_attnbayes(),
-            *CALIBRATE,
-            "--out",
-            str(tmp_path / "two"),
-            "--coordinator",
-            f"127.0.0.1:{port}",
-            "--num-processes",
-            "2",
-            "--process-id",
-            str(i),
-        ],
-        tmp_path,
-    )
+    runs = _run_pair(_calibrate_on_two(tmp_path / "two"), tmp_path)
     (status0, out0, err0), (status1, out1, err1) = runs
     assert (status0, status1) == (2, 2), err0 + err1
     assert out0 == out1 == ""
