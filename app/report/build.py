@@ -143,8 +143,9 @@ def write_report(
             predictive included; the full report's add up to about 180 MB). By default each is
             thinned (``pieces.thin_datatree``: at most ``TREE_DRAWS_PER_CHAIN`` = 100 evenly
             spaced draws per chain, without the posterior predictive draws and the latent z draws,
+            pointwise arrays of more than ``THINNED_FLOAT32_SIZE`` numbers in float32,
             zlib-compressed;
-            its attrs say so), so the full report's folder is about 27 MB.
+            its attrs say so), so the full report's folder is about SIZE_MB.
         progress: called with a message at every step (the CLI prints them), and with one
             line per distinct warning a part raised (ArviZ's among them), naming its scenario
             and method: ``"warning: three-atoms, nuts: UserWarning: ..."``; the page lists
@@ -261,7 +262,8 @@ def _trees_note(keep_trees: bool) -> str:
     return (
         f" (thinned: at most {TREE_DRAWS_PER_CHAIN} evenly spaced draws per chain, without "
         f"{', '.join(g.replace('_', ' ') for g in THINNED_DROPS)} draws and the latent z "
-        "draws, as each file's attrs say; the numbers on this page come from all draws, and "
+        "draws, pointwise arrays in float32, as each file's attrs say; the numbers on this "
+        "page come from all draws, and "
         "<code>attnbayes report --keep-trees</code> writes the full DataTrees)"
     )
 

@@ -23,6 +23,10 @@ TREE_DRAWS_PER_CHAIN = 100
 # ...and leaves out these groups: draws of replicated data, as large as the data per draw, that
 # the page only plots (``--keep-trees`` keeps them)
 THINNED_DROPS = ("posterior_predictive",)
+# ...and stores pointwise float64 arrays (a ``point`` dimension: a draw's z_mean or
+# log-likelihood for every data point) of more than this many numbers in float32, 7 significant
+# digits; every other array keeps its dtype (the diagnostics of the files are the page's)
+THINNED_FLOAT32_SIZE = 10_000
 
 
 def note(text: str) -> str:
@@ -177,12 +181,14 @@ def thin_datatree(
     """A copy of a sampler's DataTree for the report's folder: every group with a ``draw``
     dimension keeps at most ``draws_per_chain`` evenly spaced draws (one in k, k =
     ceil(draws / draws_per_chain), with their original draw coordinates), ``THINNED_DROPS``
-    and the posterior's ``z_draw`` are left out, and the root's attrs say so
-    (``attnbayes_thinned`` 1, ``draws_per_chain_kept``, ``draws_per_chain_full``,
-    ``thinning_step``, ``left_out``, ``thinning``: a sentence)."""
+    and the posterior's ``z_draw`` are left out, pointwise float64 arrays (a ``point``
+    dimension) of more than ``THINNED_FLOAT32_SIZE`` numbers are stored in float32 (every other
+    array keeps its dtype), and the root's attrs say so (``attnbayes_thinned`` 1,
+    ``draws_per_chain_kept``, ``draws_per_chain_full``, ``thinning_step``, ``left_out``,
+    ``float32``, ``thinning``: a sentence)."""
     draws = max((node.sizes.get("draw", 0) for node in datatree.subtree), default=0)
     step = max(1, math.ceil(draws / draws_per_chain))
-    kept = {}
+    kept, float32 = {}, []
     for node in datatree.subtree:
         if node.path != "/" and node.name in THINNED_DROPS:
             continue
@@ -191,7 +197,13 @@ def thin_datatree(
             data = data.drop_vars("z_draw")
         if "draw" in data.dims:
             data = data.isel(draw=slice(None, None, step))
-        kept[node.path] = data
+        narrowed = {
+            name: var.astype(np.float32)
+            for name, var in data.data_vars.items()
+            if "point" in var.dims and var.dtype == np.float64 and var.size > THINNED_FLOAT32_SIZE
+        }
+        float32.extend(f"{node.path.strip('/')}/{name}" for name in narrowed)
+        kept[node.path] = data.assign(narrowed)
     thinned = xr.DataTree.from_dict(kept)
     left_out = [name for name in THINNED_DROPS if name in datatree.children]
     if "posterior" in datatree.children and "z_draw" in datatree["posterior"].data_vars:
@@ -203,10 +215,13 @@ def thin_datatree(
         "draws_per_chain_full": draws,
         "thinning_step": step,
         "left_out": ", ".join(left_out) or "none",
+        "float32": ", ".join(float32) or "none",
         "thinning": (
             f"Thinned for the report's folder: one draw in {step} of each chain "
             f"({len(range(0, draws, step))} of {draws}), without "
-            f"{', '.join(left_out) or 'no group'}; the page's numbers come from all draws. "
+            f"{', '.join(left_out) or 'no group'}"
+            + (f", and {', '.join(float32)} stored in float32" if float32 else "")
+            + "; the page's numbers come from all draws. "
             "`attnbayes report --keep-trees` writes the full DataTrees."
         ),
     }
@@ -233,6 +248,7 @@ def save_report_tree(datatree: xr.DataTree, path: str | os.PathLike, *, keep: bo
 
 __all__ = [
     "THINNED_DROPS",
+    "THINNED_FLOAT32_SIZE",
     "TREE_DRAWS_PER_CHAIN",
     "figure_tag",
     "formatted",

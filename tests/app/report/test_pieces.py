@@ -12,6 +12,7 @@ import xarray as xr
 from attnbayes.app.report import Scenario, runners
 from attnbayes.app.report.calibration import calibration_tables
 from attnbayes.app.report.pieces import (
+    THINNED_FLOAT32_SIZE,
     TREE_DRAWS_PER_CHAIN,
     formatted,
     iteration_cap_note,
@@ -73,6 +74,39 @@ def test_thinned_datatree_keeps_evenly_spaced_draws_and_says_so(tmp_path):
     assert "attnbayes_thinned" not in whole.attrs
     assert whole["posterior_predictive"].sizes["draw"] == 250
     assert path.stat().st_size < kept.stat().st_size / 2
+
+
+def test_large_pointwise_arrays_are_stored_in_float32_and_said_so(tmp_path):
+    """A pointwise array of more than THINNED_FLOAT32_SIZE numbers (a per-draw z_mean of every
+    point) is written in float32, equal to the float64 value rounded once; the per-draw scalars
+    and a large array without a point dimension stay float64 (to the bit); the attrs and the
+    sentence name the narrowed arrays."""
+    rng = np.random.default_rng(1)
+    points = THINNED_FLOAT32_SIZE // 100 + 1  # 2 chains x 50 draws x points > the threshold
+    posterior = xr.Dataset(
+        {
+            "z_mean": (("chain", "draw", "point"), rng.normal(size=(2, 50, points))),
+            "log_lik_total": (("chain", "draw"), rng.normal(size=(2, 50))),
+            "states": (("chain", "draw", "time"), rng.normal(size=(2, 50, points))),
+        },
+        coords={"chain": [0, 1], "draw": np.arange(50)},
+    )
+    full = xr.DataTree.from_dict({"posterior": posterior})
+    path = tmp_path / "t.nc"
+    save_report_tree(full, path, keep=False)
+    thinned = xr.open_datatree(path, engine="h5netcdf")
+    z_mean = thinned["posterior"]["z_mean"].values
+    assert z_mean.dtype == np.float32
+    np.testing.assert_array_equal(z_mean, posterior["z_mean"].values.astype(np.float32))
+    total = thinned["posterior"]["log_lik_total"].values
+    assert total.dtype == np.float64
+    np.testing.assert_array_equal(total, posterior["log_lik_total"].values)
+    states = thinned["posterior"]["states"].values
+    assert states.dtype == np.float64
+    np.testing.assert_array_equal(states, posterior["states"].values)
+    assert thinned.attrs["float32"] == "posterior/z_mean"
+    assert "posterior/z_mean stored in float32" in thinned.attrs["thinning"]
+    assert thin_datatree(_sampler_tree(60)).attrs["float32"] == "none"
 
 
 def test_short_chains_are_kept_whole():

@@ -369,6 +369,9 @@ def test_learned_section_carries_regret_coverage_batting_link_and_pooling(quick_
     assert link["[0.5, 2]", "kl_best_linear"] < link["[0.1, 100]", "kl_best_linear"] / 10
     sunspots = results[results.scenario == "sunspots"]
     assert sum(m.endswith("pooling") for m in set(sunspots.method)) == 3
+    # NUTS on one task (nuts_tasks (1, 1)): the page says its numbers are examples
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    assert "examples rather than averages" in _section(page, "learned")
 
 
 def test_calibration_section_has_every_study_and_its_verdict(quick_report):
