@@ -479,6 +479,15 @@ def test_bad_tvtp_input_is_refused_by_name(hamilton_spec):
     reg = markov_switching_regression(RGNP, RGNP, exog_tvtp=HAMILTON_Z)
     with pytest.raises(ValueError, match=r"^future_inputs: expected shape \(2, 3\)"):
         forecast_switching(key, reg, horizon=2, future_inputs=np.ones((2, 2)))
+    # models with nothing to give over the horizon refuse future inputs (no compilation)
+    with pytest.raises(ValueError, match="^future_inputs: an MS-AR model's inputs are its own"):
+        forecast_switching(
+            key, markov_switching_ar(RGNP, 1), horizon=2, future_inputs=np.ones((2, 1))
+        )
+    with pytest.raises(ValueError, match="^future_inputs: the model has no inputs"):
+        forecast_switching(
+            key, markov_switching_regression(RGNP), horizon=2, future_inputs=np.ones((2, 1))
+        )
 
 
 # ----------------------------------------------------------------------------- slow: every case
