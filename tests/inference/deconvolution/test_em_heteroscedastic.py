@@ -177,6 +177,31 @@ def test_traceable_in_sigma(problem):
     np.testing.assert_allclose(fit, em.fit_em(x, s, max_iters=3).atoms, rtol=0, atol=1e-12)
 
 
+def test_gradient_in_x_and_the_atoms_with_per_unit_sigma_dense_and_streamed(problem):
+    """With a standard error per unit, the log-likelihood's gradient in x and in the atoms is
+    the same dense and streamed (block_size 8 of N = 23 rows: a padded last block), and
+    equals central differences of the exact (NumPy) log-likelihood."""
+    x, s, _, atoms, weights = problem
+
+    def ll(x_, atoms_, block_size):
+        return em.log_likelihood(x_, atoms_, weights, s, block_size=block_size)
+
+    dense = jax.grad(ll, argnums=(0, 1))(jnp.asarray(x), jnp.asarray(atoms), None)
+    streamed = jax.grad(ll, argnums=(0, 1))(jnp.asarray(x), jnp.asarray(atoms), 8)
+    for a, b in zip(dense, streamed, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
+    eps = 1e-6
+    for arg, (i, c) in ((0, (5, 1)), (1, (2, 0))):
+        up = [x.copy(), atoms.copy()]
+        down = [x.copy(), atoms.copy()]
+        up[arg][i, c] += eps
+        down[arg][i, c] -= eps
+        central = (
+            ref_step(up[0], up[1], weights, s)[3] - ref_step(down[0], down[1], weights, s)[3]
+        ) / (2 * eps)
+        np.testing.assert_allclose(dense[arg][i, c], central, rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("sigma", "match"),
     [
