@@ -1065,6 +1065,38 @@ def test_regimes_one_regime_var_is_statsmodels_var(tmp_path):
 
 
 @pytest.mark.slow
+def test_regimes_fits_a_two_regime_ms_var(tmp_path):
+    """README's MS-VAR command: two --y columns, --order 1 --regimes 2 --horizon 2 (switching
+    intercepts; the AR matrices and the covariance switch only when asked): the optimum of
+    ``fit_switching`` on the same ``markov_switching_var`` (the library, its own starts) to
+    1e-6, the intercepts named per regime, and a forecast of two steps of both series with
+    ordered bounds."""
+    import jax
+
+    from attnbayes.inference.switching import fit_switching
+    from attnbayes.models.markov_switching import markov_switching_var
+
+    y, _, _ = _series(3)
+    rng = np.random.default_rng(3)
+    w = np.zeros(T)
+    for t in range(1, T):
+        w[t] = 0.5 * w[t - 1] + 0.3 * y[t - 1] + rng.normal()
+    frame = pd.DataFrame({"a": y, "b": w})
+    argv = ["--y", "a,b", "--order", "1", "--regimes", "2", "--horizon", "2"]
+    code, err, metrics, table = _run_slow(tmp_path, frame, argv)
+    assert code == 0, err
+    spec = markov_switching_var(frame.to_numpy(), 1, switching_ar=False, switching_covariance=False)
+    library = fit_switching(jax.random.key(0), spec)
+    assert metrics["log_likelihood"] == pytest.approx(library.log_likelihood[-1], abs=1e-6)
+    assert {"const.a[0]", "const.a[1]", "const.b[0]", "const.b[1]", "a.L1.b"} <= set(table.index)
+    forecast = pd.read_csv(tmp_path / "out" / "run" / "forecast.csv")
+    assert list(forecast.h) == [1, 2]  # one row a step, columns per series
+    for name in ("a", "b"):
+        lower, upper = forecast[f"lower_90_{name}"], forecast[f"upper_90_{name}"]
+        assert (lower < forecast[f"lower_50_{name}"]).all() and (upper > lower).all()
+
+
+@pytest.mark.slow
 def test_regimes_nuts_reports_its_diagnostics(ms_csv, tmp_path):
     """``--method nuts`` (2 x (300 + 300)): the table has R-hat and ESS, the posterior means
     lie within 4 posterior sds of the maximum-likelihood estimates, the draws are written."""
