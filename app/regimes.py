@@ -551,7 +551,11 @@ def check_regimes(
                 exog_tvtp=z,
             )
     except ValueError as err:
-        raise InputError(f"{y.path}: the model refuses the data: {err}") from None
+        # the constructors name their arguments (statsmodels' endog, exog, exog_tvtp): say
+        # the options the user gave them with
+        name, sep, rest = str(err).partition(": ")
+        said = f"{_OPTION_OF[name]}: {rest}" if sep and name in _OPTION_OF else str(err)
+        raise InputError(f"{y.path}: the model refuses the data: {said}") from None
     k = _free_scalars(spec)
     rows = spec.observations.shape[0]
     if rows <= k:
@@ -563,6 +567,10 @@ def check_regimes(
     future = _future_inputs(data, spec, horizon, order)
     check_columns_unique(regimes_columns(y.columns, m, data.time is not None))
     return spec, future
+
+
+# the constructors' argument names -> this command's options
+_OPTION_OF = {"endog": "--y", "exog": "--exog", "exog_tvtp": "--tvtp"}
 
 
 def _future_inputs(data: RegimesData, spec, horizon, order):

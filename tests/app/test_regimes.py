@@ -785,6 +785,12 @@ REFUSED = {
         "data.csv: too few rows: 12 observation(s) for 15 free parameters (Markov-switching "
         "regression, 3 regimes); give more rows or a smaller model",
     ),
+    "collinear series of an MS-VAR": (
+        "a,b\n" + "".join(f"{(i * 3) % 7},{2 * ((i * 3) % 7)}\n" for i in range(20)),
+        ["--y", "a,b", "--order", "1", "--regimes", "2"],
+        "data.csv: the model refuses the data: --y: the series are collinear (the VAR's residual "
+        "covariance is singular)",
+    ),
     "a constant y": (
         "y\n" + "2\n" * 10,
         ["--y", "y", "--regimes", "2"],
