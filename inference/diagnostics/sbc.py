@@ -224,18 +224,33 @@ def _check_checkpoint(checkpoint) -> Path | None:
     return path
 
 
-def _agreed(done: int) -> None:
-    """Under several processes, refuse (on every process alike) to resume from checkpoints
-    that differ between processes (a file system some process does not see)."""
+_MESSAGE_BYTES = 512  # of a checkpoint error, shared between processes
+
+
+def _agreed(done: int, error: str | None) -> None:
+    """Every process alike: raise ``error`` (this process's checkpoint refused) or another
+    process's, and refuse to resume from checkpoints that differ between processes (a file
+    system some process does not see). Under several processes the refusals travel in one
+    collective that every process joins, so a process that refused does not leave the others
+    waiting in the next one."""
     if jax.process_count() == 1:
+        if error is not None:
+            raise ValueError(error)
         return
     from jax.experimental import multihost_utils
 
-    seen = np.asarray(multihost_utils.process_allgather(np.asarray([done], np.int64)))
-    if np.any(seen != seen.ravel()[0]):
+    text = (error or "").encode()[:_MESSAGE_BYTES].ljust(_MESSAGE_BYTES, b"\0")
+    mine = np.concatenate([[done], np.frombuffer(text, np.uint8)]).astype(np.int64)
+    seen = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 1 + _MESSAGE_BYTES)
+    own = jax.process_index()
+    for i in sorted(range(len(seen)), key=lambda i: i != own):  # this process's own first
+        message = bytes(seen[i, 1:].astype(np.uint8)).rstrip(b"\0").decode(errors="replace")
+        if message:
+            raise ValueError(message if i == own else f"{message} (on process {i})")
+    if np.any(seen[:, 0] != seen[0, 0]):
         raise ValueError(
             "checkpoint: the processes resume from different replicates "
-            f"({seen.ravel().tolist()}); put it on a file system every process reads"
+            f"({seen[:, 0].tolist()}); put it on a file system every process reads"
         )
 
 
@@ -252,18 +267,23 @@ def _run_replicates(
     (arrays, state).
     """
     chunk = _chunk_program(one, key, mesh, chunk_size)
-    path = _check_checkpoint(checkpoint)
     parts: dict[str, list[np.ndarray]] = {}
     state: dict = {}
     done = 0
-    if path is not None:
-        loaded = _load_checkpoint(path, meta)
+    path = loaded = None
+    if checkpoint is not None:
+        error = None
+        try:
+            path = _check_checkpoint(checkpoint)
+            loaded = _load_checkpoint(path, meta)
+        except ValueError as err:
+            error = str(err)
         if loaded is not None:
             arrays, saved_meta = loaded
             state = saved_meta.get("state", {})
             done = int(saved_meta["done"])
             parts = {k: [v] for k, v in arrays.items()}
-        _agreed(done)
+        _agreed(done, error)
         if loaded is not None and progress is not None:
             progress(f"resumed from {path.name}: {done}/{num_replicates} replicates")
     pilot = min(pilot, num_replicates)

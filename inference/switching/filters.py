@@ -87,8 +87,11 @@ devices of ``mesh`` (``attnbayes.sharding``: a one-axis ``jax.sharding.Mesh``, d
 device JAX sees, every process's under ``jax.distributed``): B is padded to a multiple of the
 mesh size with copies of the last series (dropped from the result), each device vmaps the
 filter over its B / D series, and nothing moves between devices while they run (the series
-are independent: no collective at all; the inputs, B T (o + k) numbers, go out once, and the
-results, B T M d^2 for the covariances, come back). Each series is computed by the same
+are independent: no collective in the filtering; the inputs, B T (o + k) numbers, go out once,
+and the results, B T M d^2 for the covariances, come back). Cutting the padding off is the one
+exception: when B is not a multiple of D the cut results cannot be split evenly, and XLA
+gathers them whole onto every device (D copies of B T M d^2 numbers); give B a multiple of D
+to keep them split. Each series is computed by the same
 program whatever the mesh, so results agree to round-off (1e-12 in float64) on any number of
 devices. Under several processes every process calls it with the same arrays, and the result
 is split over the processes: ``attnbayes.sharding.gather`` brings it to each (and
@@ -508,9 +511,10 @@ def filter_batch(
     Series b's result is ``imm_filter(params, observations[b], inputs=inputs[b])`` (or
     ``gpb1_filter`` / ``gpb2_filter`` for ``method``), to round-off; every result field gains
     a leading series axis. Each device runs the vmapped filter on its B / D series; the series
-    are independent, so no collective runs and the only traffic is the inputs out and the
-    results back (module docstring, "Batches of series"). The same numbers on any mesh
-    (1e-12 in float64).
+    are independent, so the filtering needs no collective and the only traffic is the inputs
+    out and the results back (module docstring, "Batches of series"), except that with B not
+    a multiple of D the results, cut back to B, are gathered whole onto every device. The same
+    numbers on any mesh (1e-12 in float64).
 
     Checks as the single-series filters do, before any tracing (a ``ValueError`` naming
     ``params``, ``observations``, ``inputs``, ``method``; a ``TypeError`` or ``ValueError``
@@ -531,7 +535,8 @@ def filter_batch(
     Returns:
         ``FilterResult``: mode_probs (B, T, M), means (B, T, M, d), covs (B, T, M, d, d), mean
         (B, T, d), cov (B, T, d, d), log_likelihood (B,). Under several processes its arrays
-        are split over the processes: ``attnbayes.sharding.gather`` before NumPy use.
+        may be split over the processes (always when B is a multiple of the mesh size):
+        ``attnbayes.sharding.gather`` before NumPy use (it returns whole arrays as they are).
     """
     if not isinstance(method, str) or method not in _STEPS:
         raise ValueError(f"method: expected one of {list(_STEPS)}, got {method!r}")

@@ -235,6 +235,43 @@ def test_checkpoint_resumes_to_the_same_result(tmp_path, monkeypatch):
     np.testing.assert_array_equal(other["ranks"]["mu"].values, whole["ranks"]["mu"].values)
 
 
+def test_a_checkpoint_refused_on_one_process_is_raised_on_every_process(tmp_path, monkeypatch):
+    """Under jax.distributed a checkpoint refused on one process (a folder only it lacks) must
+    not leave the others waiting in a collective: every process joins the one exchange of
+    refusals and raises, this process's own refusal first, else another's naming it. Two
+    processes are simulated: this one (process 0) and a process 1 whose row is given."""
+    import importlib
+
+    from jax.experimental import multihost_utils
+
+    sbc_module = importlib.import_module("attnbayes.inference.diagnostics.sbc")  # not sbc()
+
+    other_row = {}
+
+    def allgather(mine):
+        other = np.zeros_like(mine)
+        other[0] = other_row.get("done", mine[0])
+        text = other_row.get("error", "").encode()
+        other[1 : 1 + len(text)] = np.frombuffer(text, np.uint8)
+        return np.stack([mine, other])
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
+    missing = tmp_path / "nowhere" / "s.npz"
+    other_row["error"] = "checkpoint: folder /elsewhere does not exist"
+    with pytest.raises(ValueError, match="^checkpoint: folder .*nowhere does not exist$"):
+        run(exact_posterior(), num_replicates=4, chunk_size=4, checkpoint=missing)
+    with pytest.raises(ValueError, match="^checkpoint: folder /elsewhere does not exist "
+                       r"\(on process 1\)$"):  # fmt: skip
+        run(exact_posterior(), num_replicates=4, chunk_size=4, checkpoint=tmp_path / "s.npz")
+    other_row.clear()
+    other_row["done"] = 3
+    with pytest.raises(ValueError, match=r"resume from different replicates \(\[0, 3\]\)"):
+        sbc_module._agreed(0, None)
+    sbc_module._agreed(3, None)  # the same replicates everywhere: nothing to say
+
+
 def test_one_and_two_host_devices_agree():
     """The same study on a mesh of one device and on the default mesh (pytest's two host
     devices): the same ranks and PIT values, replicate for replicate; the attrs say where it
