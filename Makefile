@@ -58,11 +58,12 @@ notebooks: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -P -m pytest -q -m slow
 
-# Two processes joined by jax.distributed on 127.0.0.1 (README: "Running on many cores, devices
-# and machines"): the sharded E-step and NPMLE and `attnbayes calibrate` against one process.
-# About 40 s; each pair of processes is killed after 3 minutes.
+# Two processes joined by jax.distributed on 127.0.0.1 (docs/distributed.md): the sharded
+# E-step and NPMLE and `attnbayes calibrate` against one process (about 40 s; each pair of
+# processes is killed after 3 minutes); then both trainers on one and two devices (2-3 min).
+TRAINERS_ON_DEVICES := tests/inference/deconvolution/learned/test_training.py::test_both_trainers_give_the_same_parameters_on_one_and_two_devices
 test-distributed: $(STAMP)
-	$(PY) -P -m pytest -q -p no:xdist -m slow tests/app/test_distributed.py
+	$(PY) -P -m pytest -q -p no:xdist -m slow tests/app/test_distributed.py $(TRAINERS_ON_DEVICES)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[dev,bench]"

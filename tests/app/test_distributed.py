@@ -1,7 +1,7 @@
 """Across processes (jax.distributed on 127.0.0.1): two processes run the sharded E-step and the
 streamed NPMLE over their global two-device mesh and get what one device gets here (1e-12);
-``attnbayes calibrate`` on two processes (README's "Running on many cores, devices and
-machines" commands) writes once, from process 0, the ranks of the one-process run; a folder
+``attnbayes calibrate`` on two processes (the commands of docs/distributed.md, which
+README points to) writes once, from process 0, the ranks of the one-process run; a folder
 process 0 refuses stops both. The launches are ``slow`` (``make test-distributed``, which
 ``.ci/run`` runs after ``make test``): each process imports JAX, joins and compiles. Without
 subprocesses: a report process that does not write computes every part and writes nothing."""
@@ -29,7 +29,8 @@ SECTION_IDS = tuple(sid for sid, _ in SECTIONS)
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "support" / "two_processes.py"
 TIMEOUT_S = 180  # per pair of processes, compiling included; both are killed past it
-# README's example (its coordinator, --process-id and --out aside): Gibbs ranks, tiny sizes
+# docs/distributed.md's example (its coordinator, --process-id and --out aside): Gibbs ranks,
+# tiny sizes
 CALIBRATE = [
     "calibrate",
     "--method",
@@ -45,6 +46,22 @@ CALIBRATE = [
     "--chunk-size",
     "8",
 ]
+
+
+def test_the_documented_commands_are_the_ones_tested():
+    """docs/distributed.md's two-process commands are ``CALIBRATE`` with the launch options,
+    process 1 started first in the background, process 0 second."""
+    import shlex
+
+    text = (ROOT / "docs" / "distributed.md").read_text()
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(c.rstrip("& \n")) for c in block.replace("\\\n", " ").split("\n")]
+    commands = [c for c in commands if c and c[0] == "attnbayes"]
+    assert len(commands) == 2, block
+    for command, process in zip(commands, ("1", "0"), strict=True):
+        launch = ["--coordinator", "127.0.0.1:8476", "--num-processes", "2"]
+        expected = ["attnbayes", *CALIBRATE, "--out", "runs", *launch, "--process-id", process]
+        assert command == expected
 
 
 def _free_port() -> int:
@@ -118,7 +135,7 @@ def test_two_processes_give_the_sharded_estep_and_npmle_of_one_device(tmp_path):
     assert int(found.pop("num_devices")) == 2  # the global mesh: one device per process
     expected = two_processes.results(sharding.batch_mesh(jax.devices()[:1]))
     assert found.keys() == expected.keys()
-    assert ("npmle_weights" in found) == two_processes.npmle_streams()
+    assert "npmle_weights" in found  # the streamed NPMLE, sharded over both processes
     for name, value in expected.items():
         np.testing.assert_allclose(found[name], value, rtol=1e-12, atol=1e-12, err_msg=name)
 

@@ -11,7 +11,6 @@ one device of its own process. Also ``worker_devices``: a task that returns the 
 a report worker started with and its device count (tests/app/test_parallel.py).
 """
 
-import inspect
 import os
 import sys
 
@@ -33,13 +32,6 @@ def problem():
     return x, sigma, atoms + 0.3, weights
 
 
-def npmle_streams() -> bool:
-    """Whether ``npmle`` takes ``block_size`` and ``mesh`` (issue 39's API)."""
-    from attnbayes.inference.deconvolution import npmle
-
-    return {"block_size", "mesh"} <= set(inspect.signature(npmle).parameters)
-
-
 def results(mesh=None) -> dict[str, np.ndarray]:
     """The batch entry points on ``problem()`` over ``mesh`` (None: every device)."""
     from attnbayes.inference.deconvolution import em_step, log_likelihood, npmle
@@ -53,9 +45,8 @@ def results(mesh=None) -> dict[str, np.ndarray]:
     out["em_atoms"], out["em_weights"] = gather((new_atoms, new_weights))
     loglik = log_likelihood(x, atoms, weights, sigma, block_size=BLOCK_SIZE, mesh=mesh)
     out["log_likelihood"] = gather(loglik)
-    if npmle_streams():
-        fit = npmle(x, sigma, grid_size=20, block_size=BLOCK_SIZE, mesh=mesh)
-        out["npmle_weights"] = gather(fit.weights)
+    fit = npmle(x, sigma, grid_size=20, block_size=BLOCK_SIZE, mesh=mesh)
+    out["npmle_weights"] = gather(fit.weights)
     return out
 
 
