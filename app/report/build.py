@@ -145,7 +145,7 @@ def write_report(
             spaced draws per chain, without the posterior predictive draws and the latent z draws,
             pointwise arrays of more than ``THINNED_FLOAT32_SIZE`` numbers in float32,
             zlib-compressed;
-            its attrs say so), so the full report's folder is about SIZE_MB.
+            its attrs say so), so the full report's folder is about 28 MB.
         progress: called with a message at every step (the CLI prints them), and with one
             line per distinct warning a part raised (ArviZ's among them), naming its scenario
             and method: ``"warning: three-atoms, nuts: UserWarning: ..."``; the page lists
