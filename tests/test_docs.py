@@ -83,6 +83,14 @@ def _library() -> dict[str, Path]:
     return {d: f for d, f in _packages().items() if not d.startswith("attnbayes.app")}
 
 
+README_MAX_LINES = 310  # "a README a newcomer reads in five minutes": about 300 lines
+
+
+def test_readme_stays_short():
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines (at most {README_MAX_LINES})"
+
+
 def test_readme_tour_names_every_package():
     tour = _tour()
     missing = [dotted for dotted in _packages() if not _names(tour, dotted)]
