@@ -707,9 +707,11 @@ def _streamed_posterior_mean(x, atoms, weights, sigma, block_size, mesh=None):
 def posterior_mean_unchecked(x, atoms, weights, sigma, block_size=None, mesh=None):
     """The kernel of ``em.posterior_mean``: E[z_i | x_i] (N, p), one attention step, dense or
     streamed with the rows sharded over ``mesh`` (as in ``em_step_unchecked``). Jitted, the
-    streamed result is one global array split over the mesh's devices; under several
-    processes its rows are spread over them (``attnbayes.sharding.gather``, as
-    ``em.posterior_mean`` does, brings them whole)."""
+    streamed result is one global array, split over the mesh's devices when N fills their
+    padded row tiles exactly and otherwise gathered whole onto each (cutting the padding off
+    leaves rows that cannot be split evenly); under several processes split rows are spread
+    over them (``attnbayes.sharding.gather``, as ``em.posterior_mean`` does, brings them
+    whole)."""
     if block_size is None:
         return posterior_unchecked(x, atoms, weights, sigma)[0]
     return _streamed_posterior_mean(x, atoms, weights, sigma, block_size, mesh)
