@@ -9,14 +9,6 @@ os.environ.setdefault(
     "XLA_FLAGS",
     "--xla_force_host_platform_device_count=2 --xla_llvm_disable_expensive_passes=true",
 )
-# ...and XLA's backend optimisation off too (JAX's jax_disable_most_optimizations: LLVM at -O0):
-# a cold run then spends 29% fewer CPU-seconds (measured: 956 against 1,340 s), the tests'
-# programs being small and run once. The processes tests start (the CLI, the report's workers)
-# inherit it. A test module whose checks depend on the optimised code's numerics sets
-# FULL_OPTIMIZATION = True and compiles as users do (``compiled_as_users_compile`` below):
-# at -O0 the dense attention's gradient with a fully masked key block came out NaN in some
-# rows, and the float32 NPMLE beat the float64 fit by more than its test allows.
-os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")  # the CLI sets Agg itself; direct calls use this
 # The report runs in this process unless a test asks for workers (app/report/test_report.py
 # does): monkeypatched runners then reach it, and the two pytest workers already fill the cores.
@@ -94,19 +86,6 @@ def _group(item) -> str:
         return "three_atom_comparison"
     module = getattr(item, "module", None)
     return getattr(module, "XDIST_GROUP", None) or item.path.relative_to(TESTS).as_posix()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compiled_as_users_compile(request):
-    """The tests of a module that sets ``FULL_OPTIMIZATION = True`` compile with XLA's full
-    optimisation, as users' programs do (module scope: before the module's own fixtures)."""
-    if not getattr(request.module, "FULL_OPTIMIZATION", False):
-        yield
-        return
-    before = jax.config.values["jax_disable_most_optimizations"]
-    jax.config.update("jax_disable_most_optimizations", False)
-    yield
-    jax.config.update("jax_disable_most_optimizations", before)
 
 
 @pytest.fixture

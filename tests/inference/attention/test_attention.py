@@ -36,9 +36,6 @@ from attnbayes.inference.attention import (
 )
 from attnbayes.inference.attention.scores import scaled_dot_product
 
-# compiled as users compile: the checks below hold for the optimised code (tests/conftest.py)
-FULL_OPTIMIZATION = True
-
 
 @pytest.fixture(scope="module")
 def qkv():

@@ -27,9 +27,6 @@ from attnbayes.inference.deconvolution.kiefer_wolfowitz import (
 )
 from attnbayes.models.deconvolution import simulate
 
-# compiled as users compile: the checks below hold for the optimised code (tests/conftest.py)
-FULL_OPTIMIZATION = True
-
 N1, N2, G = 200, 150, 40
 SIGMA1, SIGMA2 = 1.0, 0.5
 
