@@ -261,6 +261,24 @@ _DECONVOLUTION = (
         uncertainty, so the intervals are too narrow (zero width when tau = 0).""",
     ),
     _method(
+        "normal-nuts",
+        "deconvolution",
+        "normal hierarchical (NUTS)",
+        "mcmc:run_nuts",
+        # non-centred eight-schools posteriors have a few divergences at NumPyro's 0.8; the
+        # comparison uses the draws only, so the posterior predictive is not compiled
+        {**_NUTS_SIZES, "target_accept_prob": 0.9, "posterior_predictive": False},
+        "draws",
+        True,
+        "prior-posterior",
+        description="""the normal hierarchical model (eight schools; Rubin 1981, Gelman et al.
+        BDA3 section 5.5) by NUTS, non-centred (theta_i = mu + tau theta_t_i, theta_t_i ~
+        N(0, 1)): mu ~ N(mean x, (2 sd x + s)^2), tau ~ half-Cauchy(2 sd x + s), x_i ~
+        N(theta_i, s_i^2); z_hat is the posterior mean of E[theta_i | x_i, mu, tau], the
+        intervals are posterior quantiles of theta_i with mu and tau integrated out (unlike
+        normal-eb's plug-in). With p coordinates, one such model per coordinate.""",
+    ),
+    _method(
         "learned",
         "deconvolution",
         "learned EB (grid stack v2)",

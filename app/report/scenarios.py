@@ -14,6 +14,7 @@ METHOD_COLORS = {
     "james-stein": "tab:gray",
     "sure": "tab:olive",
     "normal-eb": "tab:pink",
+    "normal-nuts": "darkgoldenrod",
     "learned": "magenta",
     "oracle": "tab:green",
 }

@@ -30,6 +30,33 @@ Methods:
   likelihood (``shrinkage.normal_eb``); the plug-in posterior N(mu + (1 - b_i)(x_i - mu),
   (1 - b_i) s_i^2), b_i = s_i^2 / (s_i^2 + tau^2), for intervals, N(mu, tau^2 + s_i^2) as
   predictive. With p > 1 "sure" and "normal-eb" work coordinate by coordinate.
+- ``"normal-nuts"``: the same normal hierarchical model (Rubin 1981; Gelman et al. 2013, BDA3
+  section 5.5) with its hyperparameters integrated out by NUTS
+  (``attnbayes.models.hierarchical.normal_hierarchical_model``), non-centred by default
+  (Papaspiliopoulos, Roberts and Skold 2007)::
+
+      mu ~ N(mu_loc, mu_scale^2),  tau ~ half-Cauchy(tau_scale),
+      theta_t_i ~ N(0, 1),  theta_i = mu + tau theta_t_i,  x_i | theta_i ~ N(theta_i, s_i^2).
+
+  Priors by default scaled to the data as NUTS's atoms are (mu_loc = mean x, mu_scale =
+  tau_scale = 2 sd(x) + s, s the root mean square of the s_i); ``method_kwargs={"normal-nuts":
+  {"mu_loc": 0.0, "mu_scale": 5.0, "tau_scale": 5.0}}`` gives the eight-schools priors of
+  NumPyro's and PyMC's documentation, ``"centered": True`` the centred form. Summarised like
+  the other samplers through per-draw quantities: z_mean_i^(s) = E[theta_i | x_i, mu_s, tau_s]
+  = mu_s + (1 - b_is)(x_i - mu_s), b_is = s_i^2 / (s_i^2 + tau_s^2) (z_hat is their mean, a
+  Rao-Blackwellised posterior mean), z_draw = theta^(s) (equal-tailed intervals), nu_cdf^(s)(t)
+  = Phi((t - mu_s) / tau_s), and the marginal log-likelihood log N(x_i; mu_s, tau_s^2 + s_i^2)
+  (theta_i integrated out, as the mixtures sum out their atoms; the DataTree's
+  ``log_likelihood`` group holds it, so PSIS-LOO leaves one unit out of p(x | mu, tau)). The
+  held-out predictive is log mean_s N(x_new; mu_s, tau_s^2 + s_new^2) and nu the equal-weight
+  mixture of the drawn priors N(mu_s, tau_s^2) (``MethodFit.normal_prior``), against which
+  ``wasserstein1_nu`` is computed exactly (``wasserstein1_normal_mixture``). The model is
+  one-dimensional: with p > 1 coordinates it runs coordinate by coordinate, as "normal-eb"
+  fits, one (mu_c, tau_c) per coordinate (independent priors and likelihoods, so the
+  posterior factorises and the runs' draws side by side are joint draws; the log-likelihood
+  and held-out density sum over coordinates). Its key is ``jax.random.fold_in(key,
+  NORMAL_NUTS_KEY_FOLD)`` (the other samplers' keys are unchanged), coordinate c's (p > 1)
+  ``jax.random.fold_in`` of that with c.
 - ``"learned"``: the grid stack, version 2 of the learned empirical-Bayes estimator
   (``learned.grid_stack.grid_stack_fit``; parameters ``pretrained_grid_stack()`` unless
   ``method_kwargs={"learned": {"params": ..., "grid_size": ...}}``): z_hat its posterior mean,
@@ -44,14 +71,16 @@ Methods:
   floor that any estimator of nu is measured against.
 
 Metrics (tidy table: method, metric, value): ``mse_z`` (mean over i of |z_hat_i - z_i|^2),
-``coverage_50`` / ``coverage_90`` of intervals for z_i, ``wasserstein1_nu`` (1-D), the
-``log_likelihood`` (point estimates: at the estimate; samplers: its posterior mean; James-Stein,
-SURE and normal EB: under their normal predictive), ``heldout_lpd`` (with ``x_heldout``: the
-mean over held-out points of the log predictive density, log p(x_new | fit) for point estimates and
-log mean_s p(x_new | theta_s) for samplers), ``wall_time_s`` (compilation included), for
-iterative fits their ``iterations`` and ``converged`` (1/0), and for the samplers (NUTS,
-Gibbs) ``elpd_loo``, the largest Pareto k of PSIS-LOO (``pareto_k_max``; above 0.7 the LOO
-estimate is unreliable), the worst R-hat and smallest bulk/tail ESS over permutation-invariant
+``coverage_50`` / ``coverage_90`` of intervals for z_i, ``wasserstein1_nu`` (1-D; for the
+normal models "normal-eb" and "normal-nuts" between the true measure and the fitted normal
+prior, or the mixture of the drawn ones), the ``log_likelihood`` (point estimates: at the
+estimate; samplers: its posterior mean; James-Stein, SURE, normal EB and normal NUTS: under
+their normal predictive), ``heldout_lpd`` (with ``x_heldout``: the mean over held-out points
+of the log predictive density, log p(x_new | fit) for point estimates and log mean_s p(x_new |
+theta_s) for samplers), ``wall_time_s`` (compilation included), for iterative fits their
+``iterations`` and ``converged`` (1/0), and for the samplers (NUTS, Gibbs, normal NUTS)
+``elpd_loo``, the largest Pareto k of PSIS-LOO (``pareto_k_max``; above 0.7 the LOO estimate
+is unreliable), the worst R-hat and smallest bulk/tail ESS over permutation-invariant
 quantities (z_mean, nu_cdf, log_lik_total), and divergences.
 
 Sigma: a number, one scale per unit (N,), or (x (N, p)) one per unit and coordinate (N, p)
@@ -82,6 +111,8 @@ import numpy as np
 
 from ... import validation
 from ...models.deconvolution import DiscreteMeasure, check_measure, deconvolution_model, model_dims
+from ...models.hierarchical import DIMS as HIERARCHICAL_DIMS
+from ...models.hierarchical import normal_hierarchical_model
 from .. import methods as registry
 from ..diagnostics import diagnostics, psis_loo
 from ..mcmc import NUTS_SETTINGS, check_sampler_sizes, run_nuts
@@ -104,6 +135,10 @@ INTERVAL_BLOCK_ELEMENTS = 2**22  # row blocks of the streamed plug-in intervals 
 # ``nuts_kwargs`` holds sampler settings and the model's keyword arguments together; run_nuts
 # takes them apart (its keyword-only parameters are the sampler's settings)
 _SAMPLER_SETTINGS = frozenset(NUTS_SETTINGS)
+# "normal-nuts": the model's keyword arguments it takes (besides the sampler's settings), and
+# the number its key is folded from (``jax.random.fold_in(key, NORMAL_NUTS_KEY_FOLD)``)
+_NORMAL_NUTS_MODEL = ("mu_loc", "mu_scale", "tau_scale", "centered")
+NORMAL_NUTS_KEY_FOLD = 35
 
 
 class MethodFit(NamedTuple):
@@ -123,6 +158,10 @@ class MethodFit(NamedTuple):
         hyperparameters: the fitted hyperparameters of the normal-prior rules ("james-stein",
             "sure", "normal-eb": their ``shrinkage`` result's location, prior_variance, ...,
             as NumPy arrays), else None.
+        normal_prior: for the normal hierarchical model of scalar data, (locations (S,),
+            scales (S,)) of the normal priors N(mu_s, tau_s^2) whose equal-weight mixture is
+            the estimated nu ("normal-eb": its one fitted prior, S = 1; "normal-nuts": the
+            posterior draws), else None.
     """
 
     z_hat: np.ndarray
@@ -135,6 +174,7 @@ class MethodFit(NamedTuple):
     log_likelihood: float | None = None
     heldout_lpd: float | None = None
     hyperparameters: dict | None = None
+    normal_prior: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class DeconvolutionComparison(NamedTuple):
@@ -158,6 +198,71 @@ def wasserstein1(atoms_a, weights_a, atoms_b, weights_b) -> float:
     order = np.argsort(support, kind="stable")
     support, diff_cdf = support[order], np.cumsum(signed[order])
     return float(np.sum(np.abs(diff_cdf[:-1]) * np.diff(support)))
+
+
+def wasserstein1_normal_mixture(locations, scales, atoms, weights) -> float:
+    """W1 between the equal-weight mixture of normals (1/S) sum_s N(m_s, t_s^2) and a discrete
+    measure on the line, integral |F(t) - G(t)| dt, in closed form.
+
+    F(t) = mean_s Phi((t - m_s) / t_s) has the antiderivative H(t) = mean_s [(t - m_s)
+    Phi(z_s) + t_s phi(z_s)], z_s = (t - m_s) / t_s (t_s = 0: a point mass, H = mean_s (t -
+    m_s)_+). Between two neighbouring atoms G is a constant c and F - c, increasing, changes
+    sign at most once, at t* = F^{-1}(c) (bisection); each side is then H's difference minus
+    c times the length. Below the first atom the integral is H(a_1), above the last
+    mean_s [t_s phi(z_s) - (a_K - m_s)(1 - Phi(z_s))].
+    """
+    from scipy.special import ndtr
+
+    m = np.asarray(locations, np.float64).ravel()
+    t = np.asarray(scales, np.float64).ravel()
+    a = np.asarray(atoms, np.float64).ravel()
+    order = np.argsort(a, kind="stable")
+    a, w = a[order], np.asarray(weights, np.float64).ravel()[order]
+    tiny = np.finfo(np.float64).tiny
+
+    def zs(u):
+        return (u - m) / np.maximum(t, tiny)
+
+    def cdf(u):
+        return float(np.mean(ndtr(zs(u))))
+
+    def anti(u):  # H(u)
+        z = zs(u)
+        return float(np.mean((u - m) * ndtr(z) + t * np.exp(-0.5 * z**2) / np.sqrt(2 * np.pi)))
+
+    with np.errstate(over="ignore", divide="ignore"):  # t_s = 0: z_s = +-inf, phi(z_s) = 0
+        return _w1_normal_pieces(a, w, anti, cdf, zs, m, t)
+
+
+def _w1_normal_pieces(a, w, anti, cdf, zs, m, t) -> float:
+    """The sum of ``wasserstein1_normal_mixture``: the two tails, then each gap between atoms
+    split at the root of F = G."""
+    from scipy.special import ndtr
+
+    total = anti(a[0])
+    z = zs(a[-1])
+    total += float(np.mean(t * np.exp(-0.5 * z**2) / np.sqrt(2 * np.pi) - (a[-1] - m) * ndtr(-z)))
+    level = np.cumsum(w)
+    for j in range(len(a) - 1):
+        lo, hi, c = a[j], a[j + 1], level[j]
+        if hi <= lo:
+            continue
+        if cdf(lo) >= c:
+            root = lo
+        elif cdf(hi) <= c:
+            root = hi
+        else:
+            left, right = lo, hi
+            for _ in range(200):
+                mid = 0.5 * (left + right)
+                if mid in (left, right):
+                    break
+                left, right = (mid, right) if cdf(mid) < c else (left, mid)
+            root = 0.5 * (left + right)
+        below = c * (root - lo) - (anti(root) - anti(lo))
+        above = (anti(hi) - anti(root)) - c * (hi - root)
+        total += abs(below) + abs(above)
+    return float(total)
 
 
 def _coverage(intervals, z_true) -> dict:
@@ -396,6 +501,9 @@ def _normal_rule_fit(p: _Problem, method: str, start) -> MethodFit:
         for name, value in ((k, np.asarray(v)) for k, v in fit._asdict().items())
         if name not in ("z_hat", "posterior_sd")
     }
+    normal_prior = None
+    if method == "normal-eb" and p.scalar:  # nu = N(mu, tau^2), for wasserstein1_nu
+        normal_prior = (centre.reshape(-1), np.sqrt(prior_var).reshape(-1))
     return MethodFit(
         z_hat=np.asarray(validation.restore_shape(post_mean, p.scalar)),
         intervals=intervals,
@@ -404,6 +512,7 @@ def _normal_rule_fit(p: _Problem, method: str, start) -> MethodFit:
         log_likelihood=gaussian_ll(pts, rows),
         heldout_lpd=heldout,
         hyperparameters=hyper,
+        normal_prior=normal_prior,
     )
 
 
@@ -493,6 +602,141 @@ def _gibbs_fit(p: _Problem, key, gibbs_kwargs) -> MethodFit:
     return _sampler_fit(p, datatree, key_inv, start)
 
 
+def _normal_nuts_settings(opts: dict) -> dict:
+    """The "normal-nuts" settings checked before any method runs: only the sampler's settings
+    and the model's mu_loc, mu_scale, tau_scale and centered, their values in range. The
+    data-scaled priors fill in what is not given (``_normal_nuts_fit``)."""
+    where = "method_kwargs['normal-nuts']"
+    known = set(_SAMPLER_SETTINGS) | set(_NORMAL_NUTS_MODEL)
+    unknown = sorted(set(opts) - known)
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown settings {unknown}; it takes run_nuts's settings and the model's "
+            f"{list(_NORMAL_NUTS_MODEL)}"
+        )
+    for name in ("mu_scale", "tau_scale"):
+        if name in opts:
+            validation.check_positive_scalar(f"{where}['{name}']", opts[name])
+    if "mu_loc" in opts:
+        value = validation.check_real_scalar(f"{where}['mu_loc']", opts["mu_loc"], "a number")
+        validation.check_finite(f"{where}['mu_loc']", value)
+    if "centered" in opts:
+        validation.check_flag(f"{where}['centered']", opts["centered"])
+    return dict(opts)
+
+
+def _normal_nuts_coordinate(key, x, s, opts):
+    """NUTS on the normal hierarchical model for one coordinate: x, s (N,) -> its DataTree and
+    the draws mu, tau (chain, draw), theta (chain, draw, N)."""
+    scale = 2.0 * float(np.std(x)) + float(np.sqrt(np.mean(s**2)))
+    # 0-d arrays, not Python floats: arguments of one compiled program (``_prior_settings``)
+    model = {"mu_loc": np.mean(x), "mu_scale": scale, "tau_scale": scale}
+    model.update({k: v for k, v in opts.items() if k in _NORMAL_NUTS_MODEL})
+    model = {k: (v if k == "centered" else np.asarray(v, np.float64)) for k, v in model.items()}
+    sampler = {k: v for k, v in opts.items() if k in _SAMPLER_SETTINGS}
+    # sigma: a number when every unit shares it (one program for any value), else (N,)
+    sigma = np.asarray(s[0]) if np.all(s == s[0]) else np.array(s)
+    datatree = run_nuts(
+        key,
+        normal_hierarchical_model,
+        (jnp.asarray(x),),
+        dict(sigma=sigma, **model),
+        dims=HIERARCHICAL_DIMS,
+        **sampler,
+    )
+    post = datatree["posterior"]
+    return (
+        datatree,
+        np.asarray(post["mu"], np.float64),
+        np.asarray(post["tau"], np.float64),
+        np.asarray(post["theta"].transpose("chain", "draw", "unit"), np.float64),
+    )
+
+
+def _normal_nuts_fit(p: _Problem, key, opts) -> MethodFit:
+    """NUTS on the normal hierarchical model (module docstring, "normal-nuts"), one run per
+    coordinate as "normal-eb" fits one prior per coordinate (p > 1: coordinate c runs with
+    ``jax.random.fold_in(key, c)``; the posterior factorises over coordinates, so the runs'
+    draws side by side are draws of the joint posterior), summarised through its per-draw
+    quantities z_mean, z_draw, nu_cdf (scalar data) and log_lik_total."""
+    import xarray as xr
+    from scipy.special import logsumexp, ndtr
+
+    pts = np.asarray(p.x, np.float64).reshape(len(p.x), -1)  # (N, p)
+    rows = np.broadcast_to(np.asarray(p.rows, np.float64), pts.shape)
+    num_coords = pts.shape[1]
+    start = time.perf_counter()
+    runs = [
+        _normal_nuts_coordinate(
+            key if num_coords == 1 else jax.random.fold_in(key, c), pts[:, c], rows[:, c], opts
+        )
+        for c in range(num_coords)
+    ]
+    mu = np.stack([r[1] for r in runs], -1)  # (chain, draw, p)
+    tau = np.stack([r[2] for r in runs], -1)
+    theta = np.stack([r[3] for r in runs], -1)  # (chain, draw, N, p)
+    var = tau[:, :, None, :] ** 2 + rows**2  # the marginal variance of x_ic
+    centre = mu[:, :, None, :]
+    z_mean = centre + (tau[:, :, None, :] ** 2 / var) * (pts - centre)
+    # log p(x_i | mu, tau) = sum_c log N(x_ic; mu_c, tau_c^2 + s_ic^2), theta integrated out
+    pointwise = np.sum(-0.5 * (pts - centre) ** 2 / var - 0.5 * np.log(2 * np.pi * var), -1)
+
+    dims = ["chain", "draw"]
+    zdims = [*dims, "unit"] + ([] if p.scalar else ["coord"])
+    like_draws = theta.shape[:2] + np.shape(p.x)
+    extra = {
+        "z_mean": (zdims, z_mean.reshape(like_draws)),
+        "z_draw": (zdims, theta.reshape(like_draws)),
+        "log_lik_total": (dims, pointwise.sum(-1)),
+    }
+    base = runs[0][0]
+    post = base["posterior"].to_dataset()
+    coords = {"chain": post["chain"].values, "draw": post["draw"].values}
+    if p.scalar:
+        reach = 3.0 * float(np.max(rows))
+        grid = np.linspace(pts.min() - reach, pts.max() + reach, 101)
+        tiny = np.finfo(np.float64).tiny
+        cdf = ndtr((grid - mu[..., :1]) / np.maximum(tau[..., :1], tiny))
+        extra["nu_cdf"] = ([*dims, "cdf_point"], cdf)
+        coords["cdf_point"] = grid
+    datatree = base.copy()
+    if num_coords > 1:  # each group's variables gain a "coord" dimension
+        for group in base.children:
+            if group != "log_likelihood":
+                parts = [run[0][group].to_dataset() for run in runs]
+                datatree[group] = xr.DataTree(xr.concat(parts, dim="coord"))
+        post = datatree["posterior"].to_dataset()
+    merged = xr.merge([post, xr.Dataset(extra, coords=coords)], compat="override", join="outer")
+    merged.attrs = post.attrs
+    datatree["posterior"] = xr.DataTree(merged)
+    log_lik = xr.Dataset({"x": ([*dims, "unit"], pointwise)}, coords=coords)
+    if "log_likelihood" in base.children:
+        log_lik.attrs = base["log_likelihood"].attrs
+    datatree["log_likelihood"] = xr.DataTree(log_lik)
+
+    draws = theta.reshape(-1, *np.shape(p.x))
+    ends = np.quantile(draws, [q for p_ in INTERVAL_PROBS for q in ((1 - p_) / 2, (1 + p_) / 2)], 0)
+    intervals = {prob: (ends[2 * i], ends[2 * i + 1]) for i, prob in enumerate(INTERVAL_PROBS)}
+    heldout = None
+    if p.heldout is not None:  # log mean_s prod_c N(x_new,c; mu_sc, tau_sc^2 + s_new,c^2)
+        held = p.heldout.x  # (M, p)
+        held_s = np.broadcast_to(np.asarray(p.heldout.sigma, np.float64), held.shape)
+        flat_mu = mu.reshape(-1, 1, num_coords)
+        hvar = tau.reshape(-1, 1, num_coords) ** 2 + held_s**2  # (S, M, p)
+        dens = np.sum(-0.5 * (held - flat_mu) ** 2 / hvar - 0.5 * np.log(2 * np.pi * hvar), -1)
+        heldout = float(np.mean(logsumexp(dens, axis=0) - np.log(dens.shape[0])))
+    return MethodFit(
+        z_hat=z_mean.reshape(-1, *np.shape(p.x)).mean(0),
+        intervals=intervals,
+        measure=None,
+        seconds=time.perf_counter() - start,
+        datatree=datatree,
+        log_likelihood=float(pointwise.sum(-1).mean()),
+        heldout_lpd=heldout,
+        normal_prior=(mu[..., 0].reshape(-1), tau[..., 0].reshape(-1)) if p.scalar else None,
+    )
+
+
 def _run_em(p: _Problem, key, opts) -> MethodFit:
     return _em_fit(p, opts)
 
@@ -529,6 +773,10 @@ def _run_sure(p: _Problem, key, opts) -> MethodFit:
 
 def _run_normal_eb(p: _Problem, key, opts) -> MethodFit:
     return _normal_rule_fit(p, "normal-eb", time.perf_counter())
+
+
+def _run_normal_nuts(p: _Problem, key, opts) -> MethodFit:
+    return _normal_nuts_fit(p, key, opts)
 
 
 def _run_learned(p: _Problem, key, opts) -> MethodFit:
@@ -621,6 +869,7 @@ _RUNNERS = {
     "james-stein": _run_james_stein,
     "sure": _run_sure,
     "normal-eb": _run_normal_eb,
+    "normal-nuts": _run_normal_nuts,
     "learned": _run_learned,
     "oracle": _run_oracle,
 }
@@ -651,7 +900,7 @@ def compare_deconvolution(
 
     Args:
         key: ``jax.random`` key, first and positional; required for the samplers ("nuts",
-            "nuts-dp", "gibbs"), ``None`` allowed when every method is deterministic.
+            "nuts-dp", "gibbs", "normal-nuts"), ``None`` allowed when every method is deterministic.
         x: (N,) or (N, p) observations.
         sigma: known noise scale(s): a number, one per observation (N,), or one per
             observation and coordinate (N, p) (x (N, p) only).
@@ -672,14 +921,14 @@ def compare_deconvolution(
         nuts_kwargs: ``run_nuts``'s sampler settings (num_warmup, num_samples,
             target_accept_prob, ...) and the model's keyword arguments (prior, atom_loc,
             atom_scale, ...), told apart by name; its sampler sizes (num_warmup, num_samples,
-            num_chains) also apply to "nuts-dp".
+            num_chains) also apply to "nuts-dp" and "normal-nuts".
             Defaults: the method registry's (``attnbayes.inference.methods``): NUTS 2 chains
             x (500 warmup + 500 draws); Gibbs sweeps are cheap but mix about 4x worse per draw
             than NUTS here, so "gibbs" runs 4 chains x (1000 warmup + 2000 draws).
         method_kwargs: per-method keyword arguments, e.g. ``{"npmle": {"grid_size": 500},
             "approx-gibbs": {"step_size": 1.5}, "gibbs": {...}, "nuts-dp": {...}, "learned":
-            {"params": GridStackParams, "grid_size": 128}}``; they override ``em_kwargs`` /
-            ``nuts_kwargs``.
+            {"params": GridStackParams, "grid_size": 128}, "normal-nuts": {"tau_scale": 5.0,
+            "num_samples": 1000, ...}}``; they override ``em_kwargs`` / ``nuts_kwargs``.
         progress: called with a short message before each method (e.g. ``print``).
 
     Returns:
@@ -758,7 +1007,12 @@ def compare_deconvolution(
     sizes = {
         k: v for k, v in nuts_kwargs.items() if k in ("num_warmup", "num_samples", "num_chains")
     }
-    given = {"attention-em": em_kwargs or {}, "nuts": nuts_kwargs, "nuts-dp": sizes}
+    given = {
+        "attention-em": em_kwargs or {},
+        "nuts": nuts_kwargs,
+        "nuts-dp": sizes,
+        "normal-nuts": sizes,
+    }
     kwargs = {
         method: registry.settings(
             "deconvolution", method, {**given.get(method, {}), **method_kwargs.get(method, {})}
@@ -767,6 +1021,8 @@ def compare_deconvolution(
     }
     if "learned" in methods:
         kwargs["learned"] = _learned_settings(kwargs["learned"], points)
+    if "normal-nuts" in methods:
+        kwargs["normal-nuts"] = _normal_nuts_settings(kwargs["normal-nuts"])
     for method in methods:
         if method in SAMPLERS:  # every sampler's LOO, R-hat and ESS go into the table
             opts = kwargs[method]
@@ -776,7 +1032,12 @@ def compare_deconvolution(
     keys = {}
     if key is not None:  # "nuts" keeps the caller's key; the other samplers get their own
         key_dp, key_gibbs = jax.random.split(key)
-        keys = {"nuts": key, "nuts-dp": key_dp, "gibbs": key_gibbs}
+        keys = {
+            "nuts": key,
+            "nuts-dp": key_dp,
+            "gibbs": key_gibbs,
+            "normal-nuts": jax.random.fold_in(key, NORMAL_NUTS_KEY_FOLD),
+        }
 
     problem = _Problem(x_in, sigma, rows, scalar, heldout, true_measure, num_atoms, num_atoms_dp)
     fits: dict[str, MethodFit] = {}
@@ -796,6 +1057,9 @@ def compare_deconvolution(
             w1 = wasserstein1(
                 fit.measure.atoms, fit.measure.weights, true_measure.atoms, true_measure.weights
             )
+            rows.append((method, "wasserstein1_nu", w1))
+        elif true_measure is not None and scalar and fit.normal_prior is not None:
+            w1 = wasserstein1_normal_mixture(*fit.normal_prior, *true_measure)
             rows.append((method, "wasserstein1_nu", w1))
         rows.append((method, "log_likelihood", fit.log_likelihood))
         if fit.heldout_lpd is not None:
@@ -823,10 +1087,12 @@ def compare_deconvolution(
 
 __all__ = [
     "METHODS",
+    "NORMAL_NUTS_KEY_FOLD",
     "SAMPLERS",
     "DeconvolutionComparison",
     "MethodFit",
     "compare_deconvolution",
     "discrete_posterior_intervals",
     "wasserstein1",
+    "wasserstein1_normal_mixture",
 ]

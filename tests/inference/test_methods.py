@@ -112,6 +112,30 @@ def test_the_learned_method_runs_the_grid_stack_with_its_shipped_parameters(monk
     assert registry.get_method("deconvolution", "npmle").load_pretrained() is None
 
 
+def test_normal_nuts_is_a_sampler_of_the_comparison_not_of_a_command():
+    """ "normal-nuts" (the eight-schools model by NUTS) returns draws, needs a key, runs NUTS with
+    the sampler sizes of "nuts" and is run by ``compare_deconvolution`` (one of its samplers);
+    no command offers it (``attnbayes deconvolve`` would need its own output for it)."""
+    from attnbayes.inference import mcmc
+    from attnbayes.inference.deconvolution.comparison import METHODS, SAMPLERS
+
+    method = registry.get_method("deconvolution", "normal-nuts")
+    assert (method.returns, method.target, method.needs_key) == (
+        "draws",
+        "prior-posterior",
+        True,
+    )
+    assert method.fit is mcmc.run_nuts
+    nuts = registry.settings("deconvolution", "nuts")
+    for size in ("num_warmup", "num_samples", "num_chains"):
+        assert method.defaults[size] == nuts[size]
+    assert set(method.defaults) <= set(mcmc.NUTS_SETTINGS)  # sampler settings only
+    assert method.commands == ()
+    assert "normal-nuts" in METHODS and "normal-nuts" in SAMPLERS
+    assert "normal-nuts" not in registry.command_choices("deconvolve", "deconvolution")
+    assert "non-centred" in method.description and "per coordinate" in method.description
+
+
 def test_the_registry_imports_no_jax():
     """The command's parser reads the registry, so ``attnbayes --help`` needs no JAX."""
     script = (
