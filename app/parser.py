@@ -694,9 +694,9 @@ def _add_report(sub) -> None:
         )
         + "\n\n"
         + _wrap(
-            "Time on two workers: the full report about 4 minutes on a first run (cold: JAX "
-            "compiles every program) and about 2 minutes on later runs (warm: the compilation "
-            "cache); --quick about 2 minutes cold and under 1 minute warm."
+            "Time on two workers: the full report about 5.5 minutes on a first run (cold: JAX "
+            "compiles every program) and about 3 minutes on later runs (warm: the compilation "
+            "cache); --quick about 2.5 minutes cold and under 1 minute warm."
         )
         + "\n\n"
         + _wrap(

@@ -3,8 +3,9 @@
 ``write_report(out_dir)`` writes ``out_dir/<name>/`` with ``index.html`` (self-contained:
 tables and PNG figures inlined), the figures as PNG files, ``results.csv`` (section, scenario,
 method, metric, value) and the samplers' DataTrees as netCDF: thinned by default (at most 100
-draws per chain, without the posterior predictive draws; the full report's folder is about
-27 MB), in full with ``keep_trees=True`` (``attnbayes report --keep-trees``; about 180 MB).
+draws per chain, without the posterior predictive draws, pointwise arrays in float32; the
+full report's folder is about 23 MB), in full with ``keep_trees=True`` (``attnbayes report
+--keep-trees``; about 180 MB).
 The page opens with a summary generated from results.csv (``summary``: which method wins on
 which measure, where full Bayes and the point methods agree, where intervals under-cover),
 then the sections (``SECTIONS``):

@@ -122,8 +122,8 @@ def write_report(
         name: the report's folder inside ``out_dir``. An existing ``out_dir/name`` is replaced
             only if attnbayes wrote it (``attnbayes.app.outputs.prepare_target``, checked before any
             computation); the report carries ``run.json`` as its marker.
-        quick: small sizes and only the scenarios marked ``quick`` (about two minutes on two
-            cores instead of about ten).
+        quick: small sizes and only the scenarios marked ``quick`` (about 2.5 minutes on two
+            cores instead of about 5.5, cold).
         seed: the random seed of every simulation and sampler.
         scenarios: the deconvolution scenarios (``SCENARIOS``).
         methods: ``compare_deconvolution`` methods; must include "attention-em", "nuts" and
@@ -145,7 +145,7 @@ def write_report(
             spaced draws per chain, without the posterior predictive draws and the latent z draws,
             pointwise arrays of more than ``THINNED_FLOAT32_SIZE`` numbers in float32,
             zlib-compressed;
-            its attrs say so), so the full report's folder is about 28 MB.
+            its attrs say so), so the full report's folder is about 23 MB.
         progress: called with a message at every step (the CLI prints them), and with one
             line per distinct warning a part raised (ArviZ's among them), naming its scenario
             and method: ``"warning: three-atoms, nuts: UserWarning: ..."``; the page lists

@@ -182,8 +182,8 @@ def _flat(text: str) -> str:
 
 
 def test_report_help_states_its_times_once_and_names_every_section(run_cli, monkeypatch):
-    """The times are stated once, in README's numbers (two workers: the full report about 4
-    minutes cold and 2 warm, --quick about 2 cold and under 1 warm), and the page's summary and
+    """The times are stated once, in README's numbers (two workers: the full report about 5.5
+    minutes cold and 3 warm, --quick about 2.5 cold and under 1 warm), and the page's summary and
     nine sections are named (``SECTIONS``)."""
     from attnbayes.app.report import SECTIONS
 
@@ -198,9 +198,9 @@ def test_report_help_states_its_times_once_and_names_every_section(run_cli, monk
     assert text.count("time on two workers") == 1
     assert text.count("minute") == 4
     for phrase in (
-        "the full report about 4 minutes on a first run (cold",
-        "about 2 minutes on later runs (warm",
-        "--quick about 2 minutes cold and under 1 minute warm",
+        "the full report about 5.5 minutes on a first run (cold",
+        "about 3 minutes on later runs (warm",
+        "--quick about 2.5 minutes cold and under 1 minute warm",
     ):
         assert phrase in text, phrase
     assert (
