@@ -1047,18 +1047,24 @@ def test_regimes_fits_statsmodels_tvtp_case(tmp_path):
     assert "TVTP covariates" in err
 
 
+def _two_series() -> pd.DataFrame:
+    """Columns a (the two-regime series of ``_series(3)``) and b = 0.5 b_{t-1} + 0.3 a_{t-1}
+    + noise: a VAR(1) pair for the MS-VAR commands."""
+    y, _, _ = _series(3)
+    rng = np.random.default_rng(3)
+    w = np.zeros(T)
+    for t in range(1, T):
+        w[t] = 0.5 * w[t - 1] + 0.3 * y[t - 1] + rng.normal()
+    return pd.DataFrame({"a": y, "b": w})
+
+
 @pytest.mark.slow
 def test_regimes_one_regime_var_is_statsmodels_var(tmp_path):
     """Two --y columns with --order 1 --regimes 1: the VAR(1), whose maximum likelihood is
     statsmodels' ``VAR(...).fit(1)`` (OLS; its llf at the MLE covariance) to 1e-4."""
     import statsmodels.api as sm
 
-    y, _, _ = _series(3)
-    rng = np.random.default_rng(3)
-    w = np.zeros(T)
-    for t in range(1, T):
-        w[t] = 0.5 * w[t - 1] + 0.3 * y[t - 1] + rng.normal()
-    frame = pd.DataFrame({"a": y, "b": w})
+    frame = _two_series()
     argv = ["--y", "a,b", "--order", "1", "--regimes", "1", "--switching-variance"]
     code, err, metrics, table = _run_slow(tmp_path, frame, argv[:-1])
     assert code == 0, err
@@ -1082,12 +1088,7 @@ def test_regimes_fits_a_two_regime_ms_var(tmp_path):
     from attnbayes.inference.switching import fit_switching
     from attnbayes.models.markov_switching import markov_switching_var
 
-    y, _, _ = _series(3)
-    rng = np.random.default_rng(3)
-    w = np.zeros(T)
-    for t in range(1, T):
-        w[t] = 0.5 * w[t - 1] + 0.3 * y[t - 1] + rng.normal()
-    frame = pd.DataFrame({"a": y, "b": w})
+    frame = _two_series()
     argv = ["--y", "a,b", "--order", "1", "--regimes", "2", "--horizon", "2"]
     code, err, metrics, table = _run_slow(tmp_path, frame, argv)
     assert code == 0, err
