@@ -32,6 +32,22 @@ EIGHT_SCHOOLS_PRIORS = {"mu_loc": 0.0, "mu_scale": 5.0, "tau_scale": 5.0}
 SIZES = {"num_warmup": 300, "num_samples": 300}  # 2 chains (the registry's)
 
 
+def _direct_posterior(key, x, sigma):
+    """NUTS run directly on the model, with the method's settings and the eight-schools priors:
+    the posterior group of ``run_nuts``'s DataTree."""
+    return run_nuts(
+        key,
+        hierarchical.normal_hierarchical_model,
+        (jnp.asarray(x),),
+        {"sigma": sigma, **{k: np.asarray(v) for k, v in EIGHT_SCHOOLS_PRIORS.items()}},
+        dims=hierarchical.DIMS,
+        target_accept_prob=0.9,
+        posterior_predictive=False,
+        num_chains=2,
+        **SIZES,
+    )["posterior"]
+
+
 def test_eight_schools_are_run_nuts_on_the_model_summarised():
     """Identity: the method's draws are ``run_nuts`` on ``normal_hierarchical_model`` with the
     same key (``fold_in(key, NORMAL_NUTS_KEY_FOLD)``), priors and settings; z_hat is the mean
@@ -49,17 +65,7 @@ def test_eight_schools_are_run_nuts_on_the_model_summarised():
         method_kwargs={"normal-nuts": {**EIGHT_SCHOOLS_PRIORS, **SIZES}},
     )
     fit = result.fits["normal-nuts"]
-    direct = run_nuts(
-        jax.random.fold_in(key, NORMAL_NUTS_KEY_FOLD),
-        hierarchical.normal_hierarchical_model,
-        (jnp.asarray(Y8),),
-        {"sigma": S8, **{k: np.asarray(v) for k, v in EIGHT_SCHOOLS_PRIORS.items()}},
-        dims=hierarchical.DIMS,
-        target_accept_prob=0.9,
-        posterior_predictive=False,
-        num_chains=2,
-        **SIZES,
-    )["posterior"]
+    direct = _direct_posterior(jax.random.fold_in(key, NORMAL_NUTS_KEY_FOLD), Y8, S8)
     theta = direct["theta"].transpose("chain", "draw", "unit").values
     np.testing.assert_array_equal(
         fit.datatree["posterior"]["z_draw"].transpose("chain", "draw", "unit").values, theta
@@ -176,17 +182,7 @@ def test_two_coordinates_are_two_models_side_by_side():
     ll, dens = 0.0, 0.0
     method_key = jax.random.fold_in(key, NORMAL_NUTS_KEY_FOLD)
     for c in range(2):
-        post = run_nuts(
-            jax.random.fold_in(method_key, c),
-            hierarchical.normal_hierarchical_model,
-            (jnp.asarray(x[:, c]),),
-            {"sigma": s[:, c], **{k: np.asarray(v) for k, v in EIGHT_SCHOOLS_PRIORS.items()}},
-            dims=hierarchical.DIMS,
-            target_accept_prob=0.9,
-            posterior_predictive=False,
-            num_chains=2,
-            **SIZES,
-        )["posterior"]
+        post = _direct_posterior(jax.random.fold_in(method_key, c), x[:, c], s[:, c])
         theta = post["theta"].transpose("chain", "draw", "unit").values
         np.testing.assert_array_equal(fit.datatree["posterior"]["z_draw"].values[..., c], theta)
         mu, tau = post["mu"].values.reshape(-1, 1), post["tau"].values.reshape(-1, 1)
