@@ -5,6 +5,7 @@ the folder stays small (thinned DataTrees); a failed run leaves nothing behind."
 import functools
 import html
 import os
+import pickle
 import re
 import stat
 from pathlib import Path
@@ -16,7 +17,7 @@ import xarray as xr
 
 from attnbayes.app import outputs, report
 from attnbayes.app.cli import main
-from attnbayes.app.report import SECTIONS, write_report
+from attnbayes.app.report import SECTIONS, build, write_report
 from attnbayes.app.report.calibration import CALIBRATION
 from attnbayes.app.report.learned import FAMILIES as LEARNED_FAMILIES
 from attnbayes.app.report.learned import LEARNED
@@ -47,6 +48,17 @@ SMALL_CALIBRATION = CALIBRATION._replace(
 )
 
 
+def _run_parts_through_pickle(tasks, *, workers, progress, start_order):
+    """``parallel.run_parts`` in this process, in ``start_order``, with every task and every
+    result pickled and unpickled on the way (what a worker process needs of them)."""
+    assert workers == 2 and sorted(start_order) == list(range(len(tasks)))
+    results = {}
+    for i in start_order:
+        task, args = pickle.loads(pickle.dumps(tasks[i]))
+        results[i] = pickle.loads(pickle.dumps(task(*args, progress=progress)))
+    return [results[i] for i in range(len(tasks))]
+
+
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory):
     """`attnbayes report --quick` run once, in-process, into a fresh folder, with the sizes
@@ -62,7 +74,10 @@ def quick_report(tmp_path_factory):
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(report, "write_report", small)
-        # the parts on two worker processes, as `make run` runs them
+        # the parts run here, one after another, each sent through pickle both ways as
+        # `--workers 2` sends it to and from a worker process (the workers themselves are
+        # tests/app/test_parallel.py's): two spawned processes would compile every program again
+        patch.setattr(build, "run_parts", _run_parts_through_pickle)
         status = main(["report", "--quick", "--out", str(out), "--seed", "1", "--workers", "2"])
     assert status == 0
     folder = next(p for p in out.iterdir() if not p.name.startswith("."))
