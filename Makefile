@@ -20,7 +20,7 @@ FIND_PYTHON := for c in $(CANDIDATES); do \
 	    && { echo $$p; break; }; \
 	done
 
-.PHONY: run test notebooks test-slow test-distributed lint bench clean
+.PHONY: run test notebooks test-report test-slow test-distributed lint bench clean
 
 $(STAMP): pyproject.toml
 	@if [ ! -x $(PY) ]; then \
@@ -54,6 +54,11 @@ test: $(STAMP)
 notebooks: $(STAMP)
 	ATTNBAYES_NB_N=200 $(PY) -P -m pytest -q -n 2 --nbmake notebooks
 	$(PY) -P -m pytest -q -n 2 $(README_BLOCKS)
+
+# The quick report end to end (tests/app/report/test_report.py, marker `report`): about 3
+# minutes on one core, so not in `make test`; CI runs it after `make test`.
+test-report: $(STAMP)
+	$(PY) -P -m pytest -q -m report tests/app/report/test_report.py
 
 test-slow: $(STAMP)
 	$(PY) -P -m pytest -q -m slow

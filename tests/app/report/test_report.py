@@ -84,6 +84,7 @@ def quick_report(tmp_path_factory):
     return out, folder
 
 
+@pytest.mark.report
 def test_quick_report_has_every_section_figure_and_table(quick_report):
     out, folder = quick_report
     assert [p.name for p in out.iterdir()] == [folder.name]  # no temporary folder left
@@ -179,6 +180,7 @@ def _number_kind(cell: str) -> str | None:
     return None if match is None else str(len(match.group(1) or ""))
 
 
+@pytest.mark.report
 def test_page_opens_with_the_summary(quick_report):
     _, folder = quick_report
     page = (folder / "index.html").read_text(encoding="utf-8")
@@ -187,6 +189,7 @@ def test_page_opens_with_the_summary(quick_report):
     assert re.findall(r'href="#([^"]+)"', toc) == ["summary", *(sid for sid, _ in SECTIONS)]
 
 
+@pytest.mark.report
 def test_page_tables_are_tidy(quick_report):
     """No Python tuples as labels, no column empty in every row, no index column without a
     name, no placeholder text, one number format per column (per row where the rows are the
@@ -212,6 +215,7 @@ def test_page_tables_are_tidy(quick_report):
         assert len(table[0]) <= 9, table[0]
 
 
+@pytest.mark.report
 def test_learning_headings_name_the_methods_of_their_tables(quick_report):
     _, folder = quick_report
     section = _section((folder / "index.html").read_text(encoding="utf-8"), "learning")
@@ -223,6 +227,7 @@ def test_learning_headings_name_the_methods_of_their_tables(quick_report):
         assert named == {h.lower() for h in head} & LEARNING_METHODS, heading
 
 
+@pytest.mark.report
 def test_page_notes_a_method_at_its_iteration_cap(quick_report):
     _, folder = quick_report
     page = (folder / "index.html").read_text(encoding="utf-8")
@@ -236,6 +241,7 @@ def test_page_notes_a_method_at_its_iteration_cap(quick_report):
         assert cap is not None and f"{method} stopped at its iteration cap" in cap.group(1)
 
 
+@pytest.mark.report
 def test_quick_report_folder_is_small_and_its_datatrees_say_they_are_thinned(quick_report):
     _, folder = quick_report
     sizes = {p.name: p.stat().st_size for p in folder.iterdir()}
@@ -255,6 +261,7 @@ def test_quick_report_folder_is_small_and_its_datatrees_say_they_are_thinned(qui
     assert f"at most {TREE_DRAWS_PER_CHAIN} evenly spaced draws per chain" in page
 
 
+@pytest.mark.report
 def test_results_csv_and_datatrees_load_back(quick_report):
     _, folder = quick_report
     results = pd.read_csv(folder / "results.csv")
@@ -321,6 +328,7 @@ def test_results_csv_and_datatrees_load_back(quick_report):
     assert -12 < per_step < -6
 
 
+@pytest.mark.report
 def test_the_learned_stack_has_a_column_of_finite_numbers_in_the_scalar_scenario(quick_report):
     """The learned stack runs on the quick report's scalar scenario like the other methods:
     its rows in results.csv are finite, its column of the methods table shows them, the
@@ -351,6 +359,7 @@ def value_of(results, section, scenario, metric):
     return rows.value.item()
 
 
+@pytest.mark.report
 def test_learning_section_scores_every_method_and_the_posterior_shift(quick_report):
     _, folder = quick_report
     results = pd.read_csv(folder / "results.csv").query("section == 'learning'")
@@ -364,6 +373,7 @@ def test_learning_section_scores_every_method_and_the_posterior_shift(quick_repo
     assert (shift.query("metric == 'max_abs_shift'").value >= 0).all()
 
 
+@pytest.mark.report
 def test_learned_section_carries_regret_coverage_batting_link_and_pooling(quick_report):
     _, folder = quick_report
     results = pd.read_csv(folder / "results.csv").query("section == 'learned'")
@@ -389,6 +399,7 @@ def test_learned_section_carries_regret_coverage_batting_link_and_pooling(quick_
     assert "examples rather than averages" in _section(page, "learned")
 
 
+@pytest.mark.report
 def test_calibration_section_has_every_study_and_its_verdict(quick_report):
     _, folder = quick_report
     results = pd.read_csv(folder / "results.csv").query("section == 'calibration'")
