@@ -9,12 +9,13 @@ acceptance 0.8, tree depth 10, diagonal mass), 2 chains x (300 warmup + 300 draw
 Target: 1,000 replicates in under 600 s on 2 cores.
 
 - ours: ``calibrate(key, "deconvolution", "nuts", num_replicates=R, chunk_size=C)``; the
-  replicates are vmapped in chunks of C and split over the mesh (default: all ``--devices``
-  host devices) with shard_map (one compilation). "compile + first chunk" is the time to the
-  first progress message (tracing, XLA compilation, the first chunk and the choice of
-  thinning); "steady" is the time per replicate over the remaining chunks; "total" the whole
-  call (ranks, uniformity tests and the DataTree included). "XLA compile" is ``jax.monitoring``'s
-  backend_compile_duration summed over the call.
+  replicates run in chunks of C split over the mesh (default: all ``--devices`` host devices)
+  with shard_map, one after another on each device (``lax.map``; one compilation).
+  "compile + first chunk" is the time to the first progress message (tracing, XLA
+  compilation, the first chunk and the choice of thinning); "steady" is the time per replicate
+  over the remaining chunks; "total" the whole call (ranks, uniformity tests and the DataTree
+  included). "XLA compile" is ``jax.monitoring``'s backend_compile_duration summed over the
+  call.
 - simuk: ``simuk.SBC(NUTS(partial(deconvolution_model, ...)), num_simulations=S,
   sample_kwargs={num_warmup, num_samples, num_chains, chain_method}, data_dir={"x": x})``, its
   own loop: one ``numpyro.infer.MCMC`` per replicate (``--simuk-chain-method``, default

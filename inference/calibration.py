@@ -438,10 +438,9 @@ def calibrate(
 
     The replicates are split over the devices of ``mesh`` (a one-axis ``jax.sharding.Mesh``;
     None: every device, every process's under ``jax.distributed``), each replicate from its
-    own key ``fold_in(key, i)``: the same ranks or coverage on any mesh, except NUTS's draws
-    between a one-device mesh and a larger one (``sbc``'s module docstring). Under several
-    processes every process makes the same call and gets the same DataTree; process 0 alone
-    writes ``checkpoint``.
+    own key ``fold_in(key, i)``: the same draws, ranks or coverage on any mesh and chunk size
+    (``sbc``'s module docstring). Under several processes every process makes the same call
+    and gets the same DataTree; process 0 alone writes ``checkpoint``.
     """
     validation.check_key("key", key)
     mesh = check_mesh(mesh)

@@ -22,22 +22,23 @@ filters and smoothers) get ``interval_coverage``: the fraction of replicates' tr
 their 50% and 90% intervals, with binomial and between-replicate standard errors.
 
 One compilation serves all replicates: a replicate is a pure function of its key
-``fold_in(key, index)``, vmapped over a chunk of replicates, and the chunk is split over the
+``fold_in(key, index)``, mapped over a chunk of replicates, and the chunk is split over the
 devices of ``mesh`` (``attnbayes.sharding``: a one-axis ``jax.sharding.Mesh``, default every
 device JAX sees, every process's under ``jax.distributed``). A chunk of C replicates is padded
-to a multiple of the D devices with copies of its last replicate (computed and dropped: a copy
-takes exactly as many sampler steps as the replicate, so it never holds its device back); each
+to a multiple of the D devices with copies of its last replicate (computed and dropped: a chunk
+size that is a multiple of D wastes nothing); each
 device runs C / D replicates and nothing moves between devices while they run: the replicate
 indices go out (4 bytes each) and the test quantities of the draws come back (C x chains x
 draws x quantities numbers per chunk), against a whole sampler run per replicate. The ranks
 are then computed on the host. The keys are per replicate and the chunks' boundaries do not
-depend on the mesh, so the result does not depend on the mesh or the chunk size: the same
-draws and ranks, replicate for replicate, as long as the sampler's arithmetic is the same.
-One exception measured: XLA rounds NumPyro's NUTS adaptation differently (by an ulp, within
-ten warmup iterations) in the one-device program and in the partitioned one, and NUTS's
-trajectories amplify it, so NUTS draws on a one-device mesh differ from those on 2 or more
-devices for about a quarter of the replicates (2 and 4 devices agree; the ranks are equally
-calibrated). Exact and Gibbs samplers gave the same ranks on the meshes tried.
+depend on the mesh. Each device runs its replicates one after another (``lax.map``), so every
+replicate is computed by the same unbatched loop body whatever the mesh and the chunk size: the
+same draws and ranks, replicate for replicate, bit for bit. (Replicates ``vmap``-ped together
+were not: a replicate's NUTS ranks changed with the batch it shared, for 3 of 24 between chunks
+of 24 and 12 on one device and for all 24 between one device and two, as XLA rounds each
+batched program its own way and NUTS's adaptation and trajectories amplify an ulp into other
+draws. Mapped, NUTS also no longer steps at the pace of the slowest replicate of a batch:
+calibrating it is about 2x faster on the K = 2, N = 50 model, ``benchmarks/sbc_nuts.py``.)
 
 Across processes every process makes the same call; each chunk's outputs are gathered to every
 process (``sharding.gather``), which computes the same ranks and returns the same DataTree.
@@ -47,7 +48,7 @@ several processes it must be on a file system every process reads (they check th
 resume from the same replicate).
 
 Over 800 lines: simulation-based calibration and interval coverage share one replicate
-runner (a chunk program vmapped over replicates, sharded over the mesh, checkpointed and
+runner (a chunk program mapped over replicates, sharded over the mesh, checkpointed and
 resumed); the uniformity tests and the coverage summary read their outputs.
 """
 
@@ -128,8 +129,9 @@ def _mesh_attrs(mesh) -> dict:
 def _chunk_program(one: Callable, key, mesh, size: int) -> Callable:
     """``indices (C,) -> outputs`` of ``one(fold_in(key, i))`` for a chunk of C <= ``size``
     replicate indices: padded to ``padded_size(size, mesh)`` with copies of the last index,
-    vmapped, split over ``mesh`` (``sharding.shard_batch``) and gathered to this process
-    (``sharding.gather``: NumPy arrays, leading axis C)."""
+    split over ``mesh`` (``sharding.shard_batch``), mapped on each device (``lax.map``: one
+    replicate at a time, so its arithmetic does not depend on how many share the device) and
+    gathered to this process (``sharding.gather``: NumPy arrays, leading axis C)."""
     if _is_typed_key(key):
         impl = jax.random.key_impl(key)
         words = np.asarray(jax.random.key_data(key))
@@ -144,7 +146,7 @@ def _chunk_program(one: Callable, key, mesh, size: int) -> Callable:
 
     def run(words, indices):
         k = rebuild(words)
-        return jax.vmap(lambda i: one(jax.random.fold_in(k, i)))(indices)
+        return jax.lax.map(lambda i: one(jax.random.fold_in(k, i)), indices)
 
     program = jax.jit(sharding.shard_batch(run, mesh, (False, True), True))
     padded = sharding.padded_size(size, mesh)
@@ -423,12 +425,10 @@ def sbc(
         quantities: ``quantities(values, data) -> dict[str, array]``: the test quantities,
             applied to the truth and to every draw (permutation-invariant ones for mixtures).
         num_replicates: number of simulated data sets.
-        chunk_size: replicates per compiled call (vmapped; split over the mesh's D devices,
-            padded to a multiple of D). Memory grows with it; the result does not depend on
-            it (a multiple of D wastes nothing). The
-            vmapped replicates of an adaptive sampler (NUTS) step at the pace of the slowest,
-            so smaller chunks waste less: with NUTS on the K = 2, N = 50 model 26 replicates per
-            chunk ran 2-3x faster per replicate than 50 (``benchmarks/sbc_nuts.py``).
+        chunk_size: replicates per compiled call (split over the mesh's D devices, padded to
+            a multiple of D; each device runs its share one after another). The result does
+            not depend on it (a multiple of D wastes nothing); a chunk is also the unit of
+            progress messages and checkpoints, and its outputs are held until it ends.
         thin: keep every ``thin``-th draw of each chain; "auto" chooses it on the first
             ``THIN_PILOT`` replicates (``floor(C S / median over them of the smallest bulk
             ESS)``).
