@@ -4,14 +4,14 @@ PyMC's published run (ArviZ's ``non_centered_eight``), and its refused inputs.""
 import jax
 import numpy as np
 import pytest
+from eight_schools import SCHOOLS_SIGMA, SCHOOLS_Y
 from numpyro import handlers
 from raising import check_refused
 
 from attnbayes.inference.mcmc import run_nuts
 from attnbayes.models.hierarchical import DIMS, normal_hierarchical_model
 
-Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+Y, SIGMA = SCHOOLS_Y, SCHOOLS_SIGMA
 
 
 def _sites(**kwargs):

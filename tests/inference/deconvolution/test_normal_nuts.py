@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from eight_schools import SCHOOLS_SIGMA, SCHOOLS_Y
 from scipy import integrate, stats
 
 from attnbayes.inference.deconvolution import comparison as comparison_module
@@ -25,9 +26,7 @@ from attnbayes.inference.mcmc import run_nuts
 from attnbayes.models import hierarchical
 from attnbayes.models.deconvolution import DiscreteMeasure
 
-# Rubin (1981) / Gelman et al. (2013, BDA3 Table 5.2): ArviZ's ``centered_eight`` y and sigma
-Y8 = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-S8 = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+Y8, S8 = SCHOOLS_Y, SCHOOLS_SIGMA  # ArviZ's centered_eight y and sigma
 EIGHT_SCHOOLS_PRIORS = {"mu_loc": 0.0, "mu_scale": 5.0, "tau_scale": 5.0}
 SIZES = {"num_warmup": 300, "num_samples": 300}  # 2 chains (the registry's)
 

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from eight_schools import SCHOOLS_SIGMA, SCHOOLS_Y
 from raising import check_refused
 from scipy import optimize, stats
 
@@ -17,10 +18,6 @@ from attnbayes.inference.deconvolution.shrinkage import (
     sure_monotone,
     sure_shrinkage,
 )
-
-# Rubin's eight schools (Gelman et al., BDA3, Table 5.2)
-SCHOOLS_Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-SCHOOLS_SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
 
 
 def _heteroscedastic(seed, n=40, spread=2.0):
